@@ -1,0 +1,41 @@
+// Writing a package's build tree and turning built fatbins into a sealed package.
+//
+//   <out>/src/<uri>.cu              one translation unit per variant
+//   <out>/build.ninja               nvcc -> package/kernels/<uri>.fatbin, then seal
+//   <out>/variants.json             the planned manifest (no sizes or hashes yet)
+//   <out>/package/manifest.json     written by seal from the built fatbins
+//   <out>/.aotinfer-outputs         every path the generator and its build wrote: the only
+//                                   files it will ever delete
+#pragma once
+#include <cstddef>
+#include <filesystem>
+#include <vector>
+
+#include "aotinfer/manifest.hpp"
+#include "emit.hpp"
+#include "schema.hpp"
+#include "spec.hpp"
+
+namespace aotinfer::gen {
+
+struct GenerateResult {
+  Manifest plan;
+  std::size_t written = 0;    // files whose content changed
+  std::size_t unchanged = 0;  // files left untouched (same content)
+  std::size_t removed = 0;    // stale outputs of an earlier run, deleted
+};
+
+GenerateResult generate_package(const Spec& spec, const std::vector<FamilySchema>& families,
+                                const std::filesystem::path& out_dir, const NinjaOptions& ninja);
+
+// Hashes every planned fatbin, reads the archs it holds, and writes package/manifest.json
+// (only when its content changes). Throws Error when a fatbin is missing or lacks a spec arch.
+Manifest seal_package(const std::filesystem::path& out_dir);
+
+// Parallel jobs for nvcc: one per core, but no more than free memory allows (~1.5 GiB each).
+int default_jobs();
+
+// Runs ninja in out_dir; returns its exit status.
+int run_ninja(const std::filesystem::path& out_dir, int jobs);
+
+}  // namespace aotinfer::gen

@@ -1,0 +1,227 @@
+// aotinfer-gen: spec files -> kernel packages. `aotinfer-gen help` lists the commands.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "aotinfer/error.hpp"
+#include "aotinfer/files.hpp"
+#include "build.hpp"
+#include "json_schema.hpp"
+#include "scanner.hpp"
+#include "spec.hpp"
+
+namespace fs = std::filesystem;
+using namespace aotinfer;
+using namespace aotinfer::gen;
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: aotinfer-gen <command> [options]
+
+commands:
+  list SPEC              validate SPEC and print its variants and their count (writes nothing)
+  generate SPEC          write sources, build.ninja and the planned manifest
+  build SPEC             generate, then compile every variant and seal the package
+  families               print the kernel families and their axes, read from the templates
+  schema                 print the JSON Schema of spec files (-o specs/schema.json to write it)
+  seal DIR               hash DIR's built fatbins and write DIR/package/manifest.json
+                         (build.ninja runs this; you rarely need it)
+
+options:
+  -o, --out PATH         output folder (generate/build: default generated/<package name>;
+                         schema: a file)
+  -j, --jobs N           parallel compiles (build: default from cores and free memory)
+  --json                 machine-readable output (list, families)
+  --templates DIR        kernel templates (default: $AOTINFER_TEMPLATES or the source tree's)
+  --cuda DIR             CUDA toolkit (default: $CUDA_HOME or )" AOTINFER_DEFAULT_CUDA_HOME R"()
+  --launcher CMD         compiler launcher for nvcc, e.g. ccache (default: $AOTINFER_LAUNCHER)
+)";
+
+struct Options {
+  std::string command;
+  std::vector<std::string> positional;
+  std::optional<fs::path> out;
+  int jobs = 0;
+  bool json = false;
+  fs::path templates;
+  fs::path cuda;
+  std::string launcher;
+};
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
+
+[[noreturn]] void usage_error(const std::string& what) {
+  std::cerr << "aotinfer-gen: " << what << "\n\n" << kUsage;
+  std::exit(2);
+}
+
+Options parse_args(int argc, char** argv) {
+  Options o;
+  o.templates = env_or("AOTINFER_TEMPLATES", AOTINFER_SOURCE_DIR "/templates");
+  o.cuda = env_or("CUDA_HOME", AOTINFER_DEFAULT_CUDA_HOME);
+  o.launcher = env_or("AOTINFER_LAUNCHER", "");
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty()) usage_error("no command given");
+  o.command = args[0];
+  for (std::size_t i = 1; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= args.size()) usage_error(a + " needs a value");
+      return args[++i];
+    };
+    if (a == "-o" || a == "--out") o.out = value();
+    else if (a == "-j" || a == "--jobs") {
+      std::string v = value();
+      try { o.jobs = std::stoi(v); } catch (...) { usage_error("--jobs takes a positive number, not '" + v + "'"); }
+      if (o.jobs < 1) usage_error("--jobs takes a positive number, not '" + v + "'");
+    }
+    else if (a == "--json") o.json = true;
+    else if (a == "--templates") o.templates = value();
+    else if (a == "--cuda") o.cuda = value();
+    else if (a == "--launcher") o.launcher = value();
+    else if (!a.empty() && a[0] == '-') usage_error("unknown option " + a);
+    else o.positional.push_back(a);
+  }
+  return o;
+}
+
+std::vector<FamilySchema> scan(const Options& o) {
+  if (!fs::is_directory(o.templates))
+    throw ScanError(o.templates.string() + ": no such templates directory (set --templates or AOTINFER_TEMPLATES)");
+  return scan_templates({.templates_dir = fs::absolute(o.templates), .cuda_home = o.cuda});
+}
+
+std::string spec_argument(const Options& o) {
+  if (o.positional.size() != 1) usage_error(o.command + " takes one spec file");
+  return o.positional[0];
+}
+
+fs::path out_dir(const Options& o, const Spec& spec) {
+  return o.out ? *o.out : fs::path("generated") / spec.package_name;
+}
+
+int cmd_list(const Options& o) {
+  auto families = scan(o);
+  Spec spec = load_spec(spec_argument(o), families);
+  if (o.json) {
+    nlohmann::ordered_json j = {{"package", spec.package_name}, {"version", spec.package_version},
+                                {"archs", spec.archs}, {"count", spec.variants.size()}};
+    j["variants"] = nlohmann::ordered_json::array();
+    for (const auto& v : spec.variants) j["variants"].push_back(v.uri());
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  for (const auto& v : spec.variants) std::cout << v.uri() << "\n";
+  std::cout << spec.variants.size() << " variants of " << spec.package_name << " " << spec.package_version
+            << " for " << spec.archs.size() << " archs\n";
+  return 0;
+}
+
+GenerateResult generate(const Options& o, const Spec& spec, const std::vector<FamilySchema>& families) {
+  fs::path out = out_dir(o, spec);
+  fs::path nvcc = o.cuda / "bin" / "nvcc";
+  if (!fs::exists(nvcc)) throw Error(ErrorCode::not_found, nvcc.string() + " not found: install the CUDA toolkit or pass --cuda DIR");
+  NinjaOptions ninja{.nvcc = fs::absolute(nvcc),
+                     .templates_dir = fs::absolute(o.templates),
+                     .generator = fs::canonical("/proc/self/exe"),
+                     .launcher = o.launcher};
+  GenerateResult r = generate_package(spec, families, out, ninja);
+  std::cout << "aotinfer-gen: " << spec.package_name << ": " << r.plan.variants.size() << " variants in " << out.string()
+            << " (" << r.written << " files written, " << r.unchanged << " unchanged, " << r.removed
+            << " stale removed)\n";
+  return r;
+}
+
+int cmd_generate(const Options& o) {
+  auto families = scan(o);
+  generate(o, load_spec(spec_argument(o), families), families);
+  return 0;
+}
+
+int cmd_build(const Options& o) {
+  auto families = scan(o);
+  Spec spec = load_spec(spec_argument(o), families);
+  generate(o, spec, families);
+  int jobs = o.jobs ? o.jobs : default_jobs();
+  std::cout << "aotinfer-gen: compiling with " << jobs << " parallel jobs for " << spec.archs.size() << " archs\n"
+            << std::flush;
+  auto start = std::chrono::steady_clock::now();
+  int status = run_ninja(out_dir(o, spec), jobs);
+  if (status != 0) {
+    std::cerr << "aotinfer-gen: the build failed (ninja exit status " << status << "); the package was not sealed\n";
+    return 1;
+  }
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("aotinfer-gen: package ready in %s (%.1f s)\n", (out_dir(o, spec) / "package").c_str(), seconds);
+  return 0;
+}
+
+int cmd_families(const Options& o) {
+  auto families = scan(o);
+  if (o.json) {
+    std::cout << to_json(families).dump(2) << "\n";
+    return 0;
+  }
+  for (const auto& f : families) {
+    std::cout << f.name << "  (" << f.cpp_name << ", " << f.where.str() << ")\n";
+    for (const auto& a : f.axes) {
+      std::string values;
+      for (const auto& v : a.allowed) values += (values.empty() ? "" : " ") + v;
+      std::cout << "  " << a.name << "  " << to_string(a.kind) << "  {" << values << "}";
+      if (a.default_value) std::cout << "  default " << *a.default_value;
+      if (a.follows) std::cout << "  default = " << *a.follows;
+      std::cout << "\n";
+    }
+    for (const auto& e : f.entries) std::cout << "  entry " << e.name << "(" << e.params_type << ")\n";
+  }
+  return 0;
+}
+
+int cmd_schema(const Options& o) {
+  std::string text = spec_json_schema(scan(o)).dump(2) + "\n";
+  if (!o.out) {
+    std::cout << text;
+  } else if (write_if_different(*o.out, text)) {
+    std::cout << "aotinfer-gen: wrote " << o.out->string() << "\n";
+  }
+  return 0;
+}
+
+int cmd_seal(const Options& o) {
+  if (o.positional.size() != 1) usage_error("seal takes the generated folder");
+  Manifest m = seal_package(o.positional[0]);
+  std::uint64_t bytes = 0;
+  for (const auto& v : m.variants) bytes += v.size;
+  std::printf("aotinfer-gen: sealed %zu variants, %.2f MiB\n", m.variants.size(), double(bytes) / (1 << 20));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o = parse_args(argc, argv);
+  const std::map<std::string, int (*)(const Options&)> commands = {
+      {"list", cmd_list},         {"generate", cmd_generate}, {"build", cmd_build},
+      {"families", cmd_families}, {"schema", cmd_schema},     {"seal", cmd_seal}};
+  if (o.command == "help" || o.command == "--help" || o.command == "-h") {
+    std::cout << kUsage;
+    return 0;
+  }
+  auto it = commands.find(o.command);
+  if (it == commands.end()) usage_error("unknown command '" + o.command + "'");
+  try {
+    return it->second(o);
+  } catch (const std::exception& e) {
+    // Spec and scan errors already start with file:line or file: pointer.
+    std::cerr << "aotinfer-gen: error: " << e.what() << "\n";
+    return 1;
+  }
+}

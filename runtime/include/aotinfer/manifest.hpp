@@ -1,0 +1,55 @@
+// The package manifest (manifest.json): what a kernel package holds. Written by the generator,
+// read by the runtime and the CLI. docs/ARCHITECTURE.md describes the format.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+#include "aotinfer/variant.hpp"
+
+namespace aotinfer {
+
+inline constexpr int kManifestFormat = 1;
+
+struct EntryPoint {
+  std::string name;           // "merge", as declared in the template
+  std::string symbol;         // extern "C" kernel name in the module
+  std::string launch_symbol;  // __device__ aotinfer_launch_info global in the module
+  bool operator==(const EntryPoint&) const = default;
+};
+
+struct ManifestVariant {
+  VariantKey key;
+  std::vector<EntryPoint> entries;
+  std::string file;                // relative to the package directory
+  std::uint64_t size = 0;          // bytes of `file`
+  std::string sha256;              // of `file`
+  std::vector<std::string> archs;  // SASS archs present in `file`
+  bool operator==(const ManifestVariant&) const = default;
+};
+
+struct Manifest {
+  int format = kManifestFormat;
+  std::string generator;  // "aotinfer-gen 0.1.0"
+  std::string package_name;
+  std::string package_version;
+  std::string spec_file;    // the spec's file name, for messages that suggest spec edits
+  std::string spec_sha256;  // of the canonical spec
+  std::vector<std::string> archs;
+  std::vector<ManifestVariant> variants;
+
+  nlohmann::ordered_json to_json() const;
+  // `source` names the document in error messages. Throws Error(corrupt_package).
+  static Manifest from_json(const nlohmann::ordered_json& j, const std::string& source);
+  static Manifest load(const std::filesystem::path& path);
+  std::string dump() const;  // stable text: the same manifest always gives the same bytes
+
+  bool operator==(const Manifest&) const = default;
+
+ private:
+  static Manifest from_json_unchecked(const nlohmann::ordered_json& j, const std::string& source);
+};
+
+}  // namespace aotinfer

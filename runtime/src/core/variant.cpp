@@ -1,0 +1,129 @@
+#include "aotinfer/variant.hpp"
+
+#include <charconv>
+#include <nlohmann/json.hpp>
+
+#include "aotinfer/error.hpp"
+
+namespace aotinfer {
+namespace {
+
+bool is_lower_or_digit(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
+
+bool is_integer_text(std::string_view s) {
+  if (!s.empty() && s.front() == '-') s.remove_prefix(1);
+  if (s.empty() || (s.size() > 1 && s.front() == '0')) return false;
+  for (char c : s)
+    if (c < '0' || c > '9') return false;
+  return true;
+}
+
+// Segments of a URI or symbol never contain "__", so "__" separates them unambiguously.
+bool is_snake(std::string_view s) {
+  if (s.empty() || s.back() == '_' || s.front() == '_') return false;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '_') {
+      if (s[i + 1] == '_') return false;
+    } else if (!is_lower_or_digit(s[i])) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string symbol_base(const VariantKey& key) {
+  std::string s = "aotinfer_" + key.family;
+  for (const auto& a : key.axes) {
+    std::string v = a.value;
+    if (!v.empty() && v.front() == '-') v.front() = 'm';  // "-1" -> "m1": C identifiers have no '-'
+    s += "__" + a.name + "_" + v;
+  }
+  return s;
+}
+
+}  // namespace
+
+bool is_name(std::string_view s) { return !s.empty() && s.front() >= 'a' && s.front() <= 'z' && is_snake(s); }
+
+bool is_value_text(std::string_view s) { return is_integer_text(s) || is_snake(s); }
+
+std::string VariantKey::uri() const {
+  std::string s = family;
+  for (const auto& a : axes) s += "." + a.name + "-" + a.value;
+  return s;
+}
+
+VariantKey VariantKey::from_uri(std::string_view uri) {
+  auto fail = [&](const std::string& why) -> VariantKey {
+    throw Error(ErrorCode::invalid_argument,
+                "invalid variant URI '" + std::string(uri) + "': " + why +
+                    " (expected family.axis-value.axis-value..., see docs/URI.md)");
+  };
+  VariantKey key;
+  std::size_t start = 0;
+  bool first = true;
+  while (start <= uri.size()) {
+    std::size_t dot = uri.find('.', start);
+    std::string_view part = uri.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start);
+    if (first) {
+      if (!is_name(part)) return fail("family '" + std::string(part) + "' is not a lowercase snake_case name");
+      key.family = std::string(part);
+      first = false;
+    } else {
+      std::size_t dash = part.find('-');
+      if (dash == std::string_view::npos) return fail("axis segment '" + std::string(part) + "' has no '-'");
+      std::string_view name = part.substr(0, dash), value = part.substr(dash + 1);
+      if (!is_name(name)) return fail("axis name '" + std::string(name) + "' is not a lowercase snake_case name");
+      if (!is_value_text(value)) return fail("value '" + std::string(value) + "' of axis '" + std::string(name) + "' is not a name or an integer");
+      if (key.find(name)) return fail("axis '" + std::string(name) + "' appears twice");
+      key.axes.push_back({std::string(name), std::string(value)});
+    }
+    if (dot == std::string_view::npos) break;
+    start = dot + 1;
+  }
+  return key;
+}
+
+const std::string* VariantKey::find(std::string_view axis) const {
+  for (const auto& a : axes)
+    if (a.name == axis) return &a.value;
+  return nullptr;
+}
+
+std::string VariantKey::describe() const {
+  std::string s = family + "{";
+  for (std::size_t i = 0; i < axes.size(); ++i) s += (i ? ", " : "") + axes[i].name + "=" + axes[i].value;
+  return s + "}";
+}
+
+std::string entry_symbol(const VariantKey& key, std::string_view entry) {
+  return symbol_base(key) + "__" + std::string(entry);
+}
+
+std::string launch_symbol(const VariantKey& key, std::string_view entry) {
+  return entry_symbol(key, entry) + "__launch";
+}
+
+std::string value_text(const nlohmann::json& v) {
+  if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
+  if (v.is_number_integer()) return std::to_string(v.get<std::int64_t>());
+  if (v.is_string()) {
+    auto s = v.get<std::string>();
+    if (is_snake(s) && !is_integer_text(s) && s != "true" && s != "false") return s;
+    throw Error(ErrorCode::invalid_argument, "'" + s + "' is not a valid axis value (lowercase snake_case)");
+  }
+  throw Error(ErrorCode::invalid_argument, "axis values are strings, integers or booleans, not " + std::string(v.type_name()));
+}
+
+nlohmann::json value_json(std::string_view text) {
+  if (text == "true") return true;
+  if (text == "false") return false;
+  if (is_integer_text(text)) {
+    std::int64_t n = 0;
+    std::from_chars(text.data(), text.data() + text.size(), n);
+    return n;
+  }
+  return std::string(text);
+}
+
+}  // namespace aotinfer

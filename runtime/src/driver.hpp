@@ -1,0 +1,35 @@
+// The CUDA driver API, opened with dlopen so that a machine without a driver gets a clear
+// error instead of a loader failure. Internal to the runtime.
+#pragma once
+#include <cuda.h>
+
+#include <string>
+
+namespace aotinfer::detail {
+
+struct Driver {
+#define AOTINFER_DRIVER_FUNCTIONS(X)                                                              \
+  X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGet)            \
+  X(cuDeviceGetCount) X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain) X(cuCtxGetCurrent)      \
+  X(cuCtxSetCurrent) X(cuCtxGetDevice) X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) \
+  X(cuModuleGetGlobal) X(cuMemcpyDtoH) X(cuLaunchKernel) X(cuFuncSetAttribute)                   \
+  X(cuOccupancyMaxActiveBlocksPerMultiprocessor)
+#define AOTINFER_DECLARE(name) decltype(&::name) name = nullptr;
+  AOTINFER_DRIVER_FUNCTIONS(AOTINFER_DECLARE)
+#undef AOTINFER_DECLARE
+
+  // Throws Error(no_driver) naming the library and why it could not be used.
+  static Driver open(const char* library);
+};
+
+// The process-wide driver (libcuda.so.1), opened and initialised once.
+const Driver& driver();
+
+// Throws Error(cuda_error) "<what>: <CUDA error name>: <description>" unless result is success.
+void check(CUresult result, const std::string& what);
+
+// The calling thread's context; when it has none, device 0's primary context is made current
+// (what the CUDA runtime and PyTorch use, so modules are shared with them).
+CUcontext current_context();
+
+}  // namespace aotinfer::detail

@@ -1,0 +1,247 @@
+#include "aotinfer/package.hpp"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+#include "aotinfer/arch.hpp"
+#include "aotinfer/files.hpp"
+#include "aotinfer/sha256.hpp"
+#include "driver.hpp"
+
+namespace aotinfer {
+
+namespace fs = std::filesystem;
+using detail::check;
+using detail::driver;
+
+struct Package::State {
+  fs::path dir;
+  Manifest manifest;
+
+  std::mutex mutex;  // guards the caches below
+  std::map<std::pair<CUcontext, std::string>, CUmodule> modules;          // (context, uri)
+  std::map<std::tuple<CUcontext, std::string, std::string>, Kernel> kernels;  // (context, uri, entry)
+
+  ~State() {
+    // The driver may already be gone at process exit; unloading is best effort.
+    for (auto& [key, module] : modules) {
+      try {
+        if (module) driver().cuModuleUnload(module);
+      } catch (...) {
+      }
+    }
+  }
+};
+
+namespace {
+
+std::string join(const std::vector<std::string>& items) {
+  std::string s;
+  for (std::size_t i = 0; i < items.size(); ++i) s += (i ? ", " : "") + items[i];
+  return s;
+}
+
+bool matches(const VariantKey& variant, const VariantKey& wanted) {
+  if (variant.family != wanted.family) return false;
+  for (const auto& a : wanted.axes) {
+    const std::string* v = variant.find(a.name);
+    if (!v || *v != a.value) return false;
+  }
+  return true;
+}
+
+std::size_t distance(const VariantKey& variant, const VariantKey& wanted) {
+  std::size_t d = 0;
+  for (const auto& a : wanted.axes) {
+    const std::string* v = variant.find(a.name);
+    d += !v || *v != a.value;
+  }
+  return d;
+}
+
+std::string missing_message(const Package& pkg, const VariantKey& wanted) {
+  const Manifest& m = pkg.manifest();
+  std::string msg = "package '" + m.package_name + "' (" + pkg.path().string() + ") has no variant " + wanted.describe();
+  std::vector<const ManifestVariant*> same_family;
+  for (const auto& v : m.variants)
+    if (v.key.family == wanted.family) same_family.push_back(&v);
+  if (same_family.empty()) {
+    std::vector<std::string> families;
+    for (const auto& v : m.variants)
+      if (std::find(families.begin(), families.end(), v.key.family) == families.end()) families.push_back(v.key.family);
+    msg += "; it holds no '" + wanted.family + "' family at all (families: " + join(families) + ")";
+  } else {
+    std::stable_sort(same_family.begin(), same_family.end(),
+                     [&](auto* a, auto* b) { return distance(a->key, wanted) < distance(b->key, wanted); });
+    msg += "; nearest: ";
+    for (std::size_t i = 0; i < std::min<std::size_t>(3, same_family.size()); ++i)
+      msg += (i ? ", " : "") + same_family[i]->key.uri();
+  }
+  nlohmann::ordered_json axes = nlohmann::ordered_json::object();
+  for (const auto& a : wanted.axes) axes[a.name] = value_json(a.value);
+  msg += ". To add it, put " + axes.dump() + " in \"families\": {\"" + wanted.family + "\": {\"include\": [...]}} of " +
+         m.spec_file + " (or extend its matrix) and rebuild the package";
+  return msg;
+}
+
+struct DeviceArch {
+  int major = 0, minor = 0;
+};
+
+DeviceArch context_arch() {
+  CUdevice device = 0;
+  check(driver().cuCtxGetDevice(&device), "cuCtxGetDevice");
+  DeviceArch a;
+  check(driver().cuDeviceGetAttribute(&a.major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device), "compute capability");
+  check(driver().cuDeviceGetAttribute(&a.minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device), "compute capability");
+  return a;
+}
+
+}  // namespace
+
+void check_device_arch(const ManifestVariant& variant, int major, int minor) {
+  for (const auto& name : variant.archs)
+    if (auto arch = Arch::parse(name); arch && arch->runs_on(major, minor)) return;
+  std::string device = "sm_" + std::to_string(major * 10 + minor);
+  throw Error(ErrorCode::unsupported_arch,
+              "variant " + variant.key.uri() + " holds code for " + join(variant.archs) + ", none of which runs on this GPU (" +
+                  device + "); build a package whose spec lists \"" + device + "\" in \"archs\"");
+}
+
+Package Package::open(const fs::path& dir) {
+  fs::path manifest = dir / "manifest.json";
+  if (!fs::exists(manifest))
+    throw Error(ErrorCode::not_found, "no kernel package at " + dir.string() + " (" + manifest.string() +
+                                          " does not exist); build one with aotinfer-gen build SPEC");
+  auto state = std::make_shared<State>();
+  state->dir = dir;
+  state->manifest = Manifest::load(manifest);
+  return Package(std::move(state));
+}
+
+const fs::path& Package::path() const { return state_->dir; }
+const Manifest& Package::manifest() const { return state_->manifest; }
+
+std::vector<const ManifestVariant*> Package::variants(std::string_view family, const std::vector<AxisValue>& where) const {
+  std::vector<const ManifestVariant*> out;
+  for (const auto& v : state_->manifest.variants) {
+    if (!family.empty() && v.key.family != family) continue;
+    if (matches(v.key, VariantKey{v.key.family, where})) out.push_back(&v);
+  }
+  return out;
+}
+
+const ManifestVariant& Package::find(const VariantKey& key) const {
+  auto found = variants(key.family, key.axes);
+  if (found.empty() || key.family.empty()) throw Error(ErrorCode::not_found, missing_message(*this, key));
+  if (found.size() > 1) {
+    std::vector<std::string> uris;
+    for (auto* v : found) uris.push_back(v->key.uri());
+    throw Error(ErrorCode::invalid_argument,
+                key.describe() + " matches " + std::to_string(found.size()) + " variants (" + join(uris) +
+                    "); name more axes to pick one");
+  }
+  return *found.front();
+}
+
+const ManifestVariant& Package::find(std::string_view uri) const { return find(VariantKey::from_uri(uri)); }
+
+Kernel Package::kernel(std::string_view uri, std::string_view entry) const { return kernel(VariantKey::from_uri(uri), entry); }
+
+Kernel Package::kernel(const VariantKey& key, std::string_view entry_name) const {
+  const ManifestVariant& variant = find(key);
+  const std::string uri = variant.key.uri();
+  auto entry = std::find_if(variant.entries.begin(), variant.entries.end(), [&](const auto& e) { return e.name == entry_name; });
+  if (entry == variant.entries.end()) {
+    std::vector<std::string> names;
+    for (const auto& e : variant.entries) names.push_back(e.name);
+    throw Error(ErrorCode::not_found, "variant " + uri + " has no entry point '" + std::string(entry_name) +
+                                          "'; its entries: " + join(names));
+  }
+
+  CUcontext ctx = detail::current_context();
+  std::lock_guard lock(state_->mutex);
+  if (auto it = state_->kernels.find({ctx, uri, entry->name}); it != state_->kernels.end()) return it->second;
+
+  CUmodule& module = state_->modules[{ctx, uri}];
+  if (!module) {
+    // Refuse damaged or foreign code before the driver sees it.
+    fs::path file = state_->dir / variant.file;
+    std::string bytes = read_file(file);
+    if (bytes.size() != variant.size || sha256_hex(bytes) != variant.sha256)
+      throw Error(ErrorCode::corrupt_package, file.string() + " does not match the manifest (size or sha256 differs): "
+                                              "the package is damaged or was modified; rebuild or reinstall it");
+    DeviceArch arch = context_arch();
+    check_device_arch(variant, arch.major, arch.minor);
+    CUresult r = driver().cuModuleLoadData(&module, bytes.data());
+    if (r != CUDA_SUCCESS) {
+      module = nullptr;
+      check(r, "loading " + file.string());
+    }
+  }
+
+  Kernel k;
+  k.uri_ = uri;
+  k.entry_ = entry->name;
+  check(driver().cuModuleGetFunction(&k.function_, module, entry->symbol.c_str()),
+        "entry point " + entry->symbol + " of " + uri);
+  CUdeviceptr global = 0;
+  std::size_t global_size = 0;
+  check(driver().cuModuleGetGlobal(&global, &global_size, module, entry->launch_symbol.c_str()),
+        "launch info " + entry->launch_symbol + " of " + uri);
+  if (global_size != sizeof(aotinfer_launch_info))
+    throw Error(ErrorCode::corrupt_package, uri + ": launch info has " + std::to_string(global_size) + " bytes, this runtime expects " +
+                                                std::to_string(sizeof(aotinfer_launch_info)) + "; rebuild the package with this aotinfer version");
+  check(driver().cuMemcpyDtoH(&k.info_, global, sizeof k.info_), "reading launch info of " + uri);
+  if (k.info_.abi_version != AOTINFER_ABI_VERSION)
+    throw Error(ErrorCode::corrupt_package, uri + " was built for kernel ABI " + std::to_string(k.info_.abi_version) +
+                                                ", this runtime speaks " + std::to_string(AOTINFER_ABI_VERSION) + "; rebuild the package");
+  if (k.info_.dynamic_smem_bytes > 48 * 1024)
+    check(driver().cuFuncSetAttribute(k.function_, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(k.info_.dynamic_smem_bytes)),
+          "raising the shared-memory limit of " + uri);
+  state_->kernels.emplace(std::make_tuple(ctx, uri, entry->name), k);
+  return k;
+}
+
+std::vector<std::string> Package::verify() const {
+  std::vector<std::string> problems;
+  for (const auto& v : state_->manifest.variants) {
+    fs::path file = state_->dir / v.file;
+    std::string bytes;
+    try {
+      bytes = read_file(file);
+    } catch (const Error& e) {
+      problems.push_back(v.key.uri() + ": " + e.what());
+      continue;
+    }
+    if (bytes.size() != v.size)
+      problems.push_back(v.key.uri() + ": " + file.string() + " has " + std::to_string(bytes.size()) + " bytes, the manifest says " +
+                         std::to_string(v.size));
+    else if (sha256_hex(bytes) != v.sha256)
+      problems.push_back(v.key.uri() + ": " + file.string() + " sha256 differs from the manifest");
+  }
+  return problems;
+}
+
+void Kernel::launch(Grid grid, const void* params, std::size_t params_size, Stream stream) const {
+  if (params_size != info_.params_size)
+    throw Error(ErrorCode::invalid_argument, uri_ + "/" + entry_ + " takes a " + std::to_string(info_.params_size) +
+                                                 "-byte params struct, got " + std::to_string(params_size) +
+                                                 " bytes: the runtime and the package disagree on the kernel ABI");
+  void* args[] = {const_cast<void*>(params)};
+  check(driver().cuLaunchKernel(function_, grid.x, grid.y, grid.z, info_.block[0], info_.block[1], info_.block[2],
+                                info_.dynamic_smem_bytes, stream, args, nullptr),
+        "launching " + uri_ + "/" + entry_);
+}
+
+int Kernel::max_active_ctas_per_sm() const {
+  int n = 0;
+  check(driver().cuOccupancyMaxActiveBlocksPerMultiprocessor(
+            &n, function_, int(info_.block[0] * info_.block[1] * info_.block[2]), info_.dynamic_smem_bytes),
+        "occupancy of " + uri_ + "/" + entry_);
+  return n;
+}
+
+}  // namespace aotinfer

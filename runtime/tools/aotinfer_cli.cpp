@@ -1,0 +1,132 @@
+// aotinfer: inspect kernel packages. `aotinfer help` lists the commands.
+#include <cstdio>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "aotinfer/package.hpp"
+
+using namespace aotinfer;
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: aotinfer <command> PACKAGE [args]
+
+commands:
+  list PACKAGE [FAMILY] [AXIS=VALUE...] [--json]   variants, optionally filtered
+  info PACKAGE URI [--json]                        one variant: axes, entry points, file, archs
+  verify PACKAGE                                   check every file against the manifest's sha256
+
+PACKAGE is a package folder (the one holding manifest.json), e.g. generated/aotinfer-default/package.
+)";
+
+[[noreturn]] void usage_error(const std::string& what) {
+  std::cerr << "aotinfer: " << what << "\n\n" << kUsage;
+  std::exit(2);
+}
+
+std::string join(const std::vector<std::string>& items, const char* sep = " ") {
+  std::string s;
+  for (std::size_t i = 0; i < items.size(); ++i) s += (i ? sep : "") + items[i];
+  return s;
+}
+
+std::string human_bytes(std::uint64_t n) {
+  char buf[32];
+  if (n < 1024) std::snprintf(buf, sizeof buf, "%llu B", (unsigned long long)n);
+  else if (n < (1u << 20)) std::snprintf(buf, sizeof buf, "%.1f KiB", n / 1024.0);
+  else std::snprintf(buf, sizeof buf, "%.2f MiB", n / 1048576.0);
+  return buf;
+}
+
+nlohmann::ordered_json variant_json(const Manifest& m, const ManifestVariant& v) {
+  nlohmann::ordered_json j = m.to_json()["variants"][&v - m.variants.data()];
+  return j;
+}
+
+int cmd_list(const Package& pkg, const std::vector<std::string>& args, bool json) {
+  std::string family;
+  std::vector<AxisValue> where;
+  for (const auto& a : args) {
+    auto eq = a.find('=');
+    if (eq == std::string::npos) {
+      if (!family.empty()) usage_error("list takes one family name; filters are AXIS=VALUE");
+      family = a;
+    } else {
+      where.push_back({a.substr(0, eq), a.substr(eq + 1)});
+    }
+  }
+  const Manifest& m = pkg.manifest();
+  auto variants = pkg.variants(family, where);
+  if (json) {
+    nlohmann::ordered_json out = nlohmann::ordered_json::array();
+    for (auto* v : variants) out.push_back(variant_json(m, *v));
+    std::cout << out.dump(2) << "\n";
+    return 0;
+  }
+  std::size_t width = 3;
+  for (auto* v : variants) width = std::max(width, v->key.uri().size());
+  std::printf("%s %s (%s, spec %s)\n", m.package_name.c_str(), m.package_version.c_str(), m.generator.c_str(),
+              m.spec_file.c_str());
+  std::printf("%-*s  %10s  %s\n", int(width), "URI", "SIZE", "ARCHS");
+  std::uint64_t total = 0;
+  for (auto* v : variants) {
+    std::printf("%-*s  %10s  %s\n", int(width), v->key.uri().c_str(), human_bytes(v->size).c_str(), join(v->archs).c_str());
+    total += v->size;
+  }
+  std::printf("%zu of %zu variants, %s, archs: %s\n", variants.size(), m.variants.size(), human_bytes(total).c_str(),
+              join(m.archs).c_str());
+  return 0;
+}
+
+int cmd_info(const Package& pkg, const std::vector<std::string>& args, bool json) {
+  if (args.size() != 1) usage_error("info takes one URI");
+  const ManifestVariant& v = pkg.find(args[0]);
+  if (json) {
+    std::cout << variant_json(pkg.manifest(), v).dump(2) << "\n";
+    return 0;
+  }
+  std::printf("uri      %s\nfamily   %s\n", v.key.uri().c_str(), v.key.family.c_str());
+  for (const auto& a : v.key.axes) std::printf("  %-14s %s\n", a.name.c_str(), a.value.c_str());
+  for (const auto& e : v.entries) std::printf("entry    %s -> %s\n", e.name.c_str(), e.symbol.c_str());
+  std::printf("file     %s (%s)\nsha256   %s\narchs    %s\n", (pkg.path() / v.file).c_str(), human_bytes(v.size).c_str(),
+              v.sha256.c_str(), join(v.archs).c_str());
+  return 0;
+}
+
+int cmd_verify(const Package& pkg) {
+  auto problems = pkg.verify();
+  for (const auto& p : problems) std::printf("FAILED  %s\n", p.c_str());
+  std::printf("%s: %zu variants, %zu problems\n", pkg.path().c_str(), pkg.manifest().variants.size(), problems.size());
+  return problems.empty() ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
+    std::cout << kUsage;
+    return args.empty() ? 2 : 0;
+  }
+  bool json = false;
+  std::vector<std::string> rest;
+  for (std::size_t i = 1; i < args.size(); ++i) {
+    if (args[i] == "--json") json = true;
+    else rest.push_back(args[i]);
+  }
+  const std::string& command = args[0];
+  if (command != "list" && command != "info" && command != "verify") usage_error("unknown command '" + command + "'");
+  if (rest.empty()) usage_error(command + " needs a PACKAGE folder");
+  try {
+    Package pkg = Package::open(rest[0]);
+    rest.erase(rest.begin());
+    if (command == "list") return cmd_list(pkg, rest, json);
+    if (command == "info") return cmd_info(pkg, rest, json);
+    return cmd_verify(pkg);
+  } catch (const std::exception& e) {
+    std::cerr << "aotinfer: error: " << e.what() << "\n";
+    return 1;
+  }
+}

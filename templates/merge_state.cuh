@@ -1,0 +1,56 @@
+// merge_state: merges two attention states (v, log-sum-exp) into one, row by row. Split-KV and
+// cascade attention rest on it. Contract: aotinfer/params/merge_state.h.
+#pragma once
+#include <math.h>
+
+#include "aotinfer/abi.h"
+#include "aotinfer/annotate.h"
+#include "aotinfer/dtype.cuh"
+#include "aotinfer/params/merge_state.h"
+
+namespace aotinfer {
+
+template <typename dtype, int head_dim>
+struct AOTINFER_FAMILY("merge_state")
+    AOTINFER_VALUES("dtype", "f16", "bf16")
+    AOTINFER_VALUES("head_dim", 64, 128, 256) merge_state {
+  // The kernel is memory-bound: each thread moves one 16-byte pack of each of v_a, v_b, v_out,
+  // so a row takes head_dim / kVec threads and a CTA handles several rows.
+  static constexpr int kVec = Pack16<dtype>::size;
+  static constexpr int kThreadsPerRow = head_dim / kVec;
+  static constexpr int kThreads = 128;
+  static constexpr int kRowsPerCta = kThreads / kThreadsPerRow;
+  static_assert(head_dim % kVec == 0 && kThreads % kThreadsPerRow == 0, "head_dim must tile the CTA");
+
+  static constexpr aotinfer_launch_info merge_launch =
+      make_launch_info<aotinfer_merge_state_params>(kThreads, 0, kRowsPerCta);
+
+  AOTINFER_ENTRY static __device__ void merge(const aotinfer_merge_state_params& p) {
+    const int64_t row = int64_t(blockIdx.x) * kRowsPerCta + threadIdx.x / kThreadsPerRow;
+    if (row >= p.rows) return;
+    const int64_t offset = row * head_dim + (threadIdx.x % kThreadsPerRow) * kVec;
+
+    const float s_a = p.s_a[row], s_b = p.s_b[row];
+    const float m = fmaxf(s_a, s_b);
+    // Two empty states (-inf, -inf) merge to an empty state with zero output.
+    float w_a = 0.f, w_b = 0.f, s_out = -INFINITY;
+    if (m != -INFINITY) {
+      w_a = expf(s_a - m);
+      w_b = expf(s_b - m);
+      const float sum = w_a + w_b;
+      s_out = m + logf(sum);
+      w_a /= sum;
+      w_b /= sum;
+    }
+
+    Pack16<dtype> a, b, out;
+    a.load(static_cast<const dtype*>(p.v_a) + offset);
+    b.load(static_cast<const dtype*>(p.v_b) + offset);
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) out.x[i] = from_float<dtype>(w_a * to_float(a.x[i]) + w_b * to_float(b.x[i]));
+    out.store(static_cast<dtype*>(p.v_out) + offset);
+    if (p.s_out != nullptr && threadIdx.x % kThreadsPerRow == 0) p.s_out[row] = s_out;
+  }
+};
+
+}  // namespace aotinfer
