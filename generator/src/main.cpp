@@ -96,7 +96,7 @@ Options parse_args(int argc, char** argv) {
 std::vector<FamilySchema> scan(const Options& o) {
   if (!fs::is_directory(o.templates))
     throw ScanError(o.templates.string() + ": no such templates directory (set --templates or AOTINFER_TEMPLATES)");
-  return scan_templates({.templates_dir = fs::absolute(o.templates), .cuda_home = o.cuda});
+  return scan_templates({.templates_dir = fs::absolute(o.templates), .cuda_home = o.cuda, .include_dirs = {}});
 }
 
 std::string spec_argument(const Options& o) {

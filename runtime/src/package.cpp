@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <set>
 #include <nlohmann/json.hpp>
 
 #include "aotinfer/arch.hpp"
@@ -23,6 +24,7 @@ struct Package::State {
   std::mutex mutex;  // guards the caches below
   std::map<std::pair<CUcontext, std::string>, CUmodule> modules;          // (context, uri)
   std::map<std::tuple<CUcontext, std::string, std::string>, Kernel> kernels;  // (context, uri, entry)
+  std::set<std::string> checked;  // uris whose file matched the manifest once, before any driver call
 
   ~State() {
     // The driver may already be gone at process exit; unloading is best effort.
@@ -161,18 +163,29 @@ Kernel Package::kernel(const VariantKey& key, std::string_view entry_name) const
                                           "'; its entries: " + join(names));
   }
 
-  CUcontext ctx = detail::current_context();
-  std::lock_guard lock(state_->mutex);
-  if (auto it = state_->kernels.find({ctx, uri, entry->name}); it != state_->kernels.end()) return it->second;
-
-  CUmodule& module = state_->modules[{ctx, uri}];
-  if (!module) {
-    // Refuse damaged or foreign code before the driver sees it.
-    fs::path file = state_->dir / variant.file;
+  const fs::path file = state_->dir / variant.file;
+  // Refuse damaged or foreign code before the driver sees it. The first check comes before the
+  // driver is touched at all, so a damaged package says so even on a machine without a GPU.
+  auto read_checked = [&] {
     std::string bytes = read_file(file);
     if (bytes.size() != variant.size || sha256_hex(bytes) != variant.sha256)
       throw Error(ErrorCode::corrupt_package, file.string() + " does not match the manifest (size or sha256 differs): "
                                               "the package is damaged or was modified; rebuild or reinstall it");
+    return bytes;
+  };
+  std::lock_guard lock(state_->mutex);
+  std::string bytes;
+  if (!state_->checked.count(uri)) {
+    bytes = read_checked();
+    state_->checked.insert(uri);
+  }
+
+  CUcontext ctx = detail::current_context();
+  if (auto it = state_->kernels.find({ctx, uri, entry->name}); it != state_->kernels.end()) return it->second;
+
+  CUmodule& module = state_->modules[{ctx, uri}];
+  if (!module) {
+    if (bytes.empty()) bytes = read_checked();  // another context: the file is read (and checked) again
     DeviceArch arch = context_arch();
     check_device_arch(variant, arch.major, arch.minor);
     CUresult r = driver().cuModuleLoadData(&module, bytes.data());

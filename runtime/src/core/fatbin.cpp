@@ -37,8 +37,11 @@ std::vector<FatbinEntry> read_fatbin_entries(std::string_view bytes) {
     if (load<std::uint32_t>(bytes, container) != kMagic) corrupt("bad magic number");
     std::uint16_t header_size = load<std::uint16_t>(bytes, container + 6);
     std::uint64_t body_size = load<std::uint64_t>(bytes, container + 8);
+    // Compared without adding first: a garbage body size must not wrap around (and loop forever).
+    const std::size_t left = bytes.size() - container;
+    if (header_size < 16 || header_size > left || body_size > left - header_size)
+      corrupt("container size exceeds the file");
     std::size_t end = container + header_size + body_size;
-    if (header_size < 16 || end > bytes.size()) corrupt("container size exceeds the file");
     for (std::size_t e = container + header_size; e < end;) {
       if (end - e < 64) corrupt("truncated entry header");
       std::uint16_t kind = load<std::uint16_t>(bytes, e);
@@ -46,7 +49,8 @@ std::vector<FatbinEntry> read_fatbin_entries(std::string_view bytes) {
       std::uint64_t payload = load<std::uint64_t>(bytes, e + 8);
       std::uint32_t arch = load<std::uint32_t>(bytes, e + 28);
       std::uint64_t flags = load<std::uint64_t>(bytes, e + 40);
-      if (entry_header < 64 || payload > end - e - entry_header) corrupt("entry size exceeds its container");
+      if (entry_header < 64 || entry_header > end - e || payload > end - e - entry_header)
+        corrupt("entry size exceeds its container");
       std::string suffix = std::to_string(arch) + ((flags & kFlagArchSpecific) ? "a" : "");
       if (kind == kKindElf)
         entries.push_back({FatbinEntry::Kind::sass, "sm_" + suffix, bool(flags & kFlagCompressed)});

@@ -72,10 +72,12 @@ Manifest Manifest::from_json_unchecked(const ordered_json& j, const std::string&
                                                 " is not supported by this runtime (it reads format " +
                                                 std::to_string(kManifestFormat) + "); rebuild the package");
   m.generator = member<std::string>(j, "generator", "", source);
-  m.package_name = member<std::string>(j.at("package"), "name", "/package", source);
-  m.package_version = member<std::string>(j.at("package"), "version", "/package", source);
-  m.spec_file = member<std::string>(j.at("spec"), "file", "/spec", source);
-  m.spec_sha256 = member<std::string>(j.at("spec"), "sha256", "/spec", source);
+  auto package = member<ordered_json>(j, "package", "", source);
+  m.package_name = member<std::string>(package, "name", "/package", source);
+  m.package_version = member<std::string>(package, "version", "/package", source);
+  auto spec = member<ordered_json>(j, "spec", "", source);
+  m.spec_file = member<std::string>(spec, "file", "/spec", source);
+  m.spec_sha256 = member<std::string>(spec, "sha256", "/spec", source);
   m.archs = member<std::vector<std::string>>(j, "archs", "", source);
   auto variants = member<ordered_json>(j, "variants", "", source);
   for (std::size_t i = 0; i < variants.size(); ++i) {
@@ -94,10 +96,13 @@ Manifest Manifest::from_json_unchecked(const ordered_json& j, const std::string&
     } catch (const Error& e) {
       throw Error(ErrorCode::corrupt_package, source + ": " + where + ": " + e.what());
     }
-    for (const auto& e : member<ordered_json>(v, "entries", where, source))
-      mv.entries.push_back({member<std::string>(e, "name", where + "/entries", source),
-                            member<std::string>(e, "symbol", where + "/entries", source),
-                            member<std::string>(e, "launch_symbol", where + "/entries", source)});
+    auto entries = member<ordered_json>(v, "entries", where, source);
+    for (std::size_t k = 0; k < entries.size(); ++k) {
+      const std::string at = where + "/entries/" + std::to_string(k);
+      mv.entries.push_back({member<std::string>(entries[k], "name", at, source),
+                            member<std::string>(entries[k], "symbol", at, source),
+                            member<std::string>(entries[k], "launch_symbol", at, source)});
+    }
     mv.file = member<std::string>(v, "file", where, source);
     mv.size = member<std::uint64_t>(v, "size", where, source);
     mv.sha256 = member<std::string>(v, "sha256", where, source);

@@ -1,6 +1,8 @@
 #include "aotinfer/variant.hpp"
 
 #include <charconv>
+#include <cstdint>
+#include <system_error>
 #include <nlohmann/json.hpp>
 
 #include "aotinfer/error.hpp"
@@ -10,12 +12,18 @@ namespace {
 
 bool is_lower_or_digit(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); }
 
+// Canonical decimal that fits an int64: no leading zeros, no "-0" (so that text -> JSON -> text
+// is the identity).
 bool is_integer_text(std::string_view s) {
-  if (!s.empty() && s.front() == '-') s.remove_prefix(1);
-  if (s.empty() || (s.size() > 1 && s.front() == '0')) return false;
-  for (char c : s)
+  std::string_view digits = s;
+  bool negative = !digits.empty() && digits.front() == '-';
+  if (negative) digits.remove_prefix(1);
+  if (digits.empty() || (digits.size() > 1 && digits.front() == '0') || (negative && digits == "0")) return false;
+  for (char c : digits)
     if (c < '0' || c > '9') return false;
-  return true;
+  std::int64_t n = 0;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), n);
+  return ec == std::errc() && end == s.data() + s.size();
 }
 
 // Segments of a URI or symbol never contain "__", so "__" separates them unambiguously.
@@ -45,7 +53,7 @@ std::string symbol_base(const VariantKey& key) {
 
 bool is_name(std::string_view s) { return !s.empty() && s.front() >= 'a' && s.front() <= 'z' && is_snake(s); }
 
-bool is_value_text(std::string_view s) { return is_integer_text(s) || is_snake(s); }
+bool is_value_text(std::string_view s) { return is_integer_text(s) || is_name(s); }
 
 std::string VariantKey::uri() const {
   std::string s = family;
@@ -106,10 +114,12 @@ std::string launch_symbol(const VariantKey& key, std::string_view entry) {
 
 std::string value_text(const nlohmann::json& v) {
   if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
+  if (v.is_number_unsigned() && v.get<std::uint64_t>() > std::uint64_t(INT64_MAX))
+    throw Error(ErrorCode::invalid_argument, v.dump() + " is out of range for an integer axis value (int64)");
   if (v.is_number_integer()) return std::to_string(v.get<std::int64_t>());
   if (v.is_string()) {
     auto s = v.get<std::string>();
-    if (is_snake(s) && !is_integer_text(s) && s != "true" && s != "false") return s;
+    if (is_name(s) && s != "true" && s != "false") return s;
     throw Error(ErrorCode::invalid_argument, "'" + s + "' is not a valid axis value (lowercase snake_case)");
   }
   throw Error(ErrorCode::invalid_argument, "axis values are strings, integers or booleans, not " + std::string(v.type_name()));

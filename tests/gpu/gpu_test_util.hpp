@@ -1,0 +1,85 @@
+// Helpers shared by GPU tests: the package under test, checked CUDA calls, device buffers,
+// host-side half/bfloat16 conversion, and the error norm every comparison uses.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "aotinfer/dtype.hpp"
+#include "aotinfer/package.hpp"
+
+namespace gpu_test {
+
+#define CUDA_CHECK(expr)                                                                   \
+  do {                                                                                     \
+    cudaError_t err_ = (expr);                                                             \
+    if (err_ != cudaSuccess) FAIL(#expr << ": " << cudaGetErrorString(err_));               \
+  } while (0)
+
+// The package to test: $AOTINFER_TEST_PACKAGE (tests/gpu/run.sh sets it).
+inline const aotinfer::Package& package() {
+  static aotinfer::Package pkg = [] {
+    const char* dir = std::getenv("AOTINFER_TEST_PACKAGE");
+    if (!dir) throw std::runtime_error("set AOTINFER_TEST_PACKAGE to a built package folder");
+    return aotinfer::Package::open(dir);
+  }();
+  return pkg;
+}
+
+// A seed per run, printed so that a failure can be replayed with AOTINFER_TEST_SEED.
+inline std::uint64_t fresh_seed() {
+  if (const char* s = std::getenv("AOTINFER_TEST_SEED")) return std::strtoull(s, nullptr, 10);
+  return std::random_device{}() ^ (std::uint64_t(std::random_device{}()) << 32);
+}
+
+template <typename T>
+struct DeviceBuffer {
+  T* ptr = nullptr;
+  std::size_t count = 0;
+  explicit DeviceBuffer(std::size_t n) : count(n) {
+    if (cudaMalloc(&ptr, std::max<std::size_t>(n, 1) * sizeof(T)) != cudaSuccess) throw std::bad_alloc();
+  }
+  ~DeviceBuffer() { cudaFree(ptr); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void upload(const std::vector<T>& host) { REQUIRE(cudaMemcpy(ptr, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice) == cudaSuccess); }
+  std::vector<T> download() const {
+    std::vector<T> host(count);
+    REQUIRE(cudaMemcpy(host.data(), ptr, count * sizeof(T), cudaMemcpyDeviceToHost) == cudaSuccess);
+    return host;
+  }
+  // All-ones bytes: NaN in every float format, so an unwritten element fails any comparison.
+  void poison() { REQUIRE(cudaMemset(ptr, 0xff, std::max<std::size_t>(count, 1) * sizeof(T)) == cudaSuccess); }
+};
+
+// 16-bit element storage with host conversion for the dtypes the tests use.
+inline std::uint16_t to_bits(double x, aotinfer::DType t) {
+  if (t == aotinfer::DType::f16) { __half h = __double2half(x); return *reinterpret_cast<std::uint16_t*>(&h); }
+  __nv_bfloat16 b = __float2bfloat16(float(x));
+  return *reinterpret_cast<std::uint16_t*>(&b);
+}
+inline double from_bits(std::uint16_t bits, aotinfer::DType t) {
+  if (t == aotinfer::DType::f16) return __half2float(*reinterpret_cast<__half*>(&bits));
+  return __bfloat162float(*reinterpret_cast<__nv_bfloat16*>(&bits));
+}
+
+// ||out - ref|| / ||ref|| over all elements; NaN if any output is NaN.
+inline double relative_error(const std::vector<double>& out, const std::vector<double>& ref) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    num += (out[i] - ref[i]) * (out[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
+inline double tolerance(aotinfer::DType t) { return t == aotinfer::DType::bf16 ? 1e-2 / 2 : 1e-3; }
+
+}  // namespace gpu_test

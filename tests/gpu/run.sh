@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Every GPU check in one call, for a machine with a GPU:
+#   1. build the runtime, GPU tests and benchmarks (generator too when Clang 14 is installed),
+#   2. build the packages under test unless they were built elsewhere and carried here,
+#   3. run the GPU tests against each package, then again under compute-sanitizer,
+#   4. run the benchmarks (bench/run.sh) unless --no-bench.
+# Usage: tests/gpu/run.sh [--no-bench] [PACKAGE_DIR...]   (default: the ci and default packages)
+# Logs go to $OUT (or build-gpu/out).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+out=${OUT:-$root/build-gpu/out}
+mkdir -p "$out"
+bench=1
+packages=()
+for arg in "$@"; do
+  case $arg in
+    --no-bench) bench=0 ;;
+    *) packages+=("$arg") ;;
+  esac
+done
+[ ${#packages[@]} -gt 0 ] || packages=(generated/aotinfer-ci/package generated/aotinfer-default/package)
+
+generator=OFF
+[ -f /usr/lib/llvm-14/lib/cmake/clang/ClangConfig.cmake ] && generator=ON
+echo "== configure (generator $generator)"
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DAOTINFER_BUILD_GENERATOR=$generator \
+  -DCMAKE_PREFIX_PATH="$root/.deps" > "$out/configure.log" 2>&1 || { cat "$out/configure.log"; exit 1; }
+echo "== build"
+ninja -C build-gpu aotinfer aotinfer_gpu_tests aotinfer_bench > "$out/build.log" 2>&1 || { tail -50 "$out/build.log"; exit 1; }
+
+if [ $generator = ON ]; then
+  ninja -C build-gpu aotinfer-gen >> "$out/build.log" 2>&1
+  build-gpu/generator/aotinfer-gen build specs/ci.json
+  build-gpu/generator/aotinfer-gen build specs/default.json
+fi
+
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true
+status=0
+for pkg in "${packages[@]}"; do
+  [ -f "$pkg/manifest.json" ] || { echo "missing package $pkg (build it with aotinfer-gen build, then carry it)"; exit 1; }
+  echo "== GPU tests: $pkg"
+  AOTINFER_TEST_PACKAGE=$pkg build-gpu/tests/aotinfer_gpu_tests 2>&1 | tee -a "$out/gpu_tests.log" || status=1
+  echo "== compute-sanitizer memcheck: $pkg"
+  AOTINFER_TEST_PACKAGE=$pkg compute-sanitizer --tool memcheck --error-exitcode 9 --leak-check full \
+    build-gpu/tests/aotinfer_gpu_tests 2>&1 | tee -a "$out/sanitizer.log" | tail -4 || status=1
+  echo "== compute-sanitizer racecheck: $pkg"
+  AOTINFER_TEST_PACKAGE=$pkg compute-sanitizer --tool racecheck --error-exitcode 9 \
+    build-gpu/tests/aotinfer_gpu_tests 2>&1 | tee -a "$out/sanitizer.log" | tail -2 || status=1
+done
+
+if [ $bench = 1 ]; then
+  AOTINFER_BENCH_PACKAGE=${packages[-1]} bash bench/run.sh 2>&1 | tee "$out/bench.log" || status=1
+fi
+echo "== GPU run finished with status $status"
+exit $status

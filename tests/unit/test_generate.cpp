@@ -1,0 +1,187 @@
+// Generation: emitted text, write-if-different, stale-output removal, and a real package
+// build of specs/ci.json through aotinfer-gen and nvcc (no GPU needed).
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <random>
+
+#include "aotinfer/files.hpp"
+#include "aotinfer/package.hpp"
+#include "build.hpp"
+#include "emit.hpp"
+#include "scanner.hpp"
+#include "spec.hpp"
+
+namespace fs = std::filesystem;
+using namespace aotinfer;
+using namespace aotinfer::gen;
+using Catch::Matchers::Contains;
+
+namespace {
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::random_device rd;
+    path = fs::temp_directory_path() / ("aotinfer-test-" + std::to_string(rd()) + std::to_string(rd()));
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+std::vector<FamilySchema> toy_families() {
+  FamilySchema f;
+  f.name = "toy";
+  f.cpp_name = "aotinfer::toy";
+  f.header = "toy.cuh";
+  f.where = {"toy.cuh", 3};
+  f.axes = {{"dtype", AxisKind::dtype, {"f16", "bf16"}, {}, {}, "", {"toy.cuh", 4}},
+            {"mode", AxisKind::enumeration, {"plain", "fancy"}, "plain", {}, "aotinfer::Mode", {"toy.cuh", 5}},
+            {"head_dim", AxisKind::integer, {"64", "128", "256"}, {}, {}, "int", {"toy.cuh", 6}}};
+  f.entries = {{"run", "toy_params", {"toy.cuh", 9}}, {"finish", "toy_finish_params", {"toy.cuh", 10}}};
+  return {f};
+}
+
+Spec toy_spec(const std::string& head_dims) {
+  return parse_spec(R"({"format": 1, "package": {"name": "toy-pkg", "version": "2.0"}, "archs": ["sm_90a", "sm_80"],
+                        "families": {"toy": {"matrix": {"dtype": ["f16", "bf16"], "head_dim": )" + head_dims + "}}}}",
+                    "specs/toy.json", toy_families());
+}
+
+NinjaOptions ninja_options() { return {"/cuda/bin/nvcc", "/src/templates", "/bin/aotinfer-gen", ""}; }
+
+std::map<std::string, fs::file_time_type> mtimes(const fs::path& dir) {
+  std::map<std::string, fs::file_time_type> out;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file()) out[fs::relative(e.path(), dir).string()] = e.last_write_time();
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("a variant's source instantiates the template and exports each entry with its launch info") {
+  auto families = toy_families();
+  VariantKey key{"toy", {{"dtype", "bf16"}, {"mode", "fancy"}, {"head_dim", "128"}}};
+  std::string src = variant_source(families[0], key);
+  CHECK_THAT(src, Contains("#include \"toy.cuh\""));
+  CHECK_THAT(src, Contains("using Family = aotinfer::toy<__nv_bfloat16, aotinfer::Mode::fancy, (int)(128)>;"));
+  CHECK_THAT(src, Contains("aotinfer_toy__dtype_bf16__mode_fancy__head_dim_128__run(const __grid_constant__ toy_params params)"));
+  CHECK_THAT(src, Contains("Family::finish(params);"));
+  CHECK_THAT(src, Contains("extern \"C\" __device__ const aotinfer_launch_info "
+                           "aotinfer_toy__dtype_bf16__mode_fancy__head_dim_128__finish__launch = Family::finish_launch;"));
+  CHECK_THAT(src, Contains("__launch_bounds__(Family::run_launch.block[0]"));
+}
+
+TEST_CASE("the planned manifest and build.ninja cover every variant and arch") {
+  Spec spec = toy_spec("[64, 128]");
+  Manifest plan = package_plan(spec, toy_families());
+  CHECK(plan.archs == std::vector<std::string>{"sm_80", "sm_90a"});  // sorted by generation
+  CHECK(plan.spec_file == "toy.json");
+  REQUIRE(plan.variants.size() == 4);
+  CHECK(plan.variants[0].file == "kernels/toy.dtype-f16.mode-plain.head_dim-64.fatbin");
+  CHECK(plan.variants[0].entries.size() == 2);
+  std::string ninja = build_ninja(plan, ninja_options());
+  CHECK_THAT(ninja, Contains("-gencode=arch=compute_80,code=sm_80"));
+  CHECK_THAT(ninja, Contains("-gencode=arch=compute_90a,code=sm_90a"));
+  CHECK_THAT(ninja, Contains("-Xfatbin=-compress-all"));
+  CHECK_THAT(ninja, Contains("build package/kernels/toy.dtype-bf16.mode-plain.head_dim-128.fatbin: fatbin "
+                             "src/toy.dtype-bf16.mode-plain.head_dim-128.cu"));
+  CHECK_THAT(ninja, Contains("build package/manifest.json: seal variants.json |"));
+}
+
+TEST_CASE("regenerating an unchanged spec touches no file; a new value writes only what is new") {
+  TempDir tmp;
+  auto families = toy_families();
+  auto first = generate_package(toy_spec("[64, 128]"), families, tmp.path, ninja_options());
+  CHECK(first.written == 6);  // 4 sources, build.ninja, variants.json
+  auto before = mtimes(tmp.path);
+
+  auto second = generate_package(toy_spec("[64, 128]"), families, tmp.path, ninja_options());
+  CHECK(second.written == 0);
+  CHECK(second.unchanged == 6);
+  CHECK(mtimes(tmp.path) == before);
+
+  auto third = generate_package(toy_spec("[64, 128, 256]"), families, tmp.path, ninja_options());
+  CHECK(third.written == 4);  // two new sources, build.ninja, variants.json
+  auto after = mtimes(tmp.path);
+  for (const auto& [file, time] : before)
+    if (file.rfind("src/", 0) == 0) CHECK(after.at(file) == time);
+  CHECK(after.count("src/toy.dtype-bf16.mode-plain.head_dim-256.cu"));
+}
+
+TEST_CASE("outputs of variants that left the spec are removed; other files are never touched") {
+  TempDir tmp;
+  auto families = toy_families();
+  generate_package(toy_spec("[64, 128]"), families, tmp.path, ninja_options());
+  // What a build would have produced, and a file the user put there.
+  write_file_atomic(tmp.path / "package/kernels/toy.dtype-f16.mode-plain.head_dim-128.fatbin", "fake");
+  write_file_atomic(tmp.path / "package/kernels/toy.dtype-f16.mode-plain.head_dim-64.fatbin", "fake");
+  write_file_atomic(tmp.path / "src/notes.txt", "mine");
+
+  auto r = generate_package(toy_spec("[64]"), families, tmp.path, ninja_options());
+  CHECK(r.removed == 3);  // two sources and one fatbin
+  CHECK_FALSE(fs::exists(tmp.path / "src/toy.dtype-f16.mode-plain.head_dim-128.cu"));
+  CHECK_FALSE(fs::exists(tmp.path / "package/kernels/toy.dtype-f16.mode-plain.head_dim-128.fatbin"));
+  CHECK(fs::exists(tmp.path / "package/kernels/toy.dtype-f16.mode-plain.head_dim-64.fatbin"));
+  CHECK(read_file(tmp.path / "src/notes.txt") == "mine");
+}
+
+#ifdef AOTINFER_GEN_EXE
+namespace {
+
+int run(const std::string& command) {
+  int status = std::system((command + " > /dev/null 2>&1").c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+std::string capture(const std::string& command) {
+  std::string out;
+  if (FILE* p = ::popen((command + " 2>&1").c_str(), "r")) {
+    char buf[4096];
+    while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+    ::pclose(p);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("specs/ci.json builds into a sealed package; rebuilds compile only what changed", "[build]") {
+  TempDir tmp;
+  const std::string gen = AOTINFER_GEN_EXE;
+  const fs::path out = tmp.path / "pkg";
+  std::string spec = read_file(AOTINFER_SOURCE_DIR "/specs/ci.json");
+  write_file_atomic(tmp.path / "ci.json", spec);
+
+  REQUIRE(run(gen + " build " + (tmp.path / "ci.json").string() + " -o " + out.string()) == 0);
+  Package pkg = Package::open(out / "package");
+  const Manifest& m = pkg.manifest();
+  CHECK(m.package_name == "aotinfer-ci");
+  CHECK(m.variants.size() == 4);
+  CHECK(pkg.verify().empty());
+  for (const auto& v : m.variants) {
+    CHECK(v.archs == m.archs);  // read from the fatbin itself
+    CHECK(v.size > 0);
+    CHECK(v.sha256.size() == 64);
+  }
+  CHECK_THAT(capture("ninja -C " + out.string() + " -n"), Contains("no work to do"));
+
+  // One more head_dim: only its fatbin is compiled.
+  auto before = mtimes(out / "package" / "kernels");
+  std::string grown = spec;
+  grown.replace(grown.find("[64, 128]"), 9, "[64, 128, 256]");
+  write_file_atomic(tmp.path / "ci.json", grown);
+  REQUIRE(run(gen + " build " + (tmp.path / "ci.json").string() + " -o " + out.string()) == 0);
+  auto after = mtimes(out / "package" / "kernels");
+  CHECK(after.size() == 6);
+  for (const auto& [file, time] : before) CHECK(after.at(file) == time);
+  CHECK(Package::open(out / "package").manifest().variants.size() == 6);
+  CHECK(Package::open(out / "package").manifest().spec_sha256 != m.spec_sha256);
+}
+#endif
