@@ -7,6 +7,7 @@
 
 using namespace gpu_test;
 using aotinfer::DType;
+namespace ref64 = aotinfer::reference;
 
 namespace {
 
@@ -40,15 +41,15 @@ struct Reference {
   std::vector<double> v, s;
 };
 
-Reference reference(const Inputs& in) {
+Reference merged_reference(const Inputs& in) {
   Reference ref;
   for (std::int64_t r = 0; r < in.rows; ++r) {
-    reference::State a{{}, in.s_a[r]}, b{{}, in.s_b[r]};
+    ref64::State a{{}, in.s_a[r]}, b{{}, in.s_b[r]};
     for (int d = 0; d < in.head_dim; ++d) {
       a.v.push_back(from_bits(in.v_a[r * in.head_dim + d], in.dtype));
       b.v.push_back(from_bits(in.v_b[r * in.head_dim + d], in.dtype));
     }
-    reference::State m = reference::merge(a, b);
+    ref64::State m = ref64::merge(a, b);
     ref.v.insert(ref.v.end(), m.v.begin(), m.v.end());
     ref.s.push_back(m.lse);
   }
@@ -103,7 +104,7 @@ TEST_CASE("merge_state matches the fp64 reference for every variant in the packa
       CUDA_CHECK(cudaGetLastError());
       CUDA_CHECK(cudaDeviceSynchronize());
 
-      Reference ref = reference(in);
+      Reference ref = merged_reference(in);
       std::vector<double> out;
       for (auto bits : v_out.download()) out.push_back(from_bits(bits, dtype));
       const double err = relative_error(out, ref.v);
@@ -123,7 +124,7 @@ TEST_CASE("merge_state front-end: in place, without lse output, empty, and throu
   const int head_dim = std::stoi(*variant->key.find("head_dim"));
   const std::int64_t rows = std::uniform_int_distribution<std::int64_t>(100, 5000)(rng);
   Inputs in = draw(rng, dtype, head_dim, rows);
-  Reference ref = reference(in);
+  Reference ref = merged_reference(in);
 
   DeviceBuffer<std::uint16_t> v_a(in.v_a.size()), v_b(in.v_b.size());
   DeviceBuffer<float> s_a(rows), s_b(rows);
