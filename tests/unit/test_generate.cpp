@@ -12,6 +12,7 @@
 #include "aotinfer/package.hpp"
 #include "build.hpp"
 #include "emit.hpp"
+#include "json_schema.hpp"
 #include "scanner.hpp"
 #include "spec.hpp"
 
@@ -95,7 +96,7 @@ TEST_CASE("the planned manifest and build.ninja cover every variant and arch") {
   CHECK_THAT(ninja, Contains("build package/manifest.json: seal variants.json |"));
 }
 
-TEST_CASE("regenerating an unchanged spec touches no file; a new value writes only what is new") {
+TEST_CASE("regenerating an unchanged spec touches no file and a new value writes only what is new") {
   TempDir tmp;
   auto families = toy_families();
   auto first = generate_package(toy_spec("[64, 128]"), families, tmp.path, ninja_options());
@@ -115,7 +116,7 @@ TEST_CASE("regenerating an unchanged spec touches no file; a new value writes on
   CHECK(after.count("src/toy.dtype-bf16.mode-plain.head_dim-256.cu"));
 }
 
-TEST_CASE("outputs of variants that left the spec are removed; other files are never touched") {
+TEST_CASE("outputs of variants that left the spec are removed and other files are never touched") {
   TempDir tmp;
   auto families = toy_families();
   generate_package(toy_spec("[64, 128]"), families, tmp.path, ninja_options());
@@ -130,6 +131,17 @@ TEST_CASE("outputs of variants that left the spec are removed; other files are n
   CHECK_FALSE(fs::exists(tmp.path / "package/kernels/toy.dtype-f16.mode-plain.head_dim-128.fatbin"));
   CHECK(fs::exists(tmp.path / "package/kernels/toy.dtype-f16.mode-plain.head_dim-64.fatbin"));
   CHECK(read_file(tmp.path / "src/notes.txt") == "mine");
+}
+
+TEST_CASE("the shipped specs are valid and specs/schema.json matches the templates") {
+  auto families = scan_templates({.templates_dir = AOTINFER_SOURCE_DIR "/templates", .cuda_home = AOTINFER_CUDA_HOME, .include_dirs = {}});
+  for (const char* name : {"default.json", "ci.json"}) {
+    INFO(name);
+    Spec spec = load_spec(fs::path(AOTINFER_SOURCE_DIR "/specs") / name, families);
+    CHECK(!spec.variants.empty());
+  }
+  // Regenerate with: aotinfer-gen schema -o specs/schema.json
+  CHECK(read_file(AOTINFER_SOURCE_DIR "/specs/schema.json") == spec_json_schema(families).dump(2) + "\n");
 }
 
 #ifdef AOTINFER_GEN_EXE
@@ -152,7 +164,7 @@ std::string capture(const std::string& command) {
 
 }  // namespace
 
-TEST_CASE("specs/ci.json builds into a sealed package; rebuilds compile only what changed", "[build]") {
+TEST_CASE("specs/ci.json builds into a sealed package and rebuilds compile only what changed", "[build]") {
   TempDir tmp;
   const std::string gen = AOTINFER_GEN_EXE;
   const fs::path out = tmp.path / "pkg";

@@ -188,7 +188,7 @@ TEST_CASE("merging many parts in any grouping equals attention over the whole se
   }
 }
 
-TEST_CASE("merge with an empty state is the identity; two empty states stay empty", "[merge_math]") {
+TEST_CASE("merge with an empty state is the identity and two empty states stay empty", "[merge_math]") {
   const std::uint64_t seed = test_seed();
   INFO("seed " << seed << " (rerun with AOTINFER_TEST_SEED=" << seed << ")");
   std::mt19937_64 rng(seed);

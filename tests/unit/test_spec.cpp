@@ -56,7 +56,7 @@ TEST_CASE("a matrix expands in template-parameter order with defaults and follow
                    });
 }
 
-TEST_CASE("explicit values override defaults and followers; scalars count as one value") {
+TEST_CASE("explicit values override defaults and followers and scalars count as one value") {
   Spec s = parse(spec_with(
       R"({"toy": {"matrix": {"dtype": "bf16", "dtype_o": "f32", "mask": ["none", "causal"], "soft_cap": true, "head_dim": 256}}})"));
   CHECK(uris(s) == std::vector<std::string>{
@@ -65,7 +65,7 @@ TEST_CASE("explicit values override defaults and followers; scalars count as one
                    });
 }
 
-TEST_CASE("exclusions remove matching variants; inclusions add single variants") {
+TEST_CASE("exclusions remove matching variants and inclusions add single variants") {
   Spec s = parse(spec_with(R"({"toy": {
       "matrix": {"dtype": ["f16", "bf16"], "head_dim": [64, 128, 256]},
       "exclude": [{"dtype": "f16", "head_dim": [128, 256]}],

@@ -1,0 +1,55 @@
+/* Parameters of the batch_decode family (templates/batch_decode.cuh): one query token per
+ * request attends to the request's paged KV cache (paged_kv.h).
+ *
+ *   q   [batch, num_qo_heads, head_dim]  dtype_q
+ *   o   [batch, num_qo_heads, head_dim]  dtype_o
+ *   lse [batch, num_qo_heads]            float, natural log; may be NULL
+ * Query head h reads KV head h / (num_qo_heads / num_kv_heads) (GQA; any group size 1..64).
+ *
+ * Scores: s = (q . k) * sm_scale, then (soft_cap axis) s = logits_soft_cap * tanh(s / cap), then
+ * (pos_encoding alibi) s += slope(h) * (kv_pos - q_pos); keys with kv_pos < q_pos - window_left
+ * are masked (sliding_window axis). rope_llama rotates q (at q_pos) and k (at kv_pos) by the
+ * non-interleaved ("rotate half") RoPE with frequencies rope_rcp_scale * rope_rcp_theta^(2i/d).
+ * q_pos = q_positions[i] when given, else kv_len - 1. fp8 KV is dequantised as k * k_scale,
+ * v * v_scale (1.0 for 16-bit KV). A request with kv_len 0 gets o = 0, lse = -inf.
+ *
+ * The work partition comes from the planner (runtime/include/aotinfer/decode_plan.hpp): CTA
+ * (x, y) handles work item x = (request, [kv_begin, kv_end)) for KV head y / row_groups and
+ * query rows (y % row_groups) * tile[0] ... of its group. Items x >= *num_work exit at once
+ * (CUDA-graph padding). With partial_o set, item x writes its state to partial_o/partial_lse
+ * row x and merge_state's merge_varlen entry combines them; otherwise it writes o/lse.
+ *
+ * Launch info: tile[0] = query rows per CTA, tile[1] = KV tokens per pipeline stage,
+ * tile[2] = head_dim. */
+#ifndef AOTINFER_PARAMS_BATCH_DECODE_H
+#define AOTINFER_PARAMS_BATCH_DECODE_H
+
+#include <stdint.h>
+
+#include "aotinfer/params/paged_kv.h"
+
+typedef struct aotinfer_batch_decode_params {
+  const void* q;
+  aotinfer_paged_kv kv;
+  void* o;
+  float* lse;
+  const int32_t* q_positions; /* [batch] or NULL */
+
+  const int32_t* work_request;  /* [padded work] */
+  const int32_t* work_kv_begin; /* [padded work] request-relative token index */
+  const int32_t* work_kv_end;   /* [padded work] */
+  const int32_t* num_work;      /* device scalar */
+  float* partial_o;             /* [padded work, num_qo_heads, head_dim] or NULL */
+  float* partial_lse;           /* [padded work, num_qo_heads] */
+
+  int32_t num_qo_heads;
+  int32_t window_left; /* sliding_window axis: keys kept are kv_pos >= q_pos - window_left */
+  float sm_scale;
+  float logits_soft_cap;
+  float rope_rcp_scale;
+  float rope_rcp_theta;
+  float k_scale;
+  float v_scale;
+} aotinfer_batch_decode_params;
+
+#endif
