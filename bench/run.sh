@@ -4,11 +4,20 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 pkg=${AOTINFER_BENCH_PACKAGE:-$root/generated/aotinfer-default/package}
+out=${OUT:-$root/build-gpu/out}
+mkdir -p "$out"
+have_torch=0
+python3 -c "import torch" 2>/dev/null && have_torch=1
+
 echo "== merge_state benchmark ($pkg)"
 "$root/build-gpu/bench/aotinfer_bench" "$pkg"
+[ $have_torch = 1 ] && PYTHONUNBUFFERED=1 python3 "$root/bench/merge_state_torch.py"
+
 echo
-if python3 -c "import torch" 2>/dev/null; then
-  PYTHONUNBUFFERED=1 python3 "$root/bench/merge_state_torch.py"
+echo "== batch_decode benchmark ($pkg)"
+"$root/build-gpu/bench/aotinfer_bench_decode" "$pkg" "$out/decode.jsonl"
+if [ $have_torch = 1 ]; then
+  PYTHONUNBUFFERED=1 python3 "$root/bench/decode_torch.py" "$out/decode.jsonl"
 else
-  echo "(PyTorch not installed: peer skipped)"
+  echo "(PyTorch not installed: peers skipped)"
 fi

@@ -87,3 +87,16 @@ CUcontext current_context() {
 }
 
 }  // namespace aotinfer::detail
+
+namespace aotinfer::detail {
+
+int current_device_sm_count() {
+  current_context();
+  CUdevice device = 0;
+  check(driver().cuCtxGetDevice(&device), "cuCtxGetDevice");
+  int count = 0;
+  check(driver().cuDeviceGetAttribute(&count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, device), "multiprocessor count");
+  return count;
+}
+
+}  // namespace aotinfer::detail

@@ -13,7 +13,8 @@ struct Driver {
   X(cuDeviceGetCount) X(cuDeviceGetAttribute) X(cuDevicePrimaryCtxRetain) X(cuCtxGetCurrent)      \
   X(cuCtxSetCurrent) X(cuCtxGetDevice) X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) \
   X(cuModuleGetGlobal) X(cuMemcpyDtoH) X(cuLaunchKernel) X(cuFuncSetAttribute)                   \
-  X(cuOccupancyMaxActiveBlocksPerMultiprocessor)
+  X(cuOccupancyMaxActiveBlocksPerMultiprocessor) X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemcpyHtoDAsync)  \
+  X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize) X(cuEventDestroy)
 #define AOTINFER_DECLARE(name) decltype(&::name) name = nullptr;
   AOTINFER_DRIVER_FUNCTIONS(AOTINFER_DECLARE)
 #undef AOTINFER_DECLARE
@@ -31,5 +32,8 @@ void check(CUresult result, const std::string& what);
 // The calling thread's context; when it has none, device 0's primary context is made current
 // (what the CUDA runtime and PyTorch use, so modules are shared with them).
 CUcontext current_context();
+
+// The multiprocessor count of the current context's device.
+int current_device_sm_count();
 
 }  // namespace aotinfer::detail

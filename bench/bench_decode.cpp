@@ -1,0 +1,221 @@
+// Batch decode benchmark: achieved bandwidth (bytes of K, V, q and o actually moved / time)
+// against the device's copy bandwidth, and plan() host time. Writes its rows as JSON lines for
+// bench/decode_torch.py, which measures PyTorch SDPA on the same shapes and prints the ratios.
+// Usage: aotinfer_bench_decode PACKAGE_DIR RESULTS.jsonl
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <vector>
+
+#include "aotinfer/batch_decode.hpp"
+
+namespace {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+
+template <typename Body>
+double median_us(int warmup, int iters, Body&& body) {
+  for (int i = 0; i < warmup; ++i) body(i);
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  std::vector<double> times;
+  for (int i = 0; i < iters; ++i) {
+    cudaEventRecord(start);
+    body(i);
+    cudaEventRecord(stop);
+    check(cudaEventSynchronize(stop), "timed region");
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    times.push_back(ms * 1e3);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+// Random finite values, not zeros (timing on zeros can flatter a kernel): a 16 MiB random block
+// made on the host, tiled over the buffer with device copies.
+void fill(void* p, size_t bytes, bool fp8) {
+  static void* seeds[2] = {nullptr, nullptr};
+  const size_t block = 16u << 20;
+  void*& seed = seeds[fp8];
+  if (!seed) {
+    std::mt19937 rng(fp8 ? 8 : 16);
+    std::vector<unsigned char> host(block);
+    for (size_t i = 0; i < block; ++i) {
+      const unsigned x = rng();
+      // fp8: no NaN patterns; 16-bit (little-endian): high bytes keep magnitudes near 1.
+      host[i] = fp8 ? (x & 0x77) : (i % 2 ? (0x3c | (x & 0x81)) : (x & 0xff));
+    }
+    check(cudaMalloc(&seed, block), "malloc");
+    check(cudaMemcpy(seed, host.data(), block, cudaMemcpyHostToDevice), "upload");
+  }
+  for (size_t off = 0; off < bytes; off += block)
+    check(cudaMemcpy(static_cast<char*>(p) + off, seed, std::min(block, bytes - off), cudaMemcpyDeviceToDevice), "fill");
+}
+
+struct Case {
+  int batch, kv_len;
+  aotinfer::DType kv;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: %s PACKAGE_DIR RESULTS.jsonl\n", argv[0]);
+    return 2;
+  }
+  aotinfer::Package pkg = aotinfer::Package::open(argv[1]);
+  std::ofstream results(argv[2]);
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, 0), "device properties");
+  check(cudaFree(nullptr), "context");
+
+  const size_t copy_bytes = size_t(1) << 30;
+  void *src, *dst;
+  check(cudaMalloc(&src, copy_bytes), "malloc");
+  check(cudaMalloc(&dst, copy_bytes), "malloc");
+  fill(src, copy_bytes, false);
+  const double copy_gbs = 2.0 * copy_bytes / median_us(3, 20, [&](int) { cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice); }) / 1e3;
+  cudaFree(src);
+  cudaFree(dst);
+  std::printf("device %s, %d SMs, L2 %.0f MB; copy bandwidth %.0f GB/s (read + write)\n", prop.name,
+              prop.multiProcessorCount, prop.l2CacheSize / 1e6, copy_gbs);
+  results << "{\"copy_gbs\": " << copy_gbs << "}\n";
+
+  const int qo_heads = 32, kv_heads = 8, head_dim = 128, page = 16;
+  std::printf("\nbatch_decode: %d qo / %d kv heads, head_dim %d, page %d, NHD\n", qo_heads, kv_heads, head_dim, page);
+  std::printf("%-6s %6s %7s %6s %6s %10s %10s %8s %8s\n", "kv", "batch", "kv_len", "split", "ctas", "MB moved", "time us",
+              "GB/s", "of copy");
+  std::vector<Case> cases;
+  for (auto kv : {aotinfer::DType::bf16, aotinfer::DType::e4m3})
+    for (int batch : {1, 16, 64, 256})
+      for (int len : {1024, 4096, 32768}) cases.push_back({batch, len, kv});
+
+  for (const Case& c : cases) {
+    aotinfer::BatchDecodeConfig cfg;
+    cfg.dtype_q = cfg.dtype_o = aotinfer::DType::bf16;
+    cfg.dtype_kv = c.kv;
+    cfg.head_dim = head_dim;
+    cfg.num_qo_heads = qo_heads;
+    cfg.num_kv_heads = kv_heads;
+    cfg.page_size = page;
+    aotinfer::BatchDecode decode(pkg, cfg);
+
+    const int pages_per_req = (c.kv_len + page - 1) / page;
+    const int num_pages = c.batch * pages_per_req;
+    const size_t elem = aotinfer::dtype_size(c.kv);
+    const size_t pool_bytes = size_t(num_pages) * page * kv_heads * head_dim * elem;
+    const size_t q_bytes = size_t(c.batch) * qo_heads * head_dim * 2;
+    const size_t moved = 2 * pool_bytes + 2 * q_bytes;
+    // Rotate among copies of the KV pools so that L2 never serves a run.
+    const int sets = int(std::min<size_t>(16, std::max<size_t>(1, 3 * size_t(prop.l2CacheSize) / (2 * pool_bytes) + 1)));
+
+    std::vector<int> indptr(c.batch + 1), last(c.batch), indices(num_pages);
+    for (int i = 0; i <= c.batch; ++i) indptr[i] = i * pages_per_req;
+    for (int i = 0; i < c.batch; ++i) last[i] = c.kv_len - (pages_per_req - 1) * page;
+    for (int i = 0; i < num_pages; ++i) indices[i] = i;
+    std::shuffle(indices.begin(), indices.end(), std::mt19937(7));  // pages scattered as in a real pool
+
+    int *d_indptr, *d_last, *d_indices;
+    check(cudaMalloc(&d_indptr, indptr.size() * 4), "malloc");
+    check(cudaMalloc(&d_last, last.size() * 4), "malloc");
+    check(cudaMalloc(&d_indices, indices.size() * 4), "malloc");
+    cudaMemcpy(d_indptr, indptr.data(), indptr.size() * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(d_last, last.data(), last.size() * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(d_indices, indices.data(), indices.size() * 4, cudaMemcpyHostToDevice);
+
+    std::vector<void*> k(sets), v(sets);
+    void *q, *o;
+    bool fits = true;
+    for (int s = 0; s < sets && fits; ++s)
+      fits = cudaMalloc(&k[s], pool_bytes) == cudaSuccess && cudaMalloc(&v[s], pool_bytes) == cudaSuccess;
+    if (!fits) {
+      std::printf("%-6s %6d %7d  (does not fit in device memory: skipped)\n", std::string(aotinfer::dtype_name(c.kv)).c_str(),
+                  c.batch, c.kv_len);
+      cudaGetLastError();
+      for (int s = 0; s < sets; ++s) cudaFree(k[s]), cudaFree(v[s]);
+      continue;
+    }
+    for (int s = 0; s < sets; ++s) fill(k[s], pool_bytes, elem == 1), fill(v[s], pool_bytes, elem == 1);
+    check(cudaMalloc(&q, q_bytes), "malloc");
+    check(cudaMalloc(&o, q_bytes), "malloc");
+    fill(q, q_bytes, false);
+
+    auto sizes = decode.workspace_sizes(c.batch);
+    aotinfer::DecodeWorkspace ws;
+    check(cudaMalloc(&ws.float_buffer, std::max<size_t>(sizes.float_bytes, 256)), "malloc");
+    check(cudaMalloc(&ws.int_buffer, sizes.int_bytes), "malloc");
+    ws.float_bytes = sizes.float_bytes;
+    ws.int_bytes = sizes.int_bytes;
+    decode.plan(indptr, last, indices, num_pages, ws, nullptr);
+
+    aotinfer::DecodeRunArgs args;
+    args.batch = c.batch;
+    args.q = q;
+    args.kv_indptr = d_indptr;
+    args.kv_indices = d_indices;
+    args.kv_last_page_len = d_last;
+    args.o = o;
+    const double us = median_us(5, 30, [&](int i) {
+      args.k_pages = k[i % sets];
+      args.v_pages = v[i % sets];
+      decode.run(args, nullptr);
+    });
+    check(cudaGetLastError(), "decode");
+    const auto& plan = decode.work_plan();
+    const double gbs = moved / us / 1e3;
+    const std::string kv_name(aotinfer::dtype_name(c.kv));
+    std::printf("%-6s %6d %7d %6s %6d %10.1f %10.1f %8.0f %7.0f%%\n", kv_name.c_str(), c.batch, c.kv_len,
+                plan.split ? "yes" : "no", plan.padded_work * kv_heads, moved / 1e6, us, gbs, 100 * gbs / copy_gbs);
+    results << "{\"kv\": \"" << kv_name << "\", \"batch\": " << c.batch << ", \"kv_len\": " << c.kv_len
+            << ", \"us\": " << us << ", \"bytes\": " << moved << "}\n";
+
+    for (int s = 0; s < sets; ++s) cudaFree(k[s]), cudaFree(v[s]);
+    cudaFree(q), cudaFree(o), cudaFree(ws.float_buffer), cudaFree(ws.int_buffer);
+    cudaFree(d_indptr), cudaFree(d_last), cudaFree(d_indices);
+  }
+
+  // plan() host time: CSR validation, work partition, staging and the async copy.
+  std::printf("\nplan() host time (kv_len 4096, page 16; median of 200)\n%-6s %10s\n", "batch", "us");
+  aotinfer::BatchDecodeConfig cfg;
+  cfg.num_qo_heads = qo_heads;
+  cfg.num_kv_heads = kv_heads;
+  aotinfer::BatchDecode decode(pkg, cfg);
+  auto sizes = decode.workspace_sizes(1024);
+  aotinfer::DecodeWorkspace ws;
+  check(cudaMalloc(&ws.float_buffer, sizes.float_bytes), "malloc");
+  check(cudaMalloc(&ws.int_buffer, sizes.int_bytes), "malloc");
+  ws.float_bytes = sizes.float_bytes;
+  ws.int_bytes = sizes.int_bytes;
+  for (int batch : {1, 16, 64, 256, 1024}) {
+    std::vector<int> indptr(batch + 1), last(batch, 16);
+    for (int i = 0; i <= batch; ++i) indptr[i] = i * 256;
+    std::vector<double> times;
+    for (int r = 0; r < 220; ++r) {
+      // An engine plans once per step, long after the previous plan's copy finished.
+      check(cudaDeviceSynchronize(), "sync");
+      auto t0 = std::chrono::steady_clock::now();
+      decode.plan(indptr, last, {}, 0, ws, nullptr);
+      auto t1 = std::chrono::steady_clock::now();
+      if (r >= 20) times.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    }
+    std::sort(times.begin(), times.end());
+    std::printf("%-6d %10.2f\n", batch, times[times.size() / 2]);
+    results << "{\"plan_batch\": " << batch << ", \"plan_us\": " << times[times.size() / 2] << "}\n";
+  }
+  return 0;
+}

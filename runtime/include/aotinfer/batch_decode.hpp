@@ -1,0 +1,108 @@
+// Batch decode over a paged KV cache, FlashInfer-style plan/run:
+//
+//   aotinfer::BatchDecode decode(pkg, config);               // picks + loads the variants
+//   auto sizes = decode.workspace_sizes(max_batch);          // allocate once
+//   decode.plan(indptr, last_page_len, indices, num_pages, workspace, stream);  // per batch shape
+//   decode.run(args, stream);                                // per layer: no host decisions
+//
+// plan() runs on the CPU from host copies of the CSR metadata, validates them, partitions the
+// work (decode_plan.hpp), and ships the partition with one async copy from pinned memory into
+// the caller's int workspace. run() only launches: the decode kernel, then (split plans) the
+// merge of partial states; it is capturable in a CUDA graph. In CUDA-graph mode (config
+// cuda_graph, max_batch) the grid is fixed, so a graph captured once replays correctly after
+// any later plan of up to max_batch requests with the same workspace.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "aotinfer/decode_plan.hpp"
+#include "aotinfer/dtype.hpp"
+#include "aotinfer/package.hpp"
+#include "aotinfer/params/batch_decode.h"
+
+namespace aotinfer {
+
+enum class PosEncoding { none, rope_llama, alibi };
+enum class KvLayout { nhd, hnd };  // [pages, page_size, heads, dim] / [pages, heads, page_size, dim]
+
+struct BatchDecodeConfig {
+  DType dtype_q = DType::bf16;
+  DType dtype_kv = DType::bf16;
+  DType dtype_o = DType::bf16;
+  int head_dim = 128;
+  int num_qo_heads = 32;
+  int num_kv_heads = 8;  // num_qo_heads / num_kv_heads (1..64) is the GQA group size
+  int page_size = 16;
+  KvLayout layout = KvLayout::nhd;
+  PosEncoding pos_encoding = PosEncoding::none;
+  bool sliding_window = false;  // variant with a window; run args give window_left
+  bool soft_cap = false;        // variant with logits soft cap; run args give the cap
+  bool cuda_graph = false;      // fixed grid for graph capture; needs max_batch
+  int max_batch = 0;
+};
+
+struct WorkspaceSizes {
+  std::size_t float_bytes = 0;  // partial states of split plans
+  std::size_t int_bytes = 0;    // the work partition
+};
+
+struct DecodeWorkspace {
+  void* float_buffer = nullptr;  // device memory, 256-byte aligned
+  std::size_t float_bytes = 0;
+  void* int_buffer = nullptr;    // device memory, 256-byte aligned
+  std::size_t int_bytes = 0;
+};
+
+struct DecodeRunArgs {
+  std::int32_t batch = 0;  // must equal the planned batch
+  const void* q = nullptr;                       // [batch, num_qo_heads, head_dim]
+  void* k_pages = nullptr;                       // page pools in config.layout
+  void* v_pages = nullptr;
+  const std::int32_t* kv_indptr = nullptr;       // device copies of what plan() saw
+  const std::int32_t* kv_indices = nullptr;
+  const std::int32_t* kv_last_page_len = nullptr;
+  void* o = nullptr;                             // [batch, num_qo_heads, head_dim]
+  float* lse = nullptr;                          // [batch, num_qo_heads] or nullptr
+  const std::int32_t* q_positions = nullptr;     // [batch] or nullptr (= kv_len - 1)
+  float sm_scale = 0;                            // 0 = 1/sqrt(head_dim)
+  float logits_soft_cap = 0;                     // soft_cap variants: > 0
+  float rope_scale = 1;
+  float rope_theta = 1e4f;
+  float k_scale = 1;                             // fp8 KV dequantisation
+  float v_scale = 1;
+  std::int32_t window_left = -1;                 // sliding_window variants: >= 0
+};
+
+class BatchDecode {
+ public:
+  // Finds and loads batch_decode and merge_state(merge_varlen) for the config. Throws
+  // Error(invalid_argument) for bad head counts, Error(not_found) for a missing variant.
+  BatchDecode(const Package& package, const BatchDecodeConfig& config);
+  ~BatchDecode();
+  BatchDecode(BatchDecode&&) noexcept;
+  BatchDecode& operator=(BatchDecode&&) noexcept;
+
+  // Workspace for plans of up to max_batch requests (config.max_batch in graph mode).
+  WorkspaceSizes workspace_sizes(std::int32_t max_batch) const;
+
+  // Host CSR metadata; kv_indices (optional, may be empty) lets plan check page ids against
+  // num_pages. Throws Error(invalid_argument) before copying anything.
+  void plan(std::span<const std::int32_t> kv_indptr, std::span<const std::int32_t> kv_last_page_len,
+            std::span<const std::int32_t> kv_indices, std::int32_t num_pages, const DecodeWorkspace& workspace,
+            Stream stream);
+
+  // Launches for the last plan. Throws Error(invalid_argument) without launching when no plan
+  // was made, args.batch differs from it, or a required pointer is null.
+  void run(const DecodeRunArgs& args, Stream stream) const;
+
+  const DecodeWorkPlan& work_plan() const;
+  const BatchDecodeConfig& config() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace aotinfer

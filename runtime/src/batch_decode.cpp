@@ -1,0 +1,261 @@
+#include "aotinfer/batch_decode.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "aotinfer/params/merge_varlen.h"
+#include "driver.hpp"
+
+namespace aotinfer {
+
+using detail::check;
+using detail::driver;
+
+namespace {
+
+[[noreturn]] void invalid(const std::string& what) { throw Error(ErrorCode::invalid_argument, "batch_decode: " + what); }
+
+constexpr std::size_t kAlign = 256;
+std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+const char* pos_encoding_name(PosEncoding p) {
+  switch (p) {
+    case PosEncoding::none: return "none";
+    case PosEncoding::rope_llama: return "rope_llama";
+    case PosEncoding::alibi: return "alibi";
+  }
+  return "?";
+}
+
+// Where each array of the work partition lives in the int workspace. The layout depends only
+// on capacities, so in CUDA-graph mode every plan uses the same addresses.
+struct IntLayout {
+  std::size_t counts = 0;  // [num_work, batch]
+  std::size_t request = 0, kv_begin = 0, kv_end = 0, merge_indptr = 0;
+  std::size_t bytes = 0;
+
+  IntLayout(std::int32_t work_capacity, std::int32_t batch_capacity) {
+    const std::size_t work = std::size_t(work_capacity) * 4;
+    request = align_up(2 * 4);
+    kv_begin = request + align_up(work);
+    kv_end = kv_begin + align_up(work);
+    merge_indptr = kv_end + align_up(work);
+    bytes = merge_indptr + align_up(std::size_t(batch_capacity + 1) * 4);
+  }
+};
+
+std::size_t float_bytes(std::int32_t work_capacity, const BatchDecodeConfig& c) {
+  const std::size_t rows = std::size_t(work_capacity) * c.num_qo_heads;
+  return align_up(rows * c.head_dim * 4) + align_up(rows * 4);
+}
+
+std::string value(bool b) { return b ? "true" : "false"; }
+
+}  // namespace
+
+struct BatchDecode::Impl {
+  BatchDecodeConfig config;
+  Kernel decode, merge;
+  DecodePlanLimits limits;
+  std::int32_t row_groups = 1;
+
+  // The last plan.
+  bool planned = false;
+  std::int32_t batch = 0;
+  DecodeWorkPlan work;
+  IntLayout layout{0, 0};
+  DecodeWorkspace workspace;
+
+  // Pinned staging for the one host-to-device copy; `copy_done` guards its reuse.
+  void* staging = nullptr;
+  std::size_t staging_bytes = 0;
+  CUevent copy_done = nullptr;
+  bool copy_pending = false;
+
+  ~Impl() {
+    try {
+      if (copy_pending) driver().cuEventSynchronize(copy_done);
+      if (copy_done) driver().cuEventDestroy(copy_done);
+      if (staging) driver().cuMemFreeHost(staging);
+    } catch (...) {
+    }
+  }
+};
+
+BatchDecode::BatchDecode(const Package& package, const BatchDecodeConfig& c) : impl_(std::make_unique<Impl>()) {
+  if (c.num_kv_heads < 1 || c.num_qo_heads < 1)
+    invalid("head counts must be positive (num_qo_heads " + std::to_string(c.num_qo_heads) + ", num_kv_heads " +
+            std::to_string(c.num_kv_heads) + ")");
+  if (c.num_qo_heads % c.num_kv_heads != 0)
+    invalid("num_qo_heads (" + std::to_string(c.num_qo_heads) + ") must be a multiple of num_kv_heads (" +
+            std::to_string(c.num_kv_heads) + ")");
+  const int group = c.num_qo_heads / c.num_kv_heads;
+  if (group > 64) invalid("the GQA group size num_qo_heads / num_kv_heads is " + std::to_string(group) + "; at most 64 is supported");
+  if (c.page_size < 1) invalid("page_size must be >= 1, got " + std::to_string(c.page_size));
+  if (c.cuda_graph && c.max_batch < 1) invalid("CUDA-graph mode needs max_batch >= 1");
+
+  impl_->config = c;
+  const VariantKey decode_key{"batch_decode",
+                              {{"dtype_q", std::string(dtype_name(c.dtype_q))},
+                               {"dtype_kv", std::string(dtype_name(c.dtype_kv))},
+                               {"head_dim", std::to_string(c.head_dim)},
+                               {"dtype_o", std::string(dtype_name(c.dtype_o))},
+                               {"pos_encoding", pos_encoding_name(c.pos_encoding)},
+                               {"sliding_window", value(c.sliding_window)},
+                               {"soft_cap", value(c.soft_cap)}}};
+  impl_->decode = package.kernel(decode_key, "decode");
+  impl_->merge = package.kernel(
+      VariantKey{"merge_state", {{"dtype", std::string(dtype_name(c.dtype_o))}, {"head_dim", std::to_string(c.head_dim)}}},
+      "merge_varlen");
+
+  const aotinfer_launch_info& info = impl_->decode.launch_info();
+  if (int(info.tile[2]) != c.head_dim)
+    invalid("variant " + impl_->decode.uri() + " is built for head_dim " + std::to_string(info.tile[2]) + ", the config says " +
+            std::to_string(c.head_dim));
+  impl_->row_groups = (group + int(info.tile[0]) - 1) / int(info.tile[0]);
+  impl_->limits.num_sms = detail::current_device_sm_count();
+  impl_->limits.ctas_per_sm = impl_->decode.max_active_ctas_per_sm();
+  impl_->limits.ctas_per_item = c.num_kv_heads * impl_->row_groups;
+  impl_->limits.tile_tokens = int(info.tile[1]);
+  if (impl_->limits.ctas_per_sm < 1) invalid(impl_->decode.uri() + " cannot be resident on this GPU (occupancy 0)");
+  if (c.cuda_graph) impl_->limits.graph_work = decode_max_work(c.max_batch, impl_->limits);
+  check(driver().cuEventCreate(&impl_->copy_done, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+}
+
+BatchDecode::~BatchDecode() = default;
+BatchDecode::BatchDecode(BatchDecode&&) noexcept = default;
+BatchDecode& BatchDecode::operator=(BatchDecode&&) noexcept = default;
+
+const DecodeWorkPlan& BatchDecode::work_plan() const { return impl_->work; }
+const BatchDecodeConfig& BatchDecode::config() const { return impl_->config; }
+
+WorkspaceSizes BatchDecode::workspace_sizes(std::int32_t max_batch) const {
+  if (impl_->config.cuda_graph) max_batch = impl_->config.max_batch;
+  const std::int32_t work = decode_max_work(max_batch, impl_->limits);
+  return {float_bytes(work, impl_->config), IntLayout(work, max_batch).bytes};
+}
+
+void BatchDecode::plan(std::span<const std::int32_t> kv_indptr, std::span<const std::int32_t> kv_last_page_len,
+                       std::span<const std::int32_t> kv_indices, std::int32_t num_pages, const DecodeWorkspace& ws,
+                       Stream stream) {
+  Impl& s = *impl_;
+  const BatchDecodeConfig& c = s.config;
+  s.planned = false;  // a failed plan leaves nothing runnable
+  const std::vector<std::int32_t> lengths = decode_kv_lengths(kv_indptr, kv_last_page_len, c.page_size);
+  const std::int32_t batch = std::int32_t(lengths.size());
+  if (c.cuda_graph && batch > c.max_batch)
+    invalid("batch " + std::to_string(batch) + " exceeds max_batch " + std::to_string(c.max_batch) + " of this CUDA-graph decode");
+  if (!kv_indices.empty()) {
+    const std::int32_t used = kv_indptr.back();
+    if (std::int64_t(kv_indices.size()) < used)
+      invalid("kv_indices has " + std::to_string(kv_indices.size()) + " entries; kv_indptr needs " + std::to_string(used));
+    for (std::int32_t i = 0; i < used; ++i)
+      if (kv_indices[i] < 0 || kv_indices[i] >= num_pages)
+        invalid("kv_indices[" + std::to_string(i) + "] = " + std::to_string(kv_indices[i]) + " is not a page of the pool (0.." +
+                std::to_string(num_pages - 1) + ")");
+  }
+
+  plan_decode_work(lengths, s.limits, s.work);
+  const IntLayout layout = c.cuda_graph ? IntLayout(s.limits.graph_work, c.max_batch) : IntLayout(s.work.padded_work, batch);
+  const std::size_t need_float = s.work.split ? float_bytes(s.work.padded_work, c) : 0;
+  if (!ws.int_buffer || ws.int_bytes < layout.bytes)
+    invalid("the int workspace has " + std::to_string(ws.int_bytes) + " bytes; this plan needs " + std::to_string(layout.bytes) +
+            " (size it with workspace_sizes)");
+  if (need_float > 0 && (!ws.float_buffer || ws.float_bytes < need_float))
+    invalid("the float workspace has " + std::to_string(ws.float_bytes) + " bytes; this plan needs " + std::to_string(need_float) +
+            " (size it with workspace_sizes)");
+
+  // Fill the pinned image of the int workspace, then one async copy.
+  if (s.copy_pending) check(driver().cuEventSynchronize(s.copy_done), "waiting for the previous plan's copy");
+  s.copy_pending = false;
+  if (s.staging_bytes < layout.bytes) {
+    if (s.staging) check(driver().cuMemFreeHost(s.staging), "cuMemFreeHost");
+    s.staging = nullptr;
+    check(driver().cuMemHostAlloc(&s.staging, layout.bytes, 0), "allocating pinned plan staging");
+    s.staging_bytes = layout.bytes;
+  }
+  char* image = static_cast<char*>(s.staging);
+  const std::int32_t counts[2] = {s.work.num_work, batch};
+  std::memcpy(image + layout.counts, counts, sizeof counts);
+  const std::size_t work_bytes = s.work.request.size() * 4;
+  std::memcpy(image + layout.request, s.work.request.data(), work_bytes);
+  std::memcpy(image + layout.kv_begin, s.work.kv_begin.data(), work_bytes);
+  std::memcpy(image + layout.kv_end, s.work.kv_end.data(), work_bytes);
+  std::memcpy(image + layout.merge_indptr, s.work.merge_indptr.data(), s.work.merge_indptr.size() * 4);
+  check(driver().cuMemcpyHtoDAsync(CUdeviceptr(ws.int_buffer), image, layout.bytes, stream), "copying the plan to the device");
+  check(driver().cuEventRecord(s.copy_done, stream), "cuEventRecord");
+  s.copy_pending = true;
+
+  s.batch = batch;
+  s.layout = layout;
+  s.workspace = ws;
+  s.planned = true;
+}
+
+void BatchDecode::run(const DecodeRunArgs& a, Stream stream) const {
+  const Impl& s = *impl_;
+  const BatchDecodeConfig& c = s.config;
+  if (!s.planned) invalid("run() needs a successful plan() first");
+  if (a.batch != s.batch)
+    invalid("run() got batch " + std::to_string(a.batch) + " but the plan was made for " + std::to_string(s.batch) + "; plan again");
+  if (!a.q || !a.k_pages || !a.v_pages || !a.kv_indptr || !a.kv_indices || !a.kv_last_page_len || !a.o)
+    invalid("q, k_pages, v_pages, kv_indptr, kv_indices, kv_last_page_len and o must not be null");
+  if (c.soft_cap && !(a.logits_soft_cap > 0)) invalid("a soft_cap variant needs logits_soft_cap > 0");
+  if (c.sliding_window && a.window_left < 0) invalid("a sliding_window variant needs window_left >= 0");
+  if (s.batch == 0) return;
+
+  const char* ints = static_cast<const char*>(s.workspace.int_buffer);
+  auto int_array = [&](std::size_t offset) { return reinterpret_cast<const std::int32_t*>(ints + offset); };
+  const std::int64_t heads = c.num_kv_heads, dim = c.head_dim, page = c.page_size;
+
+  aotinfer_batch_decode_params p{};
+  p.q = a.q;
+  p.kv.k_pages = a.k_pages;
+  p.kv.v_pages = a.v_pages;
+  p.kv.indptr = a.kv_indptr;
+  p.kv.indices = a.kv_indices;
+  p.kv.last_page_len = a.kv_last_page_len;
+  p.kv.stride_page = page * heads * dim;
+  p.kv.stride_token = c.layout == KvLayout::nhd ? heads * dim : dim;
+  p.kv.stride_head = c.layout == KvLayout::nhd ? dim : page * dim;
+  p.kv.page_size = c.page_size;
+  p.kv.num_kv_heads = c.num_kv_heads;
+  p.o = a.o;
+  p.lse = a.lse;
+  p.q_positions = a.q_positions;
+  p.work_request = int_array(s.layout.request);
+  p.work_kv_begin = int_array(s.layout.kv_begin);
+  p.work_kv_end = int_array(s.layout.kv_end);
+  p.num_work = int_array(s.layout.counts);
+  const std::size_t partial_rows = std::size_t(s.work.padded_work) * c.num_qo_heads;
+  if (s.work.split) {
+    p.partial_o = static_cast<float*>(s.workspace.float_buffer);
+    p.partial_lse = reinterpret_cast<float*>(static_cast<char*>(s.workspace.float_buffer) + align_up(partial_rows * dim * 4));
+  }
+  p.num_qo_heads = c.num_qo_heads;
+  p.window_left = a.window_left;
+  p.sm_scale = a.sm_scale != 0 ? a.sm_scale : 1.f / std::sqrt(float(c.head_dim));
+  p.logits_soft_cap = a.logits_soft_cap;
+  p.rope_rcp_scale = 1.f / a.rope_scale;
+  p.rope_rcp_theta = 1.f / a.rope_theta;
+  p.k_scale = a.k_scale;
+  p.v_scale = a.v_scale;
+  s.decode.launch(Grid{unsigned(s.work.padded_work), unsigned(c.num_kv_heads * s.row_groups)}, p, stream);
+
+  if (!s.work.split) return;
+  aotinfer_merge_varlen_params m{};
+  m.v = p.partial_o;
+  m.s = p.partial_lse;
+  m.indptr = int_array(s.layout.merge_indptr);
+  m.num_outputs_device = c.cuda_graph ? int_array(s.layout.counts) + 1 : nullptr;
+  m.v_out = a.o;
+  m.s_out = a.lse;
+  m.num_outputs = c.cuda_graph ? c.max_batch : s.batch;
+  m.num_heads = c.num_qo_heads;
+  const std::int64_t rows = std::int64_t(m.num_outputs) * m.num_heads;
+  const std::int64_t per_cta = s.merge.launch_info().tile[0];
+  s.merge.launch(Grid{unsigned((rows + per_cta - 1) / per_cta)}, m, stream);
+}
+
+}  // namespace aotinfer

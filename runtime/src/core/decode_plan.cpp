@@ -1,0 +1,116 @@
+#include "aotinfer/decode_plan.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "aotinfer/error.hpp"
+
+namespace aotinfer {
+namespace {
+
+[[noreturn]] void invalid(const std::string& what) { throw Error(ErrorCode::invalid_argument, what); }
+
+std::int64_t items_for_chunk(std::span<const std::int32_t> lengths, std::int64_t chunk) {
+  std::int64_t items = 0;
+  for (std::int32_t len : lengths) items += std::max<std::int64_t>(1, (len + chunk - 1) / chunk);
+  return items;
+}
+
+void check_limits(const DecodePlanLimits& l) {
+  if (l.num_sms < 1 || l.ctas_per_sm < 1 || l.ctas_per_item < 1 || l.tile_tokens < 1)
+    invalid("decode plan limits must be positive (num_sms " + std::to_string(l.num_sms) + ", ctas_per_sm " +
+            std::to_string(l.ctas_per_sm) + ", ctas_per_item " + std::to_string(l.ctas_per_item) + ", tile_tokens " +
+            std::to_string(l.tile_tokens) + ")");
+}
+
+}  // namespace
+
+std::int32_t decode_wave_items(const DecodePlanLimits& l) {
+  check_limits(l);
+  return std::max<std::int32_t>(1, std::int32_t(std::int64_t(l.num_sms) * l.ctas_per_sm / l.ctas_per_item));
+}
+
+std::int32_t decode_max_work(std::int32_t max_batch, const DecodePlanLimits& l) {
+  // A split plan has at most one wave of items; an unsplit one has one item per request.
+  return std::max(max_batch, decode_wave_items(l));
+}
+
+std::vector<std::int32_t> decode_kv_lengths(std::span<const std::int32_t> indptr, std::span<const std::int32_t> last_page_len,
+                                            std::int32_t page_size) {
+  if (page_size < 1) invalid("page_size must be >= 1, got " + std::to_string(page_size));
+  if (indptr.empty()) invalid("kv_indptr must have batch + 1 entries, got an empty array");
+  const std::size_t batch = indptr.size() - 1;
+  if (last_page_len.size() != batch)
+    invalid("kv_last_page_len has " + std::to_string(last_page_len.size()) + " entries; kv_indptr describes " +
+            std::to_string(batch) + " requests");
+  if (indptr[0] != 0) invalid("kv_indptr[0] must be 0, got " + std::to_string(indptr[0]));
+  std::vector<std::int32_t> lengths(batch);
+  for (std::size_t i = 0; i < batch; ++i) {
+    const std::int64_t pages = std::int64_t(indptr[i + 1]) - indptr[i];
+    if (pages < 0)
+      invalid("kv_indptr must not decrease: kv_indptr[" + std::to_string(i + 1) + "] = " + std::to_string(indptr[i + 1]) +
+              " < kv_indptr[" + std::to_string(i) + "] = " + std::to_string(indptr[i]));
+    if (pages > 0 && (last_page_len[i] < 1 || last_page_len[i] > page_size))
+      invalid("kv_last_page_len[" + std::to_string(i) + "] = " + std::to_string(last_page_len[i]) +
+              " is outside 1.." + std::to_string(page_size) + " for a request with " + std::to_string(pages) + " pages");
+    const std::int64_t len = pages == 0 ? 0 : (pages - 1) * page_size + last_page_len[i];
+    if (len > INT32_MAX) invalid("request " + std::to_string(i) + " has more than 2^31 KV tokens");
+    lengths[i] = std::int32_t(len);
+  }
+  return lengths;
+}
+
+void plan_decode_work(std::span<const std::int32_t> lengths, const DecodePlanLimits& l, DecodeWorkPlan& plan) {
+  const std::int32_t wave = decode_wave_items(l);
+  const std::int32_t batch = std::int32_t(lengths.size());
+  const bool graph = l.graph_work > 0;
+  if (graph && batch > l.graph_work)
+    invalid("a CUDA-graph plan holds at most " + std::to_string(l.graph_work) + " work items; got a batch of " +
+            std::to_string(batch) + " (raise max_batch)");
+
+  // The smallest tile-multiple chunk whose item count fits in one wave; no split when even
+  // whole requests exceed a wave (the batch fills the GPU by itself).
+  const std::int32_t longest = lengths.empty() ? 0 : *std::max_element(lengths.begin(), lengths.end());
+  const std::int64_t max_tiles = std::max<std::int64_t>(1, (longest + l.tile_tokens - 1) / l.tile_tokens);
+  std::int64_t chunk_tiles = max_tiles;
+  if (batch < wave) {
+    std::int64_t lo = 1, hi = max_tiles;  // items(max_tiles) = batch fits; find the smallest that fits
+    while (lo < hi) {
+      const std::int64_t mid = (lo + hi) / 2;
+      if (items_for_chunk(lengths, mid * l.tile_tokens) <= wave) hi = mid;
+      else lo = mid + 1;
+    }
+    chunk_tiles = lo;
+  }
+  const std::int64_t chunk = chunk_tiles * l.tile_tokens;
+  plan.split = graph || chunk_tiles < max_tiles;
+  plan.chunk_tokens = plan.split ? std::int32_t(std::min<std::int64_t>(chunk, INT32_MAX)) : 0;
+
+  plan.request.clear();
+  plan.kv_begin.clear();
+  plan.kv_end.clear();
+  plan.merge_indptr.assign(1, 0);
+  for (std::int32_t i = 0; i < batch; ++i) {
+    const std::int32_t len = lengths[i];
+    const std::int64_t step = plan.split ? chunk : std::max<std::int64_t>(len, 1);
+    std::int64_t begin = 0;
+    do {
+      plan.request.push_back(i);
+      plan.kv_begin.push_back(std::int32_t(begin));
+      plan.kv_end.push_back(std::int32_t(std::min<std::int64_t>(len, begin + step)));
+      begin += step;
+    } while (begin < len);
+    plan.merge_indptr.push_back(std::int32_t(plan.request.size()));
+  }
+  plan.num_work = std::int32_t(plan.request.size());
+  if (graph && plan.num_work > l.graph_work)
+    invalid("internal: a CUDA-graph plan produced " + std::to_string(plan.num_work) + " items for a grid of " +
+            std::to_string(l.graph_work));
+  plan.padded_work = graph ? l.graph_work : plan.num_work;
+  plan.request.resize(plan.padded_work, 0);
+  plan.kv_begin.resize(plan.padded_work, 0);
+  plan.kv_end.resize(plan.padded_work, 0);
+  if (!plan.split) plan.merge_indptr.clear();
+}
+
+}  // namespace aotinfer

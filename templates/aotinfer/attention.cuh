@@ -1,0 +1,75 @@
+// Device building blocks shared by the attention families: position encodings, asynchronous
+// global->shared copies, warp reductions, and 8-element loads that widen to float.
+#pragma once
+#include <math.h>
+#include <stdint.h>
+
+#include "aotinfer/dtype.cuh"
+
+namespace aotinfer {
+
+// Spelled as specs spell them (the scanner reads the enumerators).
+enum class PosEncoding { none, rope_llama, alibi };
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// ALiBi slope of query head `head` among `num_heads` (the geometric series of the ALiBi paper,
+// interleaved for head counts that are not powers of two).
+__device__ __forceinline__ float alibi_slope(int head, int num_heads) {
+  const int n = 1 << (31 - __clz(num_heads));  // largest power of two <= num_heads
+  return head < n ? exp2f(-8.f * float(head + 1) / float(n)) : exp2f(-4.f * float(2 * (head - n) + 1) / float(n));
+}
+
+// 16 bytes global -> shared without passing through registers; `valid == false` writes zeros
+// (the source is not read), which keeps masked tokens finite.
+__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
+  const unsigned dst = unsigned(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int pending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(pending));
+}
+
+__device__ __forceinline__ float warp_max(float x) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
+  return x;
+}
+__device__ __forceinline__ float warp_sum(float x) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
+  return x;
+}
+
+// Eight consecutive elements of T (16 or 8 bytes, aligned) widened to float.
+template <typename T>
+__device__ __forceinline__ void load8(const T* p, float (&out)[8]) {
+  static_assert(sizeof(T) == 2 || sizeof(T) == 1, "16-bit and 8-bit element types");
+  if constexpr (sizeof(T) == 2) {
+    uint4 raw = *reinterpret_cast<const uint4*>(p);
+    const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) out[i] = to_float(e[i]);
+  } else {
+    uint2 raw = *reinterpret_cast<const uint2*>(p);
+    const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) out[i] = to_float(e[i]);
+  }
+}
+
+// Eight floats narrowed to T and stored (16 bytes for 16-bit T).
+template <typename T>
+__device__ __forceinline__ void store8(T* p, const float (&in)[8]) {
+  static_assert(sizeof(T) == 2, "16-bit output types");
+  uint4 raw;
+  T* e = reinterpret_cast<T*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) e[i] = from_float<T>(in[i]);
+  *reinterpret_cast<uint4*>(p) = raw;
+}
+
+}  // namespace aotinfer
