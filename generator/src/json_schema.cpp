@@ -19,7 +19,7 @@ ordered_json value_schema(const Axis& axis) {
 // An axis in a matrix or exclusion: one value or a non-empty list of distinct values.
 ordered_json one_or_many(const Axis& axis) {
   ordered_json one = value_schema(axis);
-  return {{"description", std::string(to_string(axis.kind)) + " axis from " + axis.where.str()},
+  return {{"description", std::string(to_string(axis.kind)) + " axis of " + axis.where.file},
           {"oneOf", {one, {{"type", "array"}, {"items", one}, {"minItems", 1}, {"uniqueItems", true}}}}};
 }
 
@@ -37,7 +37,7 @@ ordered_json family_schema(const FamilySchema& f) {
                             {"minProperties", 1}};
   ordered_json inclusion = {{"type", "object"}, {"properties", single_props}, {"additionalProperties", false},
                             {"required", required}};
-  return {{"description", "family " + f.name + " (" + f.where.str() + ")"},
+  return {{"description", "family " + f.name + " (" + f.where.file + ")"},
           {"type", "object"},
           {"properties",
            {{"matrix", matrix},

@@ -201,6 +201,8 @@ void BatchDecode::run(const DecodeRunArgs& a, Stream stream) const {
     invalid("run() got batch " + std::to_string(a.batch) + " but the plan was made for " + std::to_string(s.batch) + "; plan again");
   if (!a.q || !a.k_pages || !a.v_pages || !a.kv_indptr || !a.kv_indices || !a.kv_last_page_len || !a.o)
     invalid("q, k_pages, v_pages, kv_indptr, kv_indices, kv_last_page_len and o must not be null");
+  for (auto [name, ptr] : {std::pair{"q", a.q}, {"k_pages", a.k_pages}, {"v_pages", a.v_pages}, {"o", a.o}})
+    if (reinterpret_cast<std::uintptr_t>(ptr) % 16 != 0) invalid(std::string(name) + " must be 16-byte aligned (the kernel moves 16-byte vectors)");
   if (c.soft_cap && !(a.logits_soft_cap > 0)) invalid("a soft_cap variant needs logits_soft_cap > 0");
   if (c.sliding_window && a.window_left < 0) invalid("a sliding_window variant needs window_left >= 0");
   if (s.batch == 0) return;

@@ -175,7 +175,7 @@ TEST_CASE("specs/ci.json builds into a sealed package and rebuilds compile only 
   Package pkg = Package::open(out / "package");
   const Manifest& m = pkg.manifest();
   CHECK(m.package_name == "aotinfer-ci");
-  CHECK(m.variants.size() == 4);
+  CHECK(m.variants.size() == 6);
   CHECK(pkg.verify().empty());
   for (const auto& v : m.variants) {
     CHECK(v.archs == m.archs);  // read from the fatbin itself
@@ -191,9 +191,9 @@ TEST_CASE("specs/ci.json builds into a sealed package and rebuilds compile only 
   write_file_atomic(tmp.path / "ci.json", grown);
   REQUIRE(run(gen + " build " + (tmp.path / "ci.json").string() + " -o " + out.string()) == 0);
   auto after = mtimes(out / "package" / "kernels");
-  CHECK(after.size() == 6);
+  CHECK(after.size() == 8);
   for (const auto& [file, time] : before) CHECK(after.at(file) == time);
-  CHECK(Package::open(out / "package").manifest().variants.size() == 6);
+  CHECK(Package::open(out / "package").manifest().variants.size() == 8);
   CHECK(Package::open(out / "package").manifest().spec_sha256 != m.spec_sha256);
 }
 #endif

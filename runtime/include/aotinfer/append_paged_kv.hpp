@@ -12,11 +12,12 @@ class AppendPagedKv {
   // dtype is the cache's element type (f16, bf16, e4m3, e5m2).
   AppendPagedKv(const Package& package, DType dtype, int head_dim);
 
-  // nnz == 0 launches nothing. Throws Error(invalid_argument) for null pointers, nnz < 0 or
-  // num_kv_heads < 1, before launching.
+  // nnz == 0 launches nothing. Throws Error(invalid_argument) before launching for null pointers,
+  // nnz < 0, num_kv_heads < 1, or pointers and strides that are not 16-byte aligned.
   void run(const aotinfer_append_paged_kv_params& params, Stream stream) const;
 
  private:
+  DType dtype_;
   Kernel kernel_;
 };
 

@@ -10,7 +10,9 @@
 // the caller's int workspace. run() only launches: the decode kernel, then (split plans) the
 // merge of partial states; it is capturable in a CUDA graph. In CUDA-graph mode (config
 // cuda_graph, max_batch) the grid is fixed, so a graph captured once replays correctly after
-// any later plan of up to max_batch requests with the same workspace.
+// any later plan of up to max_batch requests with the same workspace. What a capture freezes is
+// the run arguments: later plans may change the metadata and the data behind the pointers, not
+// the pointers or the scalars (scales, cap, window, RoPE).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -94,7 +96,7 @@ class BatchDecode {
             Stream stream);
 
   // Launches for the last plan. Throws Error(invalid_argument) without launching when no plan
-  // was made, args.batch differs from it, or a required pointer is null.
+  // was made, args.batch differs from it, or a required pointer is null or not 16-byte aligned.
   void run(const DecodeRunArgs& args, Stream stream) const;
 
   const DecodeWorkPlan& work_plan() const;

@@ -1,0 +1,137 @@
+// fp64 CPU reference for batch decode over a paged KV cache: the oracle of the batch_decode GPU
+// tests. It follows templates/aotinfer/params/batch_decode.h and paged_kv.h literally and prefers
+// obviousness to speed (requests are independent, so callers may run them on several threads).
+//
+// Per request b with kv_len = L and q_pos = q_positions[b] (or L - 1), per query head h reading
+// KV head h / (num_qo_heads / num_kv_heads), over the keys t = 0 .. L-1 of the request:
+//   q' = rope(q, q_pos), k' = rope(k * k_scale, t)      (rope_llama only; identity otherwise)
+//   s  = dot(q', k') * sm_scale
+//   s  = cap * tanh(s / cap)                             (cap > 0)
+//   s += alibi_slope(h) * (t - q_pos)                    (alibi)
+//   key t is dropped when t < q_pos - window_left         (window_left >= 0)
+//   o  = softmax(s) . (v * v_scale),  lse = log(sum(exp(s)))  (natural log)
+// No keys (L = 0, or all dropped) give o = 0, lse = -inf.
+#pragma once
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "reference/attention_reference.hpp"
+
+namespace aotinfer::reference {
+
+enum class DecodeLayout { nhd, hnd };  // [pages, page_size, heads, dim] / [pages, heads, page_size, dim]
+enum class DecodePos { none, rope_llama, alibi };
+
+// A paged KV cache on the host, values as stored (before k_scale / v_scale), in CSR form.
+struct PagedCache {
+  DecodeLayout layout = DecodeLayout::nhd;
+  int page_size = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  std::vector<double> k, v;  // [num_pages * page_size * num_kv_heads * head_dim] in `layout`
+  std::vector<std::int32_t> indptr, indices, last_page_len;
+
+  std::int64_t batch() const { return std::int64_t(indptr.size()) - 1; }
+  std::int64_t kv_len(std::int64_t b) const {
+    const std::int64_t pages = indptr[b + 1] - indptr[b];
+    return pages == 0 ? 0 : (pages - 1) * page_size + last_page_len[b];
+  }
+  // Index of element 0 of token t (request-relative) of request b, KV head h, in k and v.
+  std::size_t at(std::int64_t b, std::int64_t t, int h) const {
+    const std::int64_t page = indices[indptr[b] + t / page_size], slot = t % page_size;
+    const std::int64_t in_page = layout == DecodeLayout::nhd ? (slot * num_kv_heads + h) * head_dim
+                                                             : (std::int64_t(h) * page_size + slot) * head_dim;
+    return std::size_t(page * page_size * num_kv_heads * head_dim + in_page);
+  }
+};
+
+struct DecodeParams {
+  int num_qo_heads = 0;
+  DecodePos pos = DecodePos::none;
+  double sm_scale = 0;
+  double logits_soft_cap = 0;  // 0: off
+  int window_left = -1;        // -1: off
+  double rope_rcp_scale = 1;
+  double rope_rcp_theta = 1e-4;
+  double k_scale = 1;
+  double v_scale = 1;
+  std::vector<std::int32_t> q_positions;  // [batch], or empty for q_pos = kv_len - 1
+};
+
+// ALiBi slope of head h of n_heads: m0^(h+1) for the first n (largest power of two <= n_heads)
+// heads, m1^(2(h-n)+1) for the rest, with m0 = 2^(-8/n), m1 = 2^(-4/n).
+inline double alibi_slope(int h, int n_heads) {
+  int n = 1;
+  while (n * 2 <= n_heads) n *= 2;
+  return h < n ? std::pow(2.0, -8.0 * (h + 1) / n) : std::pow(2.0, -4.0 * (2 * (h - n) + 1) / n);
+}
+
+// Llama RoPE, non-interleaved ("rotate half"): pairs (i, i + d/2) rotate by pos * freq_i,
+// freq_i = rcp_scale * rcp_theta^(2i/d).
+inline std::vector<double> rope_llama(const double* x, int d, double pos, double rcp_scale, double rcp_theta) {
+  std::vector<double> y(x, x + d);
+  for (int i = 0; i < d / 2; ++i) {
+    const double angle = pos * rcp_scale * std::pow(rcp_theta, 2.0 * i / d);
+    y[i] = x[i] * std::cos(angle) - x[i + d / 2] * std::sin(angle);
+    y[i + d / 2] = x[i + d / 2] * std::cos(angle) + x[i] * std::sin(angle);
+  }
+  return y;
+}
+
+// Request b: q is [batch][num_qo_heads][head_dim]; writes o[num_qo_heads * head_dim] and
+// lse[num_qo_heads].
+inline void decode_request(const std::vector<double>& q, const PagedCache& kv, const DecodeParams& p, std::int64_t b,
+                           double* o, double* lse) {
+  const int d = kv.head_dim, heads = p.num_qo_heads, group = heads / kv.num_kv_heads;
+  const std::int64_t len = kv.kv_len(b);
+  const std::int64_t q_pos = p.q_positions.empty() ? len - 1 : p.q_positions[b];
+  const bool rope = p.pos == DecodePos::rope_llama;
+  for (int kv_head = 0; kv_head < kv.num_kv_heads; ++kv_head) {
+    std::vector<std::vector<double>> keys(len), values(len);
+    for (std::int64_t t = 0; t < len; ++t) {
+      std::vector<double> key(d), value(d);
+      for (int i = 0; i < d; ++i) {
+        key[i] = kv.k[kv.at(b, t, kv_head) + i] * p.k_scale;
+        value[i] = kv.v[kv.at(b, t, kv_head) + i] * p.v_scale;
+      }
+      keys[t] = rope ? rope_llama(key.data(), d, double(t), p.rope_rcp_scale, p.rope_rcp_theta) : key;
+      values[t] = value;
+    }
+    for (int h = kv_head * group; h < (kv_head + 1) * group; ++h) {
+      const double* q_row = &q[std::size_t((b * heads + h) * d)];
+      const std::vector<double> qv =
+          rope ? rope_llama(q_row, d, double(q_pos), p.rope_rcp_scale, p.rope_rcp_theta) : std::vector<double>(q_row, q_row + d);
+      std::vector<double> scores(len);
+      for (std::int64_t t = 0; t < len; ++t) {
+        double s = 0;
+        for (int i = 0; i < d; ++i) s += qv[i] * keys[t][i];
+        s *= p.sm_scale;
+        if (p.logits_soft_cap > 0) s = p.logits_soft_cap * std::tanh(s / p.logits_soft_cap);
+        if (p.pos == DecodePos::alibi) s += alibi_slope(h, heads) * double(t - q_pos);
+        if (p.window_left >= 0 && t < q_pos - p.window_left) s = -std::numeric_limits<double>::infinity();
+        scores[t] = s;
+      }
+      const State state = attend(scores, values, std::size_t(d));
+      for (int i = 0; i < d; ++i) o[h * d + i] = state.v[i];
+      lse[h] = state.lse;
+    }
+  }
+}
+
+struct DecodeResult {
+  std::vector<double> o;    // [batch][num_qo_heads][head_dim]
+  std::vector<double> lse;  // [batch][num_qo_heads]
+};
+
+inline DecodeResult decode(const std::vector<double>& q, const PagedCache& kv, const DecodeParams& p) {
+  DecodeResult r{std::vector<double>(std::size_t(kv.batch() * p.num_qo_heads * kv.head_dim)),
+                 std::vector<double>(std::size_t(kv.batch() * p.num_qo_heads))};
+  for (std::int64_t b = 0; b < kv.batch(); ++b)
+    decode_request(q, kv, p, b, &r.o[std::size_t(b * p.num_qo_heads * kv.head_dim)], &r.lse[std::size_t(b * p.num_qo_heads)]);
+  return r;
+}
+
+}  // namespace aotinfer::reference
