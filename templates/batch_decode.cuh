@@ -26,9 +26,11 @@ struct AOTINFER_FAMILY("batch_decode")
     AOTINFER_VALUES("dtype_kv", "f16", "bf16", "e4m3", "e5m2")
     AOTINFER_VALUES("head_dim", 64, 128, 256)
     AOTINFER_VALUES("dtype_o", "f16", "bf16") batch_decode {
-  static constexpr int kThreads = 128;
+  // 8 warps and 4 query rows per CTA: enough warps per SM to hide latency, and few enough
+  // accumulator registers (rows x 8) for two CTAs per SM.
+  static constexpr int kThreads = 256;
   static constexpr int kWarps = kThreads / 32;
-  static constexpr int kRows = 8;                         // query rows per CTA
+  static constexpr int kRows = 4;                         // query rows per CTA
   static constexpr int kTile = head_dim == 256 ? 32 : 64;  // KV tokens per stage
   static constexpr int kStages = 3;
   static constexpr int kChunks = head_dim / 8;  // 8-element chunks per row
@@ -65,14 +67,15 @@ struct AOTINFER_FAMILY("batch_decode")
       make_launch_info<aotinfer_batch_decode_params>(kThreads, kSmemBytes, kRows, kTile, head_dim);
 
   // Issues the copies of KV tokens [base, base + kTile) of `kv_head` into `stage`; tokens
-  // outside [begin, end) are zero-filled so that they stay finite.
+  // outside [begin, end) are zero-filled so that they stay finite. Consecutive threads copy
+  // consecutive 16-byte pieces of a token row, so each warp instruction reads whole rows.
   static __device__ __forceinline__ void load_tile(const aotinfer_batch_decode_params& p, char* smem, int stage,
                                                    int page_begin, int kv_head, int base, int begin, int end) {
     const auto& kv = p.kv;
 #pragma unroll
     for (int i = 0; i < kCopiesPerThread; ++i) {
       const int copy = threadIdx.x + i * kThreads;
-      const int token = copy / kCopiesPerRow, column = copy % kCopiesPerRow;
+      const int token = copy / kCopiesPerRow, column = (copy % kCopiesPerRow) * 16;
       const int pos = base + token;
       const bool valid = pos >= begin && pos < end;
       int64_t offset = 0;
@@ -81,10 +84,10 @@ struct AOTINFER_FAMILY("batch_decode")
         offset = int64_t(page) * kv.stride_page + int64_t(pos % kv.page_size) * kv.stride_token +
                  int64_t(kv_head) * kv.stride_head;
       }
-      const char* k_src = reinterpret_cast<const char*>(static_cast<const dtype_kv*>(kv.k_pages) + offset) + column * 16;
-      const char* v_src = reinterpret_cast<const char*>(static_cast<const dtype_kv*>(kv.v_pages) + offset) + column * 16;
-      cp_async_16(smem + kKOffset + stage * kKStageBytes + token * kKRowStride + column * 16, k_src, valid);
-      cp_async_16(smem + kVOffset + stage * kVStageBytes + token * kRowBytes + column * 16, v_src, valid);
+      const char* k_src = reinterpret_cast<const char*>(static_cast<const dtype_kv*>(kv.k_pages) + offset);
+      const char* v_src = reinterpret_cast<const char*>(static_cast<const dtype_kv*>(kv.v_pages) + offset);
+      cp_async_16(smem + kKOffset + stage * kKStageBytes + token * kKRowStride + column, k_src + column, valid);
+      cp_async_16(smem + kVOffset + stage * kVStageBytes + token * kRowBytes + column, v_src + column, valid);
     }
   }
 
