@@ -105,7 +105,11 @@ int main(int argc, char** argv) {
     for (int batch : {1, 16, 64, 256})
       for (int len : {1024, 4096, 32768}) cases.push_back({batch, len, kv});
 
+  // AOTINFER_BENCH_ONLY=bf16:64:4096 runs one case (for profilers).
+  const char* only = std::getenv("AOTINFER_BENCH_ONLY");
   for (const Case& c : cases) {
+    const std::string name = std::string(aotinfer::dtype_name(c.kv)) + ":" + std::to_string(c.batch) + ":" + std::to_string(c.kv_len);
+    if (only && name != only) continue;
     aotinfer::BatchDecodeConfig cfg;
     cfg.dtype_q = cfg.dtype_o = aotinfer::DType::bf16;
     cfg.dtype_kv = c.kv;
@@ -189,6 +193,7 @@ int main(int argc, char** argv) {
     cudaFree(d_indptr), cudaFree(d_last), cudaFree(d_indices);
   }
 
+  if (only) return 0;
   // plan() host time: CSR validation, work partition, staging and the async copy.
   std::printf("\nplan() host time (kv_len 4096, page 16; median of 200)\n%-6s %10s\n", "batch", "us");
   aotinfer::BatchDecodeConfig cfg;

@@ -1,5 +1,6 @@
 #include "json_schema.hpp"
 
+#include "aotinfer/json.hpp"
 #include "aotinfer/arch.hpp"
 #include "aotinfer/variant.hpp"
 #include "spec.hpp"

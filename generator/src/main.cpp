@@ -1,4 +1,5 @@
 // aotinfer-gen: spec files -> kernel packages. `aotinfer-gen help` lists the commands.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -40,6 +41,8 @@ options:
   --templates DIR        kernel templates (default: $AOTINFER_TEMPLATES or the source tree's)
   --cuda DIR             CUDA toolkit (default: $CUDA_HOME or )" AOTINFER_DEFAULT_CUDA_HOME R"()
   --launcher CMD         compiler launcher for nvcc, e.g. ccache (default: $AOTINFER_LAUNCHER)
+  --archs A,B            build only these of the spec's archs (per-arch packages); the default
+                         output folder becomes generated/<package name>-<archs>
 )";
 
 struct Options {
@@ -51,6 +54,7 @@ struct Options {
   fs::path templates;
   fs::path cuda;
   std::string launcher;
+  std::vector<std::string> archs;  // subset of the spec's archs; empty: all
 };
 
 std::string env_or(const char* name, const std::string& fallback) {
@@ -87,6 +91,17 @@ Options parse_args(int argc, char** argv) {
     else if (a == "--templates") o.templates = value();
     else if (a == "--cuda") o.cuda = value();
     else if (a == "--launcher") o.launcher = value();
+    else if (a == "--archs") {
+      std::string list = value();
+      for (std::size_t start = 0; start <= list.size();) {
+        std::size_t comma = list.find(',', start);
+        std::string arch = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+        if (!arch.empty()) o.archs.push_back(arch);
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+      }
+      if (o.archs.empty()) usage_error("--archs takes a comma-separated list such as sm_80,sm_90");
+    }
     else if (!a.empty() && a[0] == '-') usage_error("unknown option " + a);
     else o.positional.push_back(a);
   }
@@ -104,13 +119,29 @@ std::string spec_argument(const Options& o) {
   return o.positional[0];
 }
 
+// The spec, restricted to --archs when given (each must be one of the spec's).
+Spec read_spec(const Options& o, const std::vector<FamilySchema>& families) {
+  Spec spec = load_spec(spec_argument(o), families);
+  if (o.archs.empty()) return spec;
+  std::string have;
+  for (const auto& a : spec.archs) have += (have.empty() ? "" : ", ") + a;
+  for (const auto& a : o.archs)
+    if (std::find(spec.archs.begin(), spec.archs.end(), a) == spec.archs.end())
+      throw SpecError("--archs " + a + " is not among the archs of " + spec.file + " (" + have + ")");
+  spec.archs = o.archs;
+  return spec;
+}
+
 fs::path out_dir(const Options& o, const Spec& spec) {
-  return o.out ? *o.out : fs::path("generated") / spec.package_name;
+  if (o.out) return *o.out;
+  std::string name = spec.package_name;
+  for (const auto& a : o.archs) name += "-" + a;
+  return fs::path("generated") / name;
 }
 
 int cmd_list(const Options& o) {
   auto families = scan(o);
-  Spec spec = load_spec(spec_argument(o), families);
+  Spec spec = read_spec(o, families);
   if (o.json) {
     nlohmann::ordered_json j = {{"package", spec.package_name}, {"version", spec.package_version},
                                 {"archs", spec.archs}, {"count", spec.variants.size()}};
@@ -142,13 +173,13 @@ GenerateResult generate(const Options& o, const Spec& spec, const std::vector<Fa
 
 int cmd_generate(const Options& o) {
   auto families = scan(o);
-  generate(o, load_spec(spec_argument(o), families), families);
+  generate(o, read_spec(o, families), families);
   return 0;
 }
 
 int cmd_build(const Options& o) {
   auto families = scan(o);
-  Spec spec = load_spec(spec_argument(o), families);
+  Spec spec = read_spec(o, families);
   generate(o, spec, families);
   int jobs = o.jobs ? o.jobs : default_jobs();
   std::cout << "aotinfer-gen: compiling with " << jobs << " parallel jobs for " << spec.archs.size() << " archs\n"

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "aotinfer/json.hpp"
 #include "aotinfer/dtype.hpp"
 #include "aotinfer/variant.hpp"
 

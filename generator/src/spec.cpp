@@ -4,6 +4,7 @@
 #include <map>
 #include <set>
 
+#include "aotinfer/json.hpp"
 #include "aotinfer/arch.hpp"
 #include "aotinfer/error.hpp"
 #include "aotinfer/files.hpp"

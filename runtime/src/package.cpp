@@ -8,6 +8,7 @@
 
 #include "aotinfer/arch.hpp"
 #include "aotinfer/files.hpp"
+#include "aotinfer/json.hpp"
 #include "aotinfer/sha256.hpp"
 #include "driver.hpp"
 

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "aotinfer/json.hpp"
 #include "aotinfer/package.hpp"
 
 using namespace aotinfer;
@@ -41,7 +42,7 @@ std::string human_bytes(std::uint64_t n) {
 }
 
 nlohmann::ordered_json variant_json(const Manifest& m, const ManifestVariant& v) {
-  nlohmann::ordered_json j = m.to_json()["variants"][&v - m.variants.data()];
+  nlohmann::ordered_json j = manifest_to_json(m)["variants"][&v - m.variants.data()];
   return j;
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "aotinfer/json.hpp"
 #include "aotinfer/error.hpp"
 #include "aotinfer/variant.hpp"
 

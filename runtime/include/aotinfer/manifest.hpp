@@ -1,9 +1,9 @@
 // The package manifest (manifest.json): what a kernel package holds. Written by the generator,
-// read by the runtime and the CLI. docs/ARCHITECTURE.md describes the format.
+// read by the runtime and the CLI. docs/ARCHITECTURE.md describes the format; aotinfer/json.hpp
+// has its JSON form.
 #pragma once
 #include <cstdint>
 #include <filesystem>
-#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
@@ -40,16 +40,11 @@ struct Manifest {
   std::vector<std::string> archs;
   std::vector<ManifestVariant> variants;
 
-  nlohmann::ordered_json to_json() const;
-  // `source` names the document in error messages. Throws Error(corrupt_package).
-  static Manifest from_json(const nlohmann::ordered_json& j, const std::string& source);
+  // Reads a manifest file. Throws Error(not_found / corrupt_package) naming the file.
   static Manifest load(const std::filesystem::path& path);
   std::string dump() const;  // stable text: the same manifest always gives the same bytes
 
   bool operator==(const Manifest&) const = default;
-
- private:
-  static Manifest from_json_unchecked(const nlohmann::ordered_json& j, const std::string& source);
 };
 
 }  // namespace aotinfer

@@ -61,6 +61,13 @@ class Package {
   // Reads dir/manifest.json. Throws Error(not_found / corrupt_package).
   static Package open(const std::filesystem::path& dir);
 
+  // The package a program gets without configuration: $AOTINFER_PACKAGE when set, else the one
+  // installed beside this runtime library (<lib>/../share/aotinfer/package after cmake --install,
+  // <lib>/package inside the Python wheel; a statically linked program looks beside itself).
+  // Throws Error(not_found) naming where it looked.
+  static std::filesystem::path default_path();
+  static Package open_default() { return open(default_path()); }
+
   const std::filesystem::path& path() const;
   const Manifest& manifest() const;
 

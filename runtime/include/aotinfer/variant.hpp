@@ -4,7 +4,6 @@
 // kept in canonical text ("bf16", "128", "true", "rope_llama"), which maps one-to-one onto JSON
 // (strings, integers, booleans) and onto the URI. The URI parses back into the key.
 #pragma once
-#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -43,9 +42,5 @@ std::string launch_symbol(const VariantKey& key, std::string_view entry);
 bool is_name(std::string_view s);
 // An axis value in canonical text: a name (dtype, enumerator), true/false or a decimal integer.
 bool is_value_text(std::string_view s);
-
-// Canonical text <-> JSON: strings stay strings, integers and booleans keep their JSON type.
-std::string value_text(const nlohmann::json& v);  // throws Error(invalid_argument)
-nlohmann::json value_json(std::string_view text);
 
 }  // namespace aotinfer

@@ -1,5 +1,7 @@
 #include "aotinfer/manifest.hpp"
 
+#include "aotinfer/json.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include "aotinfer/error.hpp"
@@ -10,15 +12,15 @@ namespace aotinfer {
 using nlohmann::json;
 using nlohmann::ordered_json;
 
-ordered_json Manifest::to_json() const {
+ordered_json manifest_to_json(const Manifest& m) {
   ordered_json j;
-  j["format"] = format;
-  j["generator"] = generator;
-  j["package"] = {{"name", package_name}, {"version", package_version}};
-  j["spec"] = {{"file", spec_file}, {"sha256", spec_sha256}};
-  j["archs"] = archs;
+  j["format"] = m.format;
+  j["generator"] = m.generator;
+  j["package"] = {{"name", m.package_name}, {"version", m.package_version}};
+  j["spec"] = {{"file", m.spec_file}, {"sha256", m.spec_sha256}};
+  j["archs"] = m.archs;
   j["variants"] = ordered_json::array();
-  for (const auto& v : variants) {
+  for (const auto& v : m.variants) {
     ordered_json axes = ordered_json::object();
     for (const auto& a : v.key.axes) axes[a.name] = value_json(a.value);
     ordered_json entries = ordered_json::array();
@@ -36,7 +38,7 @@ ordered_json Manifest::to_json() const {
   return j;
 }
 
-std::string Manifest::dump() const { return to_json().dump(2) + "\n"; }
+std::string Manifest::dump() const { return manifest_to_json(*this).dump(2) + "\n"; }
 
 namespace {
 
@@ -53,17 +55,7 @@ T member(const ordered_json& obj, const std::string& key, const std::string& whe
   }
 }
 
-}  // namespace
-
-Manifest Manifest::from_json(const ordered_json& j, const std::string& source) {
-  try {
-    return from_json_unchecked(j, source);
-  } catch (const json::exception& e) {
-    throw Error(ErrorCode::corrupt_package, source + ": malformed manifest: " + e.what());
-  }
-}
-
-Manifest Manifest::from_json_unchecked(const ordered_json& j, const std::string& source) {
+Manifest from_json_unchecked(const ordered_json& j, const std::string& source) {
   if (!j.is_object()) throw Error(ErrorCode::corrupt_package, source + ": a manifest is a JSON object");
   Manifest m;
   m.format = member<int>(j, "format", "", source);
@@ -112,6 +104,16 @@ Manifest Manifest::from_json_unchecked(const ordered_json& j, const std::string&
   return m;
 }
 
+}  // namespace
+
+Manifest manifest_from_json(const ordered_json& j, const std::string& source) {
+  try {
+    return from_json_unchecked(j, source);
+  } catch (const json::exception& e) {
+    throw Error(ErrorCode::corrupt_package, source + ": malformed manifest: " + e.what());
+  }
+}
+
 Manifest Manifest::load(const std::filesystem::path& path) {
   std::string text = read_file(path);
   ordered_json j;
@@ -121,7 +123,7 @@ Manifest Manifest::load(const std::filesystem::path& path) {
   } catch (const json::parse_error& e) {
     throw Error(ErrorCode::corrupt_package, path.string() + ": not valid JSON: " + e.what());
   }
-  return from_json(j, path.string());
+  return manifest_from_json(j, path.string());
 }
 
 }  // namespace aotinfer

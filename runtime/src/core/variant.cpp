@@ -1,5 +1,7 @@
 #include "aotinfer/variant.hpp"
 
+#include "aotinfer/json.hpp"
+
 #include <charconv>
 #include <cstdint>
 #include <system_error>

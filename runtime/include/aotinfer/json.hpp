@@ -1,0 +1,21 @@
+// JSON forms of the naming and manifest contracts (nlohmann/json). The tools and tests use them;
+// the runtime's public API does not, so its users need no JSON library.
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+
+#include "aotinfer/manifest.hpp"
+
+namespace aotinfer {
+
+// Canonical axis-value text <-> JSON: strings stay strings, integers and booleans keep their
+// JSON type. value_text throws Error(invalid_argument) for anything else.
+std::string value_text(const nlohmann::json& v);
+nlohmann::json value_json(std::string_view text);
+
+nlohmann::ordered_json manifest_to_json(const Manifest& m);
+// `source` names the document in error messages. Throws Error(corrupt_package).
+Manifest manifest_from_json(const nlohmann::ordered_json& j, const std::string& source);
+
+}  // namespace aotinfer
