@@ -23,6 +23,8 @@ if [ ! -x "$cuda/bin/nvcc" ]; then
   echo "setup: no nvcc at $cuda/bin/nvcc: install the CUDA 13 toolkit (or set CUDA_HOME) and run again" >&2
   exit 1
 fi
+# The wheel is built offline with the system's setuptools and wheel.
+python3 -c "import setuptools, wheel" 2>/dev/null || python3 -m pip install --quiet setuptools wheel
 [ "${1:-}" = "--deps" ] && exit 0
 
 cmake --preset default > /dev/null

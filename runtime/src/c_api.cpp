@@ -1,14 +1,21 @@
 #include "aotinfer/aotinfer.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "aotinfer/append_paged_kv.hpp"
+#include "aotinfer/batch_decode.hpp"
 #include "aotinfer/merge_state.hpp"
 #include "aotinfer/package.hpp"
 
 struct aotinfer_package {
   aotinfer::Package package;
   std::vector<std::string> uris;
+};
+
+struct aotinfer_batch_decode {
+  aotinfer::BatchDecode decode;
 };
 
 namespace {
@@ -33,6 +40,14 @@ aotinfer_status guarded(Body&& body) {
     last_error = e.what();
     return AOTINFER_INTERNAL_ERROR;
   }
+}
+
+aotinfer::DType dtype_arg(const char* name, const char* what) {
+  auto type = name ? aotinfer::parse_dtype(name) : std::nullopt;
+  if (!type)
+    throw aotinfer::Error(aotinfer::ErrorCode::invalid_argument,
+                          std::string(what) + ": unknown dtype '" + (name ? name : "(null)") + "' (f16, bf16, e4m3, e5m2, f32, i32)");
+  return *type;
 }
 
 aotinfer_status null_argument(const char* what) {
@@ -87,9 +102,102 @@ aotinfer_status aotinfer_merge_state(const aotinfer_package* package, const char
   if (!package) return null_argument("package");
   if (!dtype || !params) return null_argument("dtype and params");
   return guarded([&] {
-    auto type = aotinfer::parse_dtype(dtype);
-    if (!type) throw aotinfer::Error(aotinfer::ErrorCode::invalid_argument, std::string("unknown dtype '") + dtype + "'");
-    aotinfer::MergeState(package->package, *type, head_dim).run(*params, static_cast<aotinfer::Stream>(stream));
+    aotinfer::MergeState(package->package, dtype_arg(dtype, "merge_state"), head_dim)
+        .run(*params, static_cast<aotinfer::Stream>(stream));
+  });
+}
+
+aotinfer_status aotinfer_append_paged_kv(const aotinfer_package* package, const char* dtype, int head_dim,
+                                         const aotinfer_append_paged_kv_params* params, void* stream) {
+  if (!package) return null_argument("package");
+  if (!dtype || !params) return null_argument("dtype and params");
+  return guarded([&] {
+    aotinfer::AppendPagedKv(package->package, dtype_arg(dtype, "append_paged_kv"), head_dim)
+        .run(*params, static_cast<aotinfer::Stream>(stream));
+  });
+}
+
+aotinfer_status aotinfer_batch_decode_create(const aotinfer_package* package, const aotinfer_batch_decode_config* c,
+                                             aotinfer_batch_decode** out) {
+  if (!package || !c || !out) return null_argument("package, config and out");
+  *out = nullptr;
+  return guarded([&] {
+    auto invalid = [](const std::string& what) { throw aotinfer::Error(aotinfer::ErrorCode::invalid_argument, what); };
+    aotinfer::BatchDecodeConfig config;
+    config.dtype_q = dtype_arg(c->dtype_q, "dtype_q");
+    config.dtype_kv = dtype_arg(c->dtype_kv, "dtype_kv");
+    config.dtype_o = c->dtype_o ? dtype_arg(c->dtype_o, "dtype_o") : config.dtype_q;
+    config.head_dim = c->head_dim;
+    config.num_qo_heads = c->num_qo_heads;
+    config.num_kv_heads = c->num_kv_heads;
+    config.page_size = c->page_size;
+    const std::string layout = c->layout ? c->layout : "nhd";
+    if (layout != "nhd" && layout != "hnd") invalid("layout must be \"nhd\" or \"hnd\", got \"" + layout + "\"");
+    config.layout = layout == "nhd" ? aotinfer::KvLayout::nhd : aotinfer::KvLayout::hnd;
+    const std::string pos = c->pos_encoding ? c->pos_encoding : "none";
+    if (pos == "none") config.pos_encoding = aotinfer::PosEncoding::none;
+    else if (pos == "rope_llama") config.pos_encoding = aotinfer::PosEncoding::rope_llama;
+    else if (pos == "alibi") config.pos_encoding = aotinfer::PosEncoding::alibi;
+    else invalid("pos_encoding must be none, rope_llama or alibi, got \"" + pos + "\"");
+    config.sliding_window = c->sliding_window != 0;
+    config.soft_cap = c->soft_cap != 0;
+    config.cuda_graph = c->cuda_graph != 0;
+    config.max_batch = c->max_batch;
+    *out = new aotinfer_batch_decode{aotinfer::BatchDecode(package->package, config)};
+  });
+}
+
+void aotinfer_batch_decode_destroy(aotinfer_batch_decode* decode) { delete decode; }
+
+aotinfer_status aotinfer_batch_decode_workspace_sizes(const aotinfer_batch_decode* decode, int32_t max_batch,
+                                                      size_t* float_bytes, size_t* int_bytes) {
+  if (!decode || !float_bytes || !int_bytes) return null_argument("decode, float_bytes and int_bytes");
+  return guarded([&] {
+    auto sizes = decode->decode.workspace_sizes(max_batch);
+    *float_bytes = sizes.float_bytes;
+    *int_bytes = sizes.int_bytes;
+  });
+}
+
+aotinfer_status aotinfer_batch_decode_plan(aotinfer_batch_decode* decode, const int32_t* kv_indptr, int32_t batch,
+                                           const int32_t* kv_last_page_len, const int32_t* kv_indices,
+                                           int32_t num_indices, int32_t num_pages, void* float_workspace,
+                                           size_t float_bytes, void* int_workspace, size_t int_bytes, void* stream) {
+  if (!decode || !kv_indptr || (batch > 0 && !kv_last_page_len)) return null_argument("decode, kv_indptr and kv_last_page_len");
+  if (batch < 0 || num_indices < 0) {
+    last_error = "batch and num_indices must be >= 0";
+    return AOTINFER_INVALID_ARGUMENT;
+  }
+  return guarded([&] {
+    decode->decode.plan({kv_indptr, std::size_t(batch) + 1}, {kv_last_page_len, std::size_t(batch)},
+                        {kv_indices, kv_indices ? std::size_t(num_indices) : 0}, num_pages,
+                        {float_workspace, float_bytes, int_workspace, int_bytes}, static_cast<aotinfer::Stream>(stream));
+  });
+}
+
+aotinfer_status aotinfer_batch_decode_run(const aotinfer_batch_decode* decode, const aotinfer_batch_decode_run_args* a,
+                                          void* stream) {
+  if (!decode || !a) return null_argument("decode and args");
+  return guarded([&] {
+    aotinfer::DecodeRunArgs args;
+    args.batch = a->batch;
+    args.q = a->q;
+    args.k_pages = a->k_pages;
+    args.v_pages = a->v_pages;
+    args.kv_indptr = a->kv_indptr;
+    args.kv_indices = a->kv_indices;
+    args.kv_last_page_len = a->kv_last_page_len;
+    args.o = a->o;
+    args.lse = a->lse;
+    args.q_positions = a->q_positions;
+    args.sm_scale = a->sm_scale;
+    args.logits_soft_cap = a->logits_soft_cap;
+    args.rope_scale = a->rope_scale != 0 ? a->rope_scale : 1.f;
+    args.rope_theta = a->rope_theta != 0 ? a->rope_theta : 1e4f;
+    args.k_scale = a->k_scale != 0 ? a->k_scale : 1.f;
+    args.v_scale = a->v_scale != 0 ? a->v_scale : 1.f;
+    args.window_left = a->window_left;
+    decode->decode.run(args, static_cast<aotinfer::Stream>(stream));
   });
 }
 

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "aotinfer/params/append_paged_kv.h"
 #include "aotinfer/params/merge_state.h"
 
 #ifdef __cplusplus
@@ -49,6 +50,63 @@ aotinfer_status aotinfer_launch(const aotinfer_package* package, const char* uri
 /* merge_state for dtype "f16" or "bf16" and the given head_dim (see params/merge_state.h). */
 aotinfer_status aotinfer_merge_state(const aotinfer_package* package, const char* dtype, int head_dim,
                                      const aotinfer_merge_state_params* params, void* stream);
+
+/* append_paged_kv for the cache dtype ("f16", "bf16", "e4m3", "e5m2") and head_dim. */
+aotinfer_status aotinfer_append_paged_kv(const aotinfer_package* package, const char* dtype, int head_dim,
+                                         const aotinfer_append_paged_kv_params* params, void* stream);
+
+/* Batch decode over a paged KV cache (see aotinfer/batch_decode.hpp for the plan/run contract). */
+typedef struct aotinfer_batch_decode aotinfer_batch_decode;
+
+typedef struct aotinfer_batch_decode_config {
+  const char* dtype_q;      /* "f16" | "bf16" */
+  const char* dtype_kv;     /* "f16" | "bf16" | "e4m3" | "e5m2" */
+  const char* dtype_o;      /* NULL: dtype_q */
+  int32_t head_dim;
+  int32_t num_qo_heads;
+  int32_t num_kv_heads;
+  int32_t page_size;
+  const char* layout;       /* "nhd" | "hnd"; NULL: "nhd" */
+  const char* pos_encoding; /* "none" | "rope_llama" | "alibi"; NULL: "none" */
+  int32_t sliding_window;   /* bool */
+  int32_t soft_cap;         /* bool */
+  int32_t cuda_graph;       /* bool */
+  int32_t max_batch;        /* CUDA-graph mode */
+} aotinfer_batch_decode_config;
+
+typedef struct aotinfer_batch_decode_run_args {
+  int32_t batch;
+  const void* q;
+  void* k_pages;
+  void* v_pages;
+  const int32_t* kv_indptr;
+  const int32_t* kv_indices;
+  const int32_t* kv_last_page_len;
+  void* o;
+  float* lse;                 /* may be NULL */
+  const int32_t* q_positions; /* may be NULL */
+  float sm_scale;             /* 0: 1/sqrt(head_dim) */
+  float logits_soft_cap;
+  float rope_scale;           /* 0: 1 */
+  float rope_theta;           /* 0: 1e4 */
+  float k_scale;              /* 0: 1 */
+  float v_scale;              /* 0: 1 */
+  int32_t window_left;
+} aotinfer_batch_decode_run_args;
+
+aotinfer_status aotinfer_batch_decode_create(const aotinfer_package* package, const aotinfer_batch_decode_config* config,
+                                             aotinfer_batch_decode** out);
+void aotinfer_batch_decode_destroy(aotinfer_batch_decode* decode);
+aotinfer_status aotinfer_batch_decode_workspace_sizes(const aotinfer_batch_decode* decode, int32_t max_batch,
+                                                      size_t* float_bytes, size_t* int_bytes);
+/* Host arrays: kv_indptr [batch + 1], kv_last_page_len [batch], kv_indices [num_indices] (may be
+ * NULL with num_indices 0: page ids are then not checked). Workspaces are device memory. */
+aotinfer_status aotinfer_batch_decode_plan(aotinfer_batch_decode* decode, const int32_t* kv_indptr, int32_t batch,
+                                           const int32_t* kv_last_page_len, const int32_t* kv_indices,
+                                           int32_t num_indices, int32_t num_pages, void* float_workspace,
+                                           size_t float_bytes, void* int_workspace, size_t int_bytes, void* stream);
+aotinfer_status aotinfer_batch_decode_run(const aotinfer_batch_decode* decode,
+                                          const aotinfer_batch_decode_run_args* args, void* stream);
 
 #ifdef __cplusplus
 }

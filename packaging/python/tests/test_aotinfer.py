@@ -1,0 +1,85 @@
+"""The Python layer without a GPU: package queries, errors, tensor borrowing, argument checks.
+Run against an installed wheel whose package is specs/ci.json's (tests/python_wheel.sh)."""
+import ctypes
+import unittest
+
+import aotinfer
+from aotinfer._tensor import view
+
+
+class FakeCudaArray:
+    """A device array as __cuda_array_interface__ describes it (nothing is dereferenced)."""
+
+    def __init__(self, shape, typestr="<f2", ptr=0x7000_0000_0000):
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "data": (ptr, False), "version": 3}
+
+
+class PackageTest(unittest.TestCase):
+    def test_default_package_lists_its_variants(self):
+        variants = aotinfer.Package().variants()
+        self.assertEqual(len(variants), 6)
+        self.assertEqual({v.family for v in variants}, {"merge_state", "append_paged_kv", "batch_decode"})
+
+    def test_filters_by_family_and_axis(self):
+        pkg = aotinfer.Package()
+        self.assertEqual([v.uri for v in pkg.variants("merge_state", dtype="bf16", head_dim=64)],
+                         ["merge_state.dtype-bf16.head_dim-64"])
+        self.assertEqual(pkg.variants("merge_state", head_dim=256), [])
+
+    def test_find_and_a_miss_that_says_how_to_add_it(self):
+        pkg = aotinfer.Package()
+        self.assertEqual(pkg.find("merge_state", dtype="f16", head_dim=128).axes, {"dtype": "f16", "head_dim": "128"})
+        with self.assertRaises(aotinfer.NotFound) as miss:
+            pkg.find("merge_state", dtype="f16", head_dim=256)
+        message = str(miss.exception)
+        self.assertIn("head_dim=256", message)
+        self.assertIn("nearest", message)
+        self.assertIn("include", message)
+
+    def test_missing_package_folder(self):
+        with self.assertRaises(aotinfer.NotFound) as e:
+            aotinfer.Package("/nonexistent/aotinfer-package")
+        self.assertIn("/nonexistent/aotinfer-package", str(e.exception))
+
+
+class TensorTest(unittest.TestCase):
+    def test_cuda_array_interface(self):
+        t = view(FakeCudaArray((4, 8, 128)))
+        self.assertEqual((t.shape, t.strides, t.dtype, t.on_gpu), ((4, 8, 128), (1024, 128, 1), "f16", True))
+        self.assertTrue(t.is_contiguous())
+
+    def test_rejects_what_is_not_a_gpu_array(self):
+        with self.assertRaises(TypeError) as e:
+            view([1, 2, 3], "q")
+        self.assertIn("q:", str(e.exception))
+        self.assertIn("__dlpack__", str(e.exception))
+
+
+class FrontEndTest(unittest.TestCase):
+    def test_merge_state_checks_shapes_before_anything_runs(self):
+        pkg = aotinfer.Package()
+        v, s = FakeCudaArray((16, 128)), FakeCudaArray((16,), "<f4")
+        with self.assertRaises(aotinfer.InvalidArgument) as e:
+            aotinfer.merge_state(pkg, v, s, FakeCudaArray((16, 64)), s, v)
+        self.assertIn("v_b", str(e.exception))
+
+    def test_without_a_driver_the_error_is_clear(self):
+        if _has_driver():
+            self.skipTest("a CUDA driver is present: this checks machines without one")
+        pkg = aotinfer.Package()
+        v, s = FakeCudaArray((16, 128)), FakeCudaArray((16,), "<f4")
+        with self.assertRaises(aotinfer.NoDriver) as e:
+            aotinfer.merge_state(pkg, v, s, v, s, v)
+        self.assertIn("libcuda", str(e.exception))
+
+
+def _has_driver():
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        return True
+    except OSError:
+        return False
+
+
+if __name__ == "__main__":
+    unittest.main()
