@@ -1,6 +1,10 @@
 // batch_decode: one query token per request against its paged KV cache. Contract:
 // aotinfer/params/batch_decode.h.
 //
+// Two kernels stand behind the family: 16-bit KV of the query's type with head_dim <= 128 and
+// no RoPE runs on tensor cores (aotinfer/decode_mma.cuh); everything else runs the CUDA-core
+// kernel below.
+//
 // Decode is bandwidth-bound: every KV byte is read once and used by the `group` query heads
 // that share its KV head. A CTA handles one work item (request, KV range) for one KV head and
 // up to kRows of its query heads (the GQA group is a run-time value; larger groups take
@@ -14,7 +18,10 @@
 
 #include "aotinfer/abi.h"
 #include "aotinfer/annotate.h"
+#include <type_traits>
+
 #include "aotinfer/attention.cuh"
+#include "aotinfer/decode_mma.cuh"
 #include "aotinfer/params/batch_decode.h"
 
 namespace aotinfer {
@@ -63,8 +70,18 @@ struct AOTINFER_FAMILY("batch_decode")
   static constexpr int kWarpSumOffset = kWarpMaxOffset + kWarps * kRows * 4;
   static constexpr int kSmemBytes = kWarpSumOffset + kWarps * kRows * 4;
 
+  static constexpr bool kTensorCores = std::is_same_v<dtype_q, dtype_kv> && sizeof(dtype_kv) == 2 && head_dim <= 128 &&
+                                       pos_encoding != PosEncoding::rope_llama;
+  using Mma = DecodeMma<dtype_kv, head_dim, dtype_o, pos_encoding, sliding_window, soft_cap>;
+
   static constexpr aotinfer_launch_info decode_launch =
-      make_launch_info<aotinfer_batch_decode_params>(kThreads, kSmemBytes, kRows, kTile, head_dim);
+      kTensorCores ? Mma::launch
+                   : make_launch_info<aotinfer_batch_decode_params>(kThreads, kSmemBytes, kRows, kTile, head_dim);
+
+  AOTINFER_ENTRY static __device__ void decode(const aotinfer_batch_decode_params& p) {
+    if constexpr (kTensorCores) Mma::run(p);
+    else decode_simt(p);
+  }
 
   // Issues the copies of KV tokens [base, base + kTile) of `kv_head` into `stage`; tokens
   // outside [begin, end) are zero-filled so that they stay finite. Consecutive threads copy
@@ -135,7 +152,7 @@ struct AOTINFER_FAMILY("batch_decode")
     }
   }
 
-  AOTINFER_ENTRY static __device__ void decode(const aotinfer_batch_decode_params& p) {
+  static __device__ void decode_simt(const aotinfer_batch_decode_params& p) {
     const int work = blockIdx.x;
     if (work >= *p.num_work) return;
     extern __shared__ __align__(16) char smem[];

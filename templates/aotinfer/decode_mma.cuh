@@ -1,0 +1,275 @@
+// Decode on tensor cores, for 16-bit KV of the query's type and head_dim <= 128: the query
+// rows of a GQA group (padded to 16) are the M of mma.sync m16n8k16, so a group of 4 costs the
+// same instructions as one of 16. Used by batch_decode (templates/batch_decode.cuh), whose
+// contract it implements (aotinfer/params/batch_decode.h).
+//
+// Each warp streams its own 16-token blocks of the work item (blocks warp, warp + 4, ...)
+// through a private cp.async pipeline and keeps its own online-softmax state, so the main loop
+// needs no CTA barrier; the four warp states are merged once at the end.
+//   S = Q K^T: A = Q (registers, loaded once), B = K rows via ldmatrix;
+//   O += P V:  A = P (the S accumulators, repacked), B = V via ldmatrix.trans.
+#pragma once
+#include <math.h>
+
+#include "aotinfer/abi.h"
+#include "aotinfer/attention.cuh"
+#include "aotinfer/mma.cuh"
+#include "aotinfer/params/batch_decode.h"
+
+namespace aotinfer {
+
+template <typename dtype, int head_dim, typename dtype_o, PosEncoding pos_encoding, bool sliding_window, bool soft_cap>
+struct DecodeMma {
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kRows = 16;   // query rows per CTA: the mma's M
+  static constexpr int kBlock = 16;  // KV tokens per warp step: the P V mma's K
+  static constexpr int kStages = 3;
+  static constexpr int kChunks = head_dim / 8;  // 16-byte chunks per row
+  static constexpr int kKSteps = head_dim / 16;
+  static constexpr int kNTiles = head_dim / 8;
+  static constexpr int kRowBytes = head_dim * 2;
+  static constexpr int kStageBytes = 2 * kBlock * kRowBytes;  // K block, then V block
+  static constexpr int kWarpBytes = kStages * kStageBytes;
+  static constexpr int kStageArea = kWarps * kWarpBytes;
+  static constexpr int kMergeBytes = kWarps * kRows * head_dim * 4;  // reuses the stage area
+  static constexpr int kQRowBytes = kRowBytes + 16;                 // padded: conflict-free ldmatrix
+  static constexpr int kQOffset = kStageArea > kMergeBytes ? kStageArea : kMergeBytes;
+  static constexpr int kStateOffset = kQOffset + kRows * kQRowBytes;  // m, l per warp and row
+  static constexpr int kSmemBytes = kStateOffset + 2 * kWarps * kRows * 4;
+  static constexpr int kCopiesPerLane = kBlock * kChunks / 32;  // of K, and as many of V
+  static_assert(head_dim % 16 == 0 && kChunks >= 8 && kBlock * kChunks % 32 == 0, "tile shape");
+
+  static constexpr aotinfer_launch_info launch =
+      make_launch_info<aotinfer_batch_decode_params>(kThreads, kSmemBytes, kRows, kWarps * kBlock, head_dim);
+
+  // Byte offset of (token, chunk) in a K or V block. Chunks are XORed with token % 8 so that the
+  // 8 rows one ldmatrix reads at a column fall in 8 different banks.
+  static __device__ __forceinline__ int swizzle(int token, int chunk) {
+    return token * kRowBytes + ((chunk ^ (token & 7)) << 4);
+  }
+
+  // Copies KV tokens [start, start + kBlock) into a stage; tokens >= end are zero-filled. Lanes
+  // 0..15 look up one token's page each and share the offsets by shuffle.
+  static __device__ __forceinline__ void load_block(const aotinfer_batch_decode_params& p, char* stage, int start,
+                                                    int end, int page_begin, int kv_head, int lane) {
+    const auto& kv = p.kv;
+    int64_t my_offset = 0;
+    const int my_pos = start + (lane % kBlock);
+    const bool my_valid = my_pos < end;
+    if (my_valid) {
+      const int page = kv.indices[page_begin + my_pos / kv.page_size];
+      my_offset = int64_t(page) * kv.stride_page + int64_t(my_pos % kv.page_size) * kv.stride_token +
+                  int64_t(kv_head) * kv.stride_head;
+    }
+    const dtype* k = static_cast<const dtype*>(kv.k_pages);
+    const dtype* v = static_cast<const dtype*>(kv.v_pages);
+#pragma unroll
+    for (int i = 0; i < kCopiesPerLane; ++i) {
+      const int flat = i * 32 + lane, token = flat / kChunks, chunk = flat % kChunks;
+      const int64_t offset = __shfl_sync(0xffffffffu, my_offset, token) + chunk * 8;
+      const bool valid = __shfl_sync(0xffffffffu, my_valid, token);
+      cp_async_16(stage + swizzle(token, chunk), k + offset, valid);
+      cp_async_16(stage + kBlock * kRowBytes + swizzle(token, chunk), v + offset, valid);
+    }
+  }
+
+  static __device__ void run(const aotinfer_batch_decode_params& p) {
+    const int work = blockIdx.x;
+    if (work >= *p.num_work) return;
+    extern __shared__ __align__(16) char smem[];
+    char* q_s = smem + kQOffset;
+    float* m_s = reinterpret_cast<float*>(smem + kStateOffset);
+    float* l_s = m_s + kWarps * kRows;
+
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int group = p.num_qo_heads / p.kv.num_kv_heads;
+    const int row_groups = (group + kRows - 1) / kRows;
+    const int kv_head = blockIdx.y / row_groups;
+    const int first_row = (blockIdx.y % row_groups) * kRows;
+    const int rows = min(kRows, group - first_row);
+    const int first_head = kv_head * group + first_row;
+
+    const int request = p.work_request[work];
+    const int page_begin = p.kv.indptr[request];
+    const int num_pages = p.kv.indptr[request + 1] - page_begin;
+    const int kv_len = num_pages == 0 ? 0 : (num_pages - 1) * p.kv.page_size + p.kv.last_page_len[request];
+    const int q_pos = p.q_positions ? p.q_positions[request] : kv_len - 1;
+    int begin = p.work_kv_begin[work];
+    const int end = min(p.work_kv_end[work], kv_len);
+    if constexpr (sliding_window) begin = max(begin, q_pos - p.window_left);
+    const int num_blocks = end > begin ? (end - begin + kBlock - 1) / kBlock : 0;
+    const int my_blocks = num_blocks > warp ? (num_blocks - warp + kWarps - 1) / kWarps : 0;
+    auto block_start = [&](int i) { return begin + (warp + i * kWarps) * kBlock; };
+
+    char* my_stages = smem + warp * kWarpBytes;
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (s < my_blocks) load_block(p, my_stages + s * kStageBytes, block_start(s), end, page_begin, kv_head, lane);
+      cp_async_commit();
+    }
+
+    // q rows as mma operands (zero beyond `rows`); scaling happens on the fp32 scores.
+    for (int i = threadIdx.x; i < kRows * kChunks; i += kThreads) {
+      const int row = i / kChunks, chunk = i % kChunks;
+      uint4 value = make_uint4(0, 0, 0, 0);
+      if (row < rows)
+        value = *reinterpret_cast<const uint4*>(static_cast<const dtype*>(p.q) +
+                                                (int64_t(request) * p.num_qo_heads + first_head + row) * head_dim + chunk * 8);
+      *reinterpret_cast<uint4*>(q_s + row * kQRowBytes + chunk * 16) = value;
+    }
+    __syncthreads();
+    uint32_t q_frag[kKSteps][4];
+#pragma unroll
+    for (int kk = 0; kk < kKSteps; ++kk) ldmatrix_x4(q_frag[kk], q_s + (lane % 16) * kQRowBytes + (kk * 2 + lane / 16) * 16);
+
+    // Scores in log2 units; soft cap and ALiBi act on the natural-unit score first.
+    constexpr bool kLog2InScale = !soft_cap && pos_encoding != PosEncoding::alibi;
+    const float score_scale = p.sm_scale * p.k_scale * (kLog2InScale ? kLog2e : 1.f);
+    const int row_of[2] = {lane / 4, lane / 4 + 8};
+    float slope[2] = {0.f, 0.f};
+    if constexpr (pos_encoding == PosEncoding::alibi) {
+      slope[0] = alibi_slope(first_head + row_of[0], p.num_qo_heads);
+      slope[1] = alibi_slope(first_head + row_of[1], p.num_qo_heads);
+    }
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+    float o[kNTiles][4];
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+
+    for (int i = 0; i < my_blocks; ++i) {
+      {
+        const int next = i + kStages - 1;  // its stage was last read in iteration i - 1
+        if (next < my_blocks)
+          load_block(p, my_stages + (next % kStages) * kStageBytes, block_start(next), end, page_begin, kv_head, lane);
+        cp_async_commit();
+      }
+      cp_async_wait<kStages - 1>();
+      __syncwarp();
+      const char* k_s = my_stages + (i % kStages) * kStageBytes;
+      const char* v_s = k_s + kBlock * kRowBytes;
+
+      // S (16 rows x 16 tokens) = Q K^T, as two 8-token halves.
+      float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+#pragma unroll
+      for (int kk = 0; kk < kKSteps; ++kk) {
+        uint32_t b[4];
+        ldmatrix_x4(b, k_s + swizzle((lane / 16) * 8 + lane % 8, kk * 2 + (lane / 8) % 2));
+        mma_16816<dtype>(s[0], q_frag[kk], b[0], b[1]);
+        mma_16816<dtype>(s[1], q_frag[kk], b[2], b[3]);
+      }
+
+      // Element (half h, e) is row row_of[e / 2], token 8 h + 2 (lane % 4) + e % 2.
+      const int start = block_start(i);
+      float row_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int pos = start + 8 * h + 2 * (lane % 4) + e % 2;
+          float x = s[h][e] * score_scale;
+          if constexpr (soft_cap) x = p.logits_soft_cap * tanhf(x / p.logits_soft_cap);
+          if constexpr (pos_encoding == PosEncoding::alibi) x += slope[e / 2] * float(pos - q_pos);
+          if constexpr (!kLog2InScale) x *= kLog2e;
+          s[h][e] = pos < end ? x : -INFINITY;
+          row_max[e / 2] = fmaxf(row_max[e / 2], s[h][e]);
+        }
+      float alpha[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        row_max[r] = fmaxf(row_max[r], __shfl_xor_sync(0xffffffffu, row_max[r], 1));
+        row_max[r] = fmaxf(row_max[r], __shfl_xor_sync(0xffffffffu, row_max[r], 2));
+        const float new_m = fmaxf(m[r], row_max[r]);
+        alpha[r] = new_m == -INFINITY ? 1.f : exp2f(m[r] - new_m);
+        m[r] = new_m;
+      }
+      float row_sum[2] = {0.f, 0.f};
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[h][e] = m[e / 2] == -INFINITY ? 0.f : exp2f(s[h][e] - m[e / 2]);
+          row_sum[e / 2] += s[h][e];
+        }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
+        row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
+        l[r] = l[r] * alpha[r] + row_sum[r];
+      }
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j) {
+        o[j][0] *= alpha[0];
+        o[j][1] *= alpha[0];
+        o[j][2] *= alpha[1];
+        o[j][3] *= alpha[1];
+      }
+
+      // O += P V: the S accumulators are exactly the A fragment of a 16x16 P.
+      const uint32_t a[4] = {pack2<dtype>(s[0][0], s[0][1]), pack2<dtype>(s[0][2], s[0][3]),
+                             pack2<dtype>(s[1][0], s[1][1]), pack2<dtype>(s[1][2], s[1][3])};
+#pragma unroll
+      for (int j = 0; j < kNTiles; j += 2) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, v_s + swizzle(((lane / 8) % 2) * 8 + lane % 8, j + lane / 16));
+        mma_16816<dtype>(o[j], a, b[0], b[1]);
+        mma_16816<dtype>(o[j + 1], a, b[2], b[3]);
+      }
+      __syncwarp();
+    }
+    cp_async_wait<0>();
+    __syncthreads();  // the stage area becomes the merge buffer
+
+    // Merge the warps' states: each writes its (m, l, O) rows, then threads combine.
+    float* merge_o = reinterpret_cast<float*>(smem);
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float* dst = merge_o + (warp * kRows + row_of[r]) * head_dim + j * 8 + 2 * (lane % 4);
+        *reinterpret_cast<float2*>(dst) = make_float2(o[j][2 * r], o[j][2 * r + 1]);
+      }
+    if (lane % 4 == 0) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        m_s[warp * kRows + row_of[r]] = m[r];
+        l_s[warp * kRows + row_of[r]] = l[r];
+      }
+    }
+    __syncthreads();
+
+    for (int pair = threadIdx.x; pair < rows * kChunks; pair += kThreads) {
+      const int r = pair / kChunks, d = (pair % kChunks) * 8;
+      float row_m = -INFINITY;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) row_m = fmaxf(row_m, m_s[w * kRows + r]);
+      float row_l = 0.f, out[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        const float wm = m_s[w * kRows + r];
+        if (wm == -INFINITY) continue;  // this warp saw no key
+        const float scale = exp2f(wm - row_m);
+        row_l += l_s[w * kRows + r] * scale;
+        const float* src = merge_o + (w * kRows + r) * head_dim + d;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) out[e] += src[e] * scale;
+      }
+      const float norm = row_l > 0.f ? p.v_scale / row_l : 0.f;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) out[e] *= norm;
+      const float lse = row_l > 0.f ? (row_m + log2f(row_l)) * kLn2 : -INFINITY;
+      const int head = first_head + r;
+      if (p.partial_o) {
+        float* dst = p.partial_o + (int64_t(work) * p.num_qo_heads + head) * head_dim + d;
+        *reinterpret_cast<float4*>(dst) = make_float4(out[0], out[1], out[2], out[3]);
+        *reinterpret_cast<float4*>(dst + 4) = make_float4(out[4], out[5], out[6], out[7]);
+        if (d == 0) p.partial_lse[int64_t(work) * p.num_qo_heads + head] = lse;
+      } else {
+        store8(static_cast<dtype_o*>(p.o) + (int64_t(request) * p.num_qo_heads + head) * head_dim + d, out);
+        if (d == 0 && p.lse) p.lse[int64_t(request) * p.num_qo_heads + head] = lse;
+      }
+    }
+  }
+};
+
+}  // namespace aotinfer
