@@ -12,38 +12,13 @@
 #include <random>
 #include <vector>
 
+#include "bench_util.hpp"
 #include "aotinfer/batch_decode.hpp"
 
 namespace {
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
-
-template <typename Body>
-double median_us(int warmup, int iters, Body&& body) {
-  for (int i = 0; i < warmup; ++i) body(i);
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  std::vector<double> times;
-  for (int i = 0; i < iters; ++i) {
-    cudaEventRecord(start);
-    body(i);
-    cudaEventRecord(stop);
-    check(cudaEventSynchronize(stop), "timed region");
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    times.push_back(ms * 1e3);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
+using bench::check;
+using bench::median_us;
 
 // Random finite values, not zeros (timing on zeros can flatter a kernel): a 16 MiB random block
 // made on the host, tiled over the buffer with device copies.
@@ -84,14 +59,7 @@ int main(int argc, char** argv) {
   check(cudaGetDeviceProperties(&prop, 0), "device properties");
   check(cudaFree(nullptr), "context");
 
-  const size_t copy_bytes = size_t(1) << 30;
-  void *src, *dst;
-  check(cudaMalloc(&src, copy_bytes), "malloc");
-  check(cudaMalloc(&dst, copy_bytes), "malloc");
-  fill(src, copy_bytes, false);
-  const double copy_gbs = 2.0 * copy_bytes / median_us(3, 20, [&](int) { cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice); }) / 1e3;
-  cudaFree(src);
-  cudaFree(dst);
+  const double copy_gbs = bench::copy_bandwidth_gbs();
   std::printf("device %s, %d SMs, L2 %.0f MB; copy bandwidth %.0f GB/s (read + write)\n", prop.name,
               prop.multiProcessorCount, prop.l2CacheSize / 1e6, copy_gbs);
   results << "{\"copy_gbs\": " << copy_gbs << "}\n";

@@ -8,39 +8,13 @@
 #include <cstdlib>
 #include <vector>
 
+#include "bench_util.hpp"
 #include "aotinfer/merge_state.hpp"
 
 namespace {
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
-
-// Median of `iters` timings of `body(i)` after `warmup` untimed calls.
-template <typename Body>
-double median_us(int warmup, int iters, Body&& body) {
-  for (int i = 0; i < warmup; ++i) body(i);
-  std::vector<double> times;
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  for (int i = 0; i < iters; ++i) {
-    cudaEventRecord(start);
-    body(i);
-    cudaEventRecord(stop);
-    check(cudaEventSynchronize(stop), "timed region");
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    times.push_back(ms * 1e3);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
+using bench::check;
+using bench::median_us;
 
 }  // namespace
 
@@ -55,15 +29,7 @@ int main(int argc, char** argv) {
   const size_t l2 = size_t(prop.l2CacheSize);
 
   // The ceiling: a large device-to-device copy, counting bytes read plus bytes written.
-  const size_t copy_bytes = size_t(1) << 30;
-  void *src = nullptr, *dst = nullptr;
-  check(cudaMalloc(&src, copy_bytes), "malloc");
-  check(cudaMalloc(&dst, copy_bytes), "malloc");
-  check(cudaMemset(src, 1, copy_bytes), "memset");
-  const double copy_us = median_us(3, 20, [&](int) { cudaMemcpyAsync(dst, src, copy_bytes, cudaMemcpyDeviceToDevice); });
-  const double copy_gbs = 2.0 * copy_bytes / copy_us / 1e3;
-  cudaFree(src);
-  cudaFree(dst);
+  const double copy_gbs = bench::copy_bandwidth_gbs();
   std::printf("device %s, %d SMs, L2 %.0f MB; copy bandwidth %.0f GB/s (read + write)\n\n", prop.name,
               prop.multiProcessorCount, l2 / 1e6, copy_gbs);
 

@@ -1,9 +1,9 @@
 // batch_decode: one query token per request against its paged KV cache. Contract:
 // aotinfer/params/batch_decode.h.
 //
-// Two kernels stand behind the family: 16-bit KV of the query's type with head_dim <= 128 and
-// no RoPE runs on tensor cores (aotinfer/decode_mma.cuh); everything else runs the CUDA-core
-// kernel below.
+// Two kernels stand behind the family: head_dim <= 128 without RoPE, with fp8 KV or 16-bit KV
+// of the query's type, runs on tensor cores (aotinfer/decode_mma.cuh); everything else runs the
+// CUDA-core kernel below.
 //
 // Decode is bandwidth-bound: every KV byte is read once and used by the `group` query heads
 // that share its KV head. A CTA handles one work item (request, KV range) for one KV head and
@@ -22,6 +22,7 @@
 
 #include "aotinfer/attention.cuh"
 #include "aotinfer/decode_mma.cuh"
+#include "aotinfer/decode_work.cuh"
 #include "aotinfer/params/batch_decode.h"
 
 namespace aotinfer {
@@ -70,9 +71,9 @@ struct AOTINFER_FAMILY("batch_decode")
   static constexpr int kWarpSumOffset = kWarpMaxOffset + kWarps * kRows * 4;
   static constexpr int kSmemBytes = kWarpSumOffset + kWarps * kRows * 4;
 
-  static constexpr bool kTensorCores = std::is_same_v<dtype_q, dtype_kv> && sizeof(dtype_kv) == 2 && head_dim <= 128 &&
+  static constexpr bool kTensorCores = (std::is_same_v<dtype_q, dtype_kv> || sizeof(dtype_kv) == 1) && head_dim <= 128 &&
                                        pos_encoding != PosEncoding::rope_llama;
-  using Mma = DecodeMma<dtype_kv, head_dim, dtype_o, pos_encoding, sliding_window, soft_cap>;
+  using Mma = DecodeMma<dtype_q, dtype_kv, head_dim, dtype_o, pos_encoding, sliding_window, soft_cap>;
 
   static constexpr aotinfer_launch_info decode_launch =
       kTensorCores ? Mma::launch
@@ -153,8 +154,7 @@ struct AOTINFER_FAMILY("batch_decode")
   }
 
   static __device__ void decode_simt(const aotinfer_batch_decode_params& p) {
-    const int work = blockIdx.x;
-    if (work >= *p.num_work) return;
+    if (int(blockIdx.x) >= *p.num_work) return;
     extern __shared__ __align__(16) char smem[];
     float* q_s = reinterpret_cast<float*>(smem + kQOffset);
     float* freq_s = reinterpret_cast<float*>(smem + kFreqOffset);
@@ -163,21 +163,9 @@ struct AOTINFER_FAMILY("batch_decode")
     float* warp_sum_s = reinterpret_cast<float*>(smem + kWarpSumOffset);
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int group = p.num_qo_heads / p.kv.num_kv_heads;
-    const int row_groups = (group + kRows - 1) / kRows;
-    const int kv_head = blockIdx.y / row_groups;
-    const int first_row = (blockIdx.y % row_groups) * kRows;
-    const int rows = min(kRows, group - first_row);
-    const int first_head = kv_head * group + first_row;  // query head of row 0
-
-    const int request = p.work_request[work];
-    const int page_begin = p.kv.indptr[request];
-    const int num_pages = p.kv.indptr[request + 1] - page_begin;
-    const int kv_len = num_pages == 0 ? 0 : (num_pages - 1) * p.kv.page_size + p.kv.last_page_len[request];
-    const int q_pos = p.q_positions ? p.q_positions[request] : kv_len - 1;
-    int begin = p.work_kv_begin[work];
-    const int end = min(p.work_kv_end[work], kv_len);
-    if constexpr (sliding_window) begin = max(begin, q_pos - p.window_left);
+    const DecodeWork item = DecodeWork::of_this_cta<kRows, sliding_window>(p);
+    const int kv_head = item.kv_head, rows = item.rows, first_head = item.first_head, request = item.request;
+    const int page_begin = item.page_begin, q_pos = item.q_pos, begin = item.begin, end = item.end;
     const int num_tiles = end > begin ? (end - begin + kTile - 1) / kTile : 0;
 
     // Start streaming KV while q is prepared.
@@ -340,16 +328,7 @@ struct AOTINFER_FAMILY("batch_decode")
 #pragma unroll
       for (int e = 0; e < 8; ++e) out[e] *= scale;
       const float lse = row_l > 0.f ? (row_m + log2f(row_l)) * kLn2 : -INFINITY;
-      const int head = first_head + r;
-      if (p.partial_o) {
-        float* dst = p.partial_o + (int64_t(work) * p.num_qo_heads + head) * head_dim + d;
-        *reinterpret_cast<float4*>(dst) = make_float4(out[0], out[1], out[2], out[3]);
-        *reinterpret_cast<float4*>(dst + 4) = make_float4(out[4], out[5], out[6], out[7]);
-        if (d == 0) p.partial_lse[int64_t(work) * p.num_qo_heads + head] = lse;
-      } else {
-        store8(static_cast<dtype_o*>(p.o) + (int64_t(request) * p.num_qo_heads + head) * head_dim + d, out);
-        if (d == 0 && p.lse) p.lse[int64_t(request) * p.num_qo_heads + head] = lse;
-      }
+      item.write<dtype_o, head_dim>(p, r, d, out, lse);
     }
   }
 };

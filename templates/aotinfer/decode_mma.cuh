@@ -1,4 +1,5 @@
-// Decode on tensor cores, for 16-bit KV of the query's type and head_dim <= 128: the query
+// Decode on tensor cores, for head_dim <= 128 and KV either 16-bit of the query's type or fp8
+// (widened to f16 in shared memory, q converted to f16; fp8 scales apply in fp32): the query
 // rows of a GQA group (padded to 16) are the M of mma.sync m16n8k16, so a group of 4 costs the
 // same instructions as one of 16. Used by batch_decode (templates/batch_decode.cuh), whose
 // contract it implements (aotinfer/params/batch_decode.h).
@@ -9,17 +10,24 @@
 //   S = Q K^T: A = Q (registers, loaded once), B = K rows via ldmatrix;
 //   O += P V:  A = P (the S accumulators, repacked), B = V via ldmatrix.trans.
 #pragma once
+#include <cuda_fp8.h>
 #include <math.h>
+
+#include <type_traits>
 
 #include "aotinfer/abi.h"
 #include "aotinfer/attention.cuh"
 #include "aotinfer/mma.cuh"
+#include "aotinfer/decode_work.cuh"
 #include "aotinfer/params/batch_decode.h"
 
 namespace aotinfer {
 
-template <typename dtype, int head_dim, typename dtype_o, PosEncoding pos_encoding, bool sliding_window, bool soft_cap>
+template <typename dtype_q, typename dtype_kv, int head_dim, typename dtype_o, PosEncoding pos_encoding,
+          bool sliding_window, bool soft_cap>
 struct DecodeMma {
+  static constexpr bool kFp8 = sizeof(dtype_kv) == 1;
+  using dtype = std::conditional_t<kFp8, __half, dtype_kv>;  // the mma operand type
   static constexpr int kWarps = 4;
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kRows = 16;   // query rows per CTA: the mma's M
@@ -28,17 +36,22 @@ struct DecodeMma {
   static constexpr int kChunks = head_dim / 8;  // 16-byte chunks per row
   static constexpr int kKSteps = head_dim / 16;
   static constexpr int kNTiles = head_dim / 8;
-  static constexpr int kRowBytes = head_dim * 2;
-  static constexpr int kStageBytes = 2 * kBlock * kRowBytes;  // K block, then V block
-  static constexpr int kWarpBytes = kStages * kStageBytes;
+  static constexpr int kRowBytes = head_dim * 2;  // a row of mma operands
+  // What cp.async fills: 16-bit KV lands in mma layout; fp8 lands raw and is widened per block
+  // into the warp's converted block.
+  static constexpr int kRawRowBytes = head_dim * int(sizeof(dtype_kv));
+  static constexpr int kRawChunks = kRawRowBytes / 16;
+  static constexpr int kStageBytes = 2 * kBlock * kRawRowBytes;  // K block, then V block
+  static constexpr int kConvertedBytes = kFp8 ? 2 * kBlock * kRowBytes : 0;
+  static constexpr int kWarpBytes = kStages * kStageBytes + kConvertedBytes;
   static constexpr int kStageArea = kWarps * kWarpBytes;
   static constexpr int kMergeBytes = kWarps * kRows * head_dim * 4;  // reuses the stage area
   static constexpr int kQRowBytes = kRowBytes + 16;                 // padded: conflict-free ldmatrix
   static constexpr int kQOffset = kStageArea > kMergeBytes ? kStageArea : kMergeBytes;
   static constexpr int kStateOffset = kQOffset + kRows * kQRowBytes;  // m, l per warp and row
   static constexpr int kSmemBytes = kStateOffset + 2 * kWarps * kRows * 4;
-  static constexpr int kCopiesPerLane = kBlock * kChunks / 32;  // of K, and as many of V
-  static_assert(head_dim % 16 == 0 && kChunks >= 8 && kBlock * kChunks % 32 == 0, "tile shape");
+  static constexpr int kCopiesPerLane = kBlock * kRawChunks / 32;  // of K, and as many of V
+  static_assert(head_dim % 16 == 0 && kChunks >= 8 && kBlock * kRawChunks % 32 == 0, "tile shape");
 
   static constexpr aotinfer_launch_info launch =
       make_launch_info<aotinfer_batch_decode_params>(kThreads, kSmemBytes, kRows, kWarps * kBlock, head_dim);
@@ -62,42 +75,52 @@ struct DecodeMma {
       my_offset = int64_t(page) * kv.stride_page + int64_t(my_pos % kv.page_size) * kv.stride_token +
                   int64_t(kv_head) * kv.stride_head;
     }
-    const dtype* k = static_cast<const dtype*>(kv.k_pages);
-    const dtype* v = static_cast<const dtype*>(kv.v_pages);
+    const dtype_kv* k = static_cast<const dtype_kv*>(kv.k_pages);
+    const dtype_kv* v = static_cast<const dtype_kv*>(kv.v_pages);
 #pragma unroll
     for (int i = 0; i < kCopiesPerLane; ++i) {
-      const int flat = i * 32 + lane, token = flat / kChunks, chunk = flat % kChunks;
-      const int64_t offset = __shfl_sync(0xffffffffu, my_offset, token) + chunk * 8;
+      const int flat = i * 32 + lane, token = flat / kRawChunks, chunk = flat % kRawChunks;
+      const int64_t offset = __shfl_sync(0xffffffffu, my_offset, token) + chunk * (16 / int(sizeof(dtype_kv)));
       const bool valid = __shfl_sync(0xffffffffu, my_valid, token);
-      cp_async_16(stage + swizzle(token, chunk), k + offset, valid);
-      cp_async_16(stage + kBlock * kRowBytes + swizzle(token, chunk), v + offset, valid);
+      const int dst = kFp8 ? token * kRawRowBytes + chunk * 16 : swizzle(token, chunk);
+      cp_async_16(stage + dst, k + offset, valid);
+      cp_async_16(stage + kBlock * kRawRowBytes + dst, v + offset, valid);
+    }
+  }
+
+  // fp8 only: widens a landed block (K and V) into f16 rows in mma layout.
+  static __device__ __forceinline__ void widen_block(const char* raw, char* converted, int lane) {
+    constexpr __nv_fp8_interpretation_t kind = std::is_same_v<dtype_kv, __nv_fp8_e4m3> ? __NV_E4M3 : __NV_E5M2;
+#pragma unroll
+    for (int i = 0; i < 2 * kBlock * kRawChunks / 32; ++i) {
+      const int flat = i * 32 + lane;
+      const int which = flat / (kBlock * kRawChunks), rest = flat % (kBlock * kRawChunks);
+      const int token = rest / kRawChunks, chunk = rest % kRawChunks;
+      const uint4 bytes = *reinterpret_cast<const uint4*>(raw + which * kBlock * kRawRowBytes + token * kRawRowBytes + chunk * 16);
+      const __nv_fp8x2_storage_t* pairs = reinterpret_cast<const __nv_fp8x2_storage_t*>(&bytes);
+      uint32_t halves[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(pairs[e], kind);
+        halves[e] = uint32_t(h.x) | (uint32_t(h.y) << 16);
+      }
+      char* dst = converted + which * kBlock * kRowBytes;
+      *reinterpret_cast<uint4*>(dst + swizzle(token, 2 * chunk)) = make_uint4(halves[0], halves[1], halves[2], halves[3]);
+      *reinterpret_cast<uint4*>(dst + swizzle(token, 2 * chunk + 1)) = make_uint4(halves[4], halves[5], halves[6], halves[7]);
     }
   }
 
   static __device__ void run(const aotinfer_batch_decode_params& p) {
-    const int work = blockIdx.x;
-    if (work >= *p.num_work) return;
+    if (int(blockIdx.x) >= *p.num_work) return;
     extern __shared__ __align__(16) char smem[];
     char* q_s = smem + kQOffset;
     float* m_s = reinterpret_cast<float*>(smem + kStateOffset);
     float* l_s = m_s + kWarps * kRows;
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int group = p.num_qo_heads / p.kv.num_kv_heads;
-    const int row_groups = (group + kRows - 1) / kRows;
-    const int kv_head = blockIdx.y / row_groups;
-    const int first_row = (blockIdx.y % row_groups) * kRows;
-    const int rows = min(kRows, group - first_row);
-    const int first_head = kv_head * group + first_row;
-
-    const int request = p.work_request[work];
-    const int page_begin = p.kv.indptr[request];
-    const int num_pages = p.kv.indptr[request + 1] - page_begin;
-    const int kv_len = num_pages == 0 ? 0 : (num_pages - 1) * p.kv.page_size + p.kv.last_page_len[request];
-    const int q_pos = p.q_positions ? p.q_positions[request] : kv_len - 1;
-    int begin = p.work_kv_begin[work];
-    const int end = min(p.work_kv_end[work], kv_len);
-    if constexpr (sliding_window) begin = max(begin, q_pos - p.window_left);
+    const DecodeWork item = DecodeWork::of_this_cta<kRows, sliding_window>(p);
+    const int kv_head = item.kv_head, rows = item.rows, first_head = item.first_head, request = item.request;
+    const int page_begin = item.page_begin, q_pos = item.q_pos, begin = item.begin, end = item.end;
     const int num_blocks = end > begin ? (end - begin + kBlock - 1) / kBlock : 0;
     const int my_blocks = num_blocks > warp ? (num_blocks - warp + kWarps - 1) / kWarps : 0;
     auto block_start = [&](int i) { return begin + (warp + i * kWarps) * kBlock; };
@@ -112,11 +135,11 @@ struct DecodeMma {
     // q rows as mma operands (zero beyond `rows`); scaling happens on the fp32 scores.
     for (int i = threadIdx.x; i < kRows * kChunks; i += kThreads) {
       const int row = i / kChunks, chunk = i % kChunks;
-      uint4 value = make_uint4(0, 0, 0, 0);
+      float value[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
       if (row < rows)
-        value = *reinterpret_cast<const uint4*>(static_cast<const dtype*>(p.q) +
-                                                (int64_t(request) * p.num_qo_heads + first_head + row) * head_dim + chunk * 8);
-      *reinterpret_cast<uint4*>(q_s + row * kQRowBytes + chunk * 16) = value;
+        load8(static_cast<const dtype_q*>(p.q) + (int64_t(request) * p.num_qo_heads + first_head + row) * head_dim + chunk * 8,
+              value);
+      store8(reinterpret_cast<dtype*>(q_s + row * kQRowBytes + chunk * 16), value);
     }
     __syncthreads();
     uint32_t q_frag[kKSteps][4];
@@ -147,6 +170,12 @@ struct DecodeMma {
       cp_async_wait<kStages - 1>();
       __syncwarp();
       const char* k_s = my_stages + (i % kStages) * kStageBytes;
+      if constexpr (kFp8) {
+        char* converted = my_stages + kStages * kStageBytes;
+        widen_block(k_s, converted, lane);
+        __syncwarp();
+        k_s = converted;
+      }
       const char* v_s = k_s + kBlock * kRowBytes;
 
       // S (16 rows x 16 tokens) = Q K^T, as two 8-token halves.
@@ -258,16 +287,7 @@ struct DecodeMma {
 #pragma unroll
       for (int e = 0; e < 8; ++e) out[e] *= norm;
       const float lse = row_l > 0.f ? (row_m + log2f(row_l)) * kLn2 : -INFINITY;
-      const int head = first_head + r;
-      if (p.partial_o) {
-        float* dst = p.partial_o + (int64_t(work) * p.num_qo_heads + head) * head_dim + d;
-        *reinterpret_cast<float4*>(dst) = make_float4(out[0], out[1], out[2], out[3]);
-        *reinterpret_cast<float4*>(dst + 4) = make_float4(out[4], out[5], out[6], out[7]);
-        if (d == 0) p.partial_lse[int64_t(work) * p.num_qo_heads + head] = lse;
-      } else {
-        store8(static_cast<dtype_o*>(p.o) + (int64_t(request) * p.num_qo_heads + head) * head_dim + d, out);
-        if (d == 0 && p.lse) p.lse[int64_t(request) * p.num_qo_heads + head] = lse;
-      }
+      item.write<dtype_o, head_dim>(p, r, d, out, lse);
     }
   }
 };

@@ -669,19 +669,26 @@ TEST_CASE("batch_decode edge lengths: empty requests, single tokens, page and ti
   REQUIRE_SOME_RAN(ran);
 }
 
+// One random case per GQA group size (KV heads 1..4, 1..2 for groups of 64); returns how many ran.
+static int run_group_sizes(std::mt19937_64& rng, const BatchDecodeConfig& base, const std::vector<int>& groups, int max_requests,
+                    int max_len) {
+  int ran = 0, index = 0;
+  for (int group : groups) {
+    BatchDecodeConfig config =
+        with_heads(random_shape(rng, base, index++), group, group == 64 ? uniform(rng, 1, 2) : uniform(rng, 1, 4));
+    ran += run_case(rng, random_case(rng, config, random_lens(rng, uniform(rng, 1, max_requests), max_len, config.page_size),
+                                     uniform(rng, 0, 1), true));
+  }
+  return ran;
+}
+
 TEST_CASE("batch_decode over GQA group sizes 1..8 and 16", "[gpu]") {
   const std::uint64_t seed = fresh_seed();
   INFO("seed " << seed << " (AOTINFER_TEST_SEED replays it)");
   std::mt19937_64 rng(seed);
   std::optional<BatchDecodeConfig> base = base_config();
   REQUIRE_SOME_RAN(base ? 1 : 0);
-  int ran = 0, index = 0;
-  for (int group : kGroups) {
-    BatchDecodeConfig config = with_heads(random_shape(rng, *base, index++), group, uniform(rng, 1, 4));
-    ran += run_case(rng, random_case(rng, config, random_lens(rng, uniform(rng, 1, 24), 800, config.page_size),
-                                     uniform(rng, 0, 1), true));
-  }
-  REQUIRE_SOME_RAN(ran);
+  REQUIRE_SOME_RAN(run_group_sizes(rng, *base, kGroups, 24, 800));
 }
 
 TEST_CASE("batch_decode with GQA groups of 5, 7 and 64", "[gpu]") {
@@ -690,13 +697,7 @@ TEST_CASE("batch_decode with GQA groups of 5, 7 and 64", "[gpu]") {
   std::mt19937_64 rng(seed);
   std::optional<BatchDecodeConfig> base = base_config();
   REQUIRE_SOME_RAN(base ? 1 : 0);
-  int ran = 0, index = 0;
-  for (int group : {5, 7, 64}) {
-    BatchDecodeConfig config = with_heads(random_shape(rng, *base, index++), group, group == 64 ? uniform(rng, 1, 2) : uniform(rng, 1, 4));
-    ran += run_case(rng, random_case(rng, config, random_lens(rng, uniform(rng, 1, 16), 1500, config.page_size),
-                                     uniform(rng, 0, 1), true));
-  }
-  REQUIRE_SOME_RAN(ran);
+  REQUIRE_SOME_RAN(run_group_sizes(rng, *base, {5, 7, 64}, 16, 1500));
 }
 
 TEST_CASE("batch_decode batch sizes 1..512: split plans for few long requests, unsplit for large batches", "[gpu]") {

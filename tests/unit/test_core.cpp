@@ -1,6 +1,8 @@
 // CPU-only core contracts: sha256, archs, dtypes, file writers, fatbin table of contents, manifest.
 #include <catch2/catch.hpp>
 
+#include "temp_dir.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -28,21 +30,7 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-// A fresh directory under the system temp dir, removed with everything in it at scope exit.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::random_device rd;
-    path = fs::temp_directory_path() / ("aotinfer-test-core-" + std::to_string(rd()) + std::to_string(rd()));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-};
+using aotinfer::test::TempDir;
 
 std::vector<std::string> dir_names(const fs::path& dir) {
   std::vector<std::string> names;

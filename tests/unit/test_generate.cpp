@@ -2,6 +2,8 @@
 // build of specs/ci.json through aotinfer-gen and nvcc (no GPU needed).
 #include <catch2/catch.hpp>
 
+#include "temp_dir.hpp"
+
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -23,18 +25,7 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::random_device rd;
-    path = fs::temp_directory_path() / ("aotinfer-test-" + std::to_string(rd()) + std::to_string(rd()));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
+using aotinfer::test::TempDir;
 
 std::vector<FamilySchema> toy_families() {
   FamilySchema f;

@@ -2,6 +2,8 @@
 // package built in a temp dir. Nothing here needs a GPU or libcuda.
 #include <catch2/catch.hpp>
 
+#include "temp_dir.hpp"
+
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -24,20 +26,7 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    std::random_device rd;
-    path = fs::temp_directory_path() / ("aotinfer-test-package-" + std::to_string(rd()) + std::to_string(rd()));
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-};
+using aotinfer::test::TempDir;
 
 template <typename F>
 Error error_of(F&& f) {

@@ -1,0 +1,55 @@
+// Timing helpers shared by the benchmark programs.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+namespace bench {
+
+inline void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
+    std::exit(1);
+  }
+}
+
+// Median of `iters` event-timed calls of body(i), after `warmup` untimed ones, in microseconds.
+template <typename Body>
+double median_us(int warmup, int iters, Body&& body) {
+  for (int i = 0; i < warmup; ++i) body(i);
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  std::vector<double> times;
+  for (int i = 0; i < iters; ++i) {
+    cudaEventRecord(start);
+    body(i);
+    cudaEventRecord(stop);
+    check(cudaEventSynchronize(stop), "timed region");
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    times.push_back(ms * 1e3);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+// The device's copy bandwidth: a 1 GiB device-to-device copy, counting bytes read plus written.
+inline double copy_bandwidth_gbs() {
+  const size_t bytes = size_t(1) << 30;
+  void *src = nullptr, *dst = nullptr;
+  check(cudaMalloc(&src, bytes), "malloc");
+  check(cudaMalloc(&dst, bytes), "malloc");
+  check(cudaMemset(src, 1, bytes), "memset");
+  const double us = median_us(3, 20, [&](int) { cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice); });
+  cudaFree(src);
+  cudaFree(dst);
+  return 2.0 * bytes / us / 1e3;
+}
+
+}  // namespace bench
