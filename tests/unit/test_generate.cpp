@@ -155,6 +155,19 @@ std::string capture(const std::string& command) {
 
 }  // namespace
 
+TEST_CASE("--archs plans a package for a subset of the spec's archs and refuses others", "[build]") {
+  TempDir tmp;
+  const std::string gen = AOTINFER_GEN_EXE;
+  const std::string spec = AOTINFER_SOURCE_DIR "/specs/ci.json";
+  REQUIRE(run(gen + " generate " + spec + " --archs sm_90 -o " + (tmp.path / "sm90").string()) == 0);
+  const Manifest plan = Manifest::load(tmp.path / "sm90" / "variants.json");
+  CHECK(plan.archs == std::vector<std::string>{"sm_90"});
+  CHECK_THAT(read_file(tmp.path / "sm90" / "build.ninja"), !Contains("sm_80"));
+  const std::string refused = capture(gen + " generate " + spec + " --archs sm_75 -o " + (tmp.path / "x").string());
+  CHECK_THAT(refused, Contains("--archs sm_75 is not among the archs of") && Contains("sm_80, sm_90"));
+  CHECK_FALSE(fs::exists(tmp.path / "x"));
+}
+
 TEST_CASE("specs/ci.json builds into a sealed package and rebuilds compile only what changed", "[build]") {
   TempDir tmp;
   const std::string gen = AOTINFER_GEN_EXE;
