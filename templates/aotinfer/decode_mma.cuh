@@ -32,9 +32,9 @@ struct DecodeMma {
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kRows = 16;   // query rows per CTA: the mma's M
   static constexpr int kBlock = 16;  // KV tokens per warp step: the P V mma's K
-  // Stages in flight per warp: fp8 stages are half the bytes, so twice as many keep the same
-  // bytes in flight (bandwidth needs bytes in flight, not stages).
-  static constexpr int kStages = kFp8 ? 5 : 3;
+  // Three stages for fp8 too: four measured the same (the widening pass, not bytes in flight,
+  // bounds fp8) and five no longer fit two CTAs per SM (docs/PERF.md).
+  static constexpr int kStages = 3;
   static constexpr int kChunks = head_dim / 8;  // 16-byte chunks per row
   static constexpr int kKSteps = head_dim / 16;
   static constexpr int kNTiles = head_dim / 8;
