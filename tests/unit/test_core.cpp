@@ -1,7 +1,7 @@
 // CPU-only core contracts: sha256, archs, dtypes, file writers, fatbin table of contents, manifest.
 #include <catch2/catch.hpp>
 
-#include "temp_dir.hpp"
+#include "test_util.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -31,6 +31,7 @@ using Catch::Matchers::Contains;
 namespace {
 
 using aotinfer::test::TempDir;
+using aotinfer::test::error_of;
 
 std::vector<std::string> dir_names(const fs::path& dir) {
   std::vector<std::string> names;
@@ -44,17 +45,6 @@ void write_raw(const fs::path& p, const std::string& content) {
   out << content;
 }
 
-// Runs `f`, which must throw aotinfer::Error, and returns that error.
-template <typename F>
-Error error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e;
-  }
-  FAIL("no aotinfer::Error was thrown");
-  return Error(ErrorCode::invalid_argument, "");
-}
 
 }  // namespace
 

@@ -2,7 +2,7 @@
 // build of specs/ci.json through aotinfer-gen and nvcc (no GPU needed).
 #include <catch2/catch.hpp>
 
-#include "temp_dir.hpp"
+#include "test_util.hpp"
 
 #include <chrono>
 #include <cstdlib>

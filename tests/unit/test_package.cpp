@@ -2,7 +2,7 @@
 // package built in a temp dir. Nothing here needs a GPU or libcuda.
 #include <catch2/catch.hpp>
 
-#include "temp_dir.hpp"
+#include "test_util.hpp"
 
 #include <filesystem>
 #include <fstream>
@@ -27,17 +27,8 @@ using Catch::Matchers::Contains;
 namespace {
 
 using aotinfer::test::TempDir;
+using aotinfer::test::error_of;
 
-template <typename F>
-Error error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e;
-  }
-  FAIL("no aotinfer::Error was thrown");
-  return Error(ErrorCode::invalid_argument, "");
-}
 
 // A package directory: manifest.json plus one small file per variant under kernels/, with the
 // sizes and checksums recorded as the generator would.

@@ -13,11 +13,7 @@ class TensorView:
     on_gpu: bool
 
     def is_contiguous(self):
-        expected, step = [], 1
-        for n in reversed(self.shape):
-            expected.append(step)
-            step *= n
-        return all(s == e for s, e, n in zip(self.strides, reversed(expected), self.shape) if n > 1)
+        return all(s == e for s, e, n in zip(self.strides, _contiguous_strides(self.shape), self.shape) if n > 1)
 
 
 class _DLDevice(ctypes.Structure):
@@ -39,6 +35,14 @@ _DLPACK_FP8 = {(6, 8): "e4m3", (8, 8): "e5m2"}  # float8 codes of DLPack 1.1 (e4
 _CAI_DTYPES = {"<f2": "f16", "<f4": "f32", "<i4": "i32", "|u1": "u8"}
 _kDLCUDA, _kDLCUDAManaged = 2, 13
 
+def _contiguous_strides(shape):
+    strides, step = [], 1
+    for n in reversed(shape):
+        strides.insert(0, step)
+        step *= n
+    return tuple(strides)
+
+
 _capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
 _capsule_pointer.restype, _capsule_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
 
@@ -50,14 +54,7 @@ def view(x, name="tensor"):
         # DLManagedTensor starts with its DLTensor; the capsule keeps ownership (we only borrow).
         t = _DLTensor.from_address(_capsule_pointer(capsule, b"dltensor"))
         shape = tuple(t.shape[i] for i in range(t.ndim))
-        if t.strides:
-            strides = tuple(t.strides[i] for i in range(t.ndim))
-        else:
-            strides, step = [], 1
-            for n in reversed(shape):
-                strides.insert(0, step)
-                step *= n
-            strides = tuple(strides)
+        strides = tuple(t.strides[i] for i in range(t.ndim)) if t.strides else _contiguous_strides(shape)
         key = (t.dtype.code, t.dtype.bits)
         dtype = _DLPACK_DTYPES.get(key) or _DLPACK_FP8.get(key) or f"dlpack({t.dtype.code},{t.dtype.bits})"
         return TensorView((t.data or 0) + t.byte_offset, shape, strides, dtype,
@@ -66,14 +63,7 @@ def view(x, name="tensor"):
     if cai is not None:
         shape = tuple(cai["shape"])
         itemsize = int(cai["typestr"][2:])
-        if cai.get("strides"):
-            strides = tuple(s // itemsize for s in cai["strides"])
-        else:
-            strides, step = [], 1
-            for n in reversed(shape):
-                strides.insert(0, step)
-                step *= n
-            strides = tuple(strides)
+        strides = tuple(s // itemsize for s in cai["strides"]) if cai.get("strides") else _contiguous_strides(shape)
         return TensorView(cai["data"][0], shape, strides, _CAI_DTYPES.get(cai["typestr"], cai["typestr"]), True)
     raise TypeError(f"{name}: expected a GPU tensor exposing __dlpack__ or __cuda_array_interface__ "
                     f"(PyTorch, CuPy, ...), got {type(x).__name__}")

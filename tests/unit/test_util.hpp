@@ -1,11 +1,15 @@
-// A fresh directory under the system temp dir, removed with everything in it at scope exit.
+// Helpers shared by the CPU tests.
 #pragma once
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <random>
 #include <string>
 
+#include "aotinfer/error.hpp"
+
 namespace aotinfer::test {
 
+// A fresh directory under the system temp dir, removed with everything in it at scope exit.
 struct TempDir {
   std::filesystem::path path;
   TempDir() {
@@ -20,5 +24,17 @@ struct TempDir {
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
 };
+
+// Runs `f`, which must throw aotinfer::Error, and returns that error.
+template <typename F>
+Error error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e;
+  }
+  FAIL("no aotinfer::Error was thrown");
+  return Error(ErrorCode::invalid_argument, "");
+}
 
 }  // namespace aotinfer::test
