@@ -155,7 +155,7 @@ std::string capture(const std::string& command) {
 
 }  // namespace
 
-TEST_CASE("--archs plans a package for a subset of the spec's archs and refuses others", "[build]") {
+TEST_CASE("a package for a subset of the spec's archs (--archs) plans only those and refuses others", "[build]") {
   TempDir tmp;
   const std::string gen = AOTINFER_GEN_EXE;
   const std::string spec = AOTINFER_SOURCE_DIR "/specs/ci.json";
