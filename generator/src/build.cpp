@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstdio>
 #include <fstream>
+#include <map>
+#include <sstream>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
@@ -44,7 +47,7 @@ bool is_inside(const std::string& rel) {
 }  // namespace
 
 GenerateResult generate_package(const Spec& spec, const std::vector<FamilySchema>& families, const fs::path& out_dir,
-                                const NinjaOptions& ninja) {
+                                const NinjaOptions& ninja, const std::vector<std::pair<std::string, std::string>>& extra_files) {
   GenerateResult result;
   result.plan = package_plan(spec, families);
 
@@ -54,6 +57,7 @@ GenerateResult generate_package(const Spec& spec, const std::vector<FamilySchema
     files.emplace_back("src/" + v.key.uri() + ".cu", variant_source(family_of(families, v.key.family), v.key));
   files.emplace_back("build.ninja", build_ninja(result.plan, ninja));
   files.emplace_back("variants.json", result.plan.dump());
+  files.insert(files.end(), extra_files.begin(), extra_files.end());
 
   std::set<std::string> outputs;
   for (const auto& [rel, _] : files) outputs.insert(rel);
@@ -62,6 +66,7 @@ GenerateResult generate_package(const Spec& spec, const std::vector<FamilySchema
     outputs.insert("package/" + v.file + ".d");
   }
   outputs.insert("package/manifest.json");
+  outputs.insert("build-report.json");
 
   // Stale outputs first: a variant that left the spec must not linger in the package.
   for (const auto& rel : read_outputs(out_dir)) {
@@ -76,6 +81,57 @@ GenerateResult generate_package(const Spec& spec, const std::vector<FamilySchema
   nlohmann::json list(outputs);
   write_if_different(out_dir / kOutputsList, list.dump(1) + "\n");
   return result;
+}
+
+namespace {
+
+// Compile seconds of each output, from ninja's log (format 5: start, end, mtime, path, hash;
+// the last line of a path wins).
+std::map<std::string, double> ninja_seconds(const fs::path& out_dir) {
+  std::map<std::string, double> seconds;
+  std::ifstream log(out_dir / ".ninja_log");
+  for (std::string line; std::getline(log, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream fields(line);
+    long start = 0, end = 0, mtime = 0;
+    std::string path;
+    if (fields >> start >> end >> mtime >> path) seconds[path] = (end - start) / 1000.0;
+  }
+  return seconds;
+}
+
+}  // namespace
+
+void write_build_report(const fs::path& out_dir, const Manifest& m) {
+  const auto seconds = ninja_seconds(out_dir);
+  struct Row {
+    std::string uri;
+    double seconds;
+    std::uint64_t bytes;
+  };
+  std::vector<Row> rows;
+  double total_seconds = 0;
+  std::uint64_t total_bytes = 0;
+  for (const auto& v : m.variants) {
+    auto it = seconds.find("package/" + v.file);
+    rows.push_back({v.key.uri(), it == seconds.end() ? 0.0 : it->second, v.size});
+    total_seconds += rows.back().seconds;
+    total_bytes += v.size;
+  }
+  std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.seconds > b.seconds; });
+  nlohmann::ordered_json j = {{"package", m.package_name},
+                              {"archs", m.archs},
+                              {"variants", rows.size()},
+                              {"compile_seconds", total_seconds},
+                              {"bytes", total_bytes},
+                              {"largest_first", nlohmann::ordered_json::array()}};
+  for (const auto& r : rows)
+    j["largest_first"].push_back({{"uri", r.uri}, {"compile_seconds", r.seconds}, {"bytes", r.bytes}});
+  write_file_atomic(out_dir / "build-report.json", j.dump(2) + "\n");
+  std::printf("aotinfer-gen: build report %s: %zu variants, %.1f s of compiles, %.2f MiB", (out_dir / "build-report.json").c_str(),
+              rows.size(), total_seconds, double(total_bytes) / (1 << 20));
+  if (!rows.empty()) std::printf("; slowest %s (%.1f s)", rows.front().uri.c_str(), rows.front().seconds);
+  std::printf("\n");
 }
 
 Manifest seal_package(const fs::path& out_dir) {
@@ -96,6 +152,7 @@ Manifest seal_package(const fs::path& out_dir) {
                                                   "] but the spec asks for " + nlohmann::json(m.archs).dump());
   }
   write_if_different(out_dir / "package" / "manifest.json", m.dump());
+  write_build_report(out_dir, m);
   return m;
 }
 

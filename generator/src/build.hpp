@@ -4,6 +4,7 @@
 //   <out>/build.ninja               nvcc -> package/kernels/<uri>.fatbin, then seal
 //   <out>/variants.json             the planned manifest (no sizes or hashes yet)
 //   <out>/package/manifest.json     written by seal from the built fatbins
+//   <out>/build-report.json         compile seconds and bytes per variant (written by seal)
 //   <out>/.aotinfer-outputs         every path the generator and its build wrote: the only
 //                                   files it will ever delete
 #pragma once
@@ -25,12 +26,19 @@ struct GenerateResult {
   std::size_t removed = 0;    // stale outputs of an earlier run, deleted
 };
 
+// `extra_files` (relative path, content) are written and tracked like the generated ones (a
+// shard build's shard.json).
 GenerateResult generate_package(const Spec& spec, const std::vector<FamilySchema>& families,
-                                const std::filesystem::path& out_dir, const NinjaOptions& ninja);
+                                const std::filesystem::path& out_dir, const NinjaOptions& ninja,
+                                const std::vector<std::pair<std::string, std::string>>& extra_files = {});
 
 // Hashes every planned fatbin, reads the archs it holds, and writes package/manifest.json
 // (only when its content changes). Throws Error when a fatbin is missing or lacks a spec arch.
 Manifest seal_package(const std::filesystem::path& out_dir);
+
+// build-report.json beside package/: per-variant compile seconds (from ninja's log) and fatbin
+// bytes, slowest first, with totals. Outside the package, so packages stay reproducible.
+void write_build_report(const std::filesystem::path& out_dir, const Manifest& manifest);
 
 // Parallel jobs for nvcc: one per core, but no more than free memory allows (~1.5 GiB each).
 int default_jobs();

@@ -14,6 +14,7 @@
 #include "build.hpp"
 #include "json_schema.hpp"
 #include "scanner.hpp"
+#include "shard.hpp"
 #include "spec.hpp"
 
 namespace fs = std::filesystem;
@@ -30,6 +31,8 @@ commands:
   build SPEC             generate, then compile every variant and seal the package
   families               print the kernel families and their axes, read from the templates
   schema                 print the JSON Schema of spec files (-o specs/schema.json to write it)
+  merge -o OUT DIR...    join sealed shard builds (--shard) into OUT/package, byte-identical
+                         to an unsharded build of the same spec
   seal DIR               hash DIR's built fatbins and write DIR/package/manifest.json
                          (build.ninja runs this; you rarely need it)
 
@@ -43,6 +46,8 @@ options:
   --launcher CMD         compiler launcher for nvcc, e.g. ccache (default: $AOTINFER_LAUNCHER)
   --archs A,B            build only these of the spec's archs (per-arch packages); the default
                          output folder becomes generated/<package name>-<archs>
+  --shard I/N            generate/build shard I of N (balanced by estimated compile cost); the
+                         default output folder becomes generated/<package name>-shard-I-of-N
 )";
 
 struct Options {
@@ -55,6 +60,7 @@ struct Options {
   fs::path cuda;
   std::string launcher;
   std::vector<std::string> archs;  // subset of the spec's archs; empty: all
+  std::optional<Shard> shard;
 };
 
 std::string env_or(const char* name, const std::string& fallback) {
@@ -91,6 +97,9 @@ Options parse_args(int argc, char** argv) {
     else if (a == "--templates") o.templates = value();
     else if (a == "--cuda") o.cuda = value();
     else if (a == "--launcher") o.launcher = value();
+    else if (a == "--shard") {
+      try { o.shard = Shard::parse(value()); } catch (const std::invalid_argument& e) { usage_error(e.what()); }
+    }
     else if (a == "--archs") {
       std::string list = value();
       for (std::size_t start = 0; start <= list.size();) {
@@ -136,6 +145,7 @@ fs::path out_dir(const Options& o, const Spec& spec) {
   if (o.out) return *o.out;
   std::string name = spec.package_name;
   for (const auto& a : o.archs) name += "-" + a;
+  if (o.shard) name += "-shard-" + std::to_string(o.shard->index) + "-of-" + std::to_string(o.shard->count);
   return fs::path("generated") / name;
 }
 
@@ -164,7 +174,16 @@ GenerateResult generate(const Options& o, const Spec& spec, const std::vector<Fa
                      .templates_dir = fs::absolute(o.templates),
                      .generator = fs::canonical("/proc/self/exe"),
                      .launcher = o.launcher};
-  GenerateResult r = generate_package(spec, families, out, ninja);
+  // A shard builds its part of the spec and records which part (shard.json) for merge.
+  Spec part = spec;
+  std::vector<std::pair<std::string, std::string>> extra;
+  if (o.shard) {
+    part.variants = shard_variants(spec.variants, *o.shard);
+    std::vector<std::string> uris;
+    for (const auto& v : spec.variants) uris.push_back(v.uri());
+    extra.emplace_back("shard.json", shard_info_json({*o.shard, spec.sha256, generator_id(), uris}));
+  }
+  GenerateResult r = generate_package(part, families, out, ninja, extra);
   std::cout << "aotinfer-gen: " << spec.package_name << ": " << r.plan.variants.size() << " variants in " << out.string()
             << " (" << r.written << " files written, " << r.unchanged << " unchanged, " << r.removed
             << " stale removed)\n";
@@ -226,6 +245,15 @@ int cmd_schema(const Options& o) {
   return 0;
 }
 
+int cmd_merge(const Options& o) {
+  if (!o.out || o.positional.empty()) usage_error("merge takes -o OUT and the shard folders");
+  std::vector<fs::path> dirs(o.positional.begin(), o.positional.end());
+  Manifest m = merge_shards(dirs, *o.out);
+  std::printf("aotinfer-gen: merged %zu shards: %zu variants in %s\n", dirs.size(), m.variants.size(),
+              (*o.out / "package").c_str());
+  return 0;
+}
+
 int cmd_seal(const Options& o) {
   if (o.positional.size() != 1) usage_error("seal takes the generated folder");
   Manifest m = seal_package(o.positional[0]);
@@ -241,7 +269,8 @@ int main(int argc, char** argv) {
   Options o = parse_args(argc, argv);
   const std::map<std::string, int (*)(const Options&)> commands = {
       {"list", cmd_list},         {"generate", cmd_generate}, {"build", cmd_build},
-      {"families", cmd_families}, {"schema", cmd_schema},     {"seal", cmd_seal}};
+      {"families", cmd_families}, {"schema", cmd_schema},     {"seal", cmd_seal},
+      {"merge", cmd_merge}};
   if (o.command == "help" || o.command == "--help" || o.command == "-h") {
     std::cout << kUsage;
     return 0;

@@ -16,6 +16,7 @@
 #include "emit.hpp"
 #include "json_schema.hpp"
 #include "scanner.hpp"
+#include "shard.hpp"
 #include "spec.hpp"
 
 namespace fs = std::filesystem;
@@ -135,6 +136,36 @@ TEST_CASE("the shipped specs are valid and specs/schema.json matches the templat
   CHECK(read_file(AOTINFER_SOURCE_DIR "/specs/schema.json") == spec_json_schema(families).dump(2) + "\n");
 }
 
+TEST_CASE("shards give every variant of a spec to exactly one shard, balanced by compile cost") {
+  auto families = scan_templates({.templates_dir = AOTINFER_SOURCE_DIR "/templates", .cuda_home = AOTINFER_CUDA_HOME, .include_dirs = {}});
+  const Spec spec = load_spec(AOTINFER_SOURCE_DIR "/specs/default.json", families);
+  double largest = 0;
+  for (const auto& v : spec.variants) largest = std::max(largest, estimated_compile_cost(v));
+  for (int count : {1, 2, 3, 7, 200}) {
+    INFO(count << " shards");
+    std::map<std::string, int> owners;
+    double lightest = 1e300, heaviest = 0;
+    for (int i = 1; i <= count; ++i) {
+      double load = 0;
+      auto part = shard_variants(spec.variants, Shard{i, count});
+      for (const auto& v : part) {
+        ++owners[v.uri()];
+        load += estimated_compile_cost(v);
+      }
+      CHECK(part == shard_variants(spec.variants, Shard{i, count}));  // deterministic
+      lightest = std::min(lightest, load);
+      heaviest = std::max(heaviest, load);
+    }
+    CHECK(owners.size() == spec.variants.size());
+    for (const auto& [uri, n] : owners) CHECK(n == 1);
+    CHECK(heaviest - lightest <= largest + 1e-9);
+  }
+  CHECK_THROWS_WITH(Shard::parse("0/3"), Contains("1 <= I <= N"));
+  CHECK_THROWS_WITH(Shard::parse("4/3"), Contains("1 <= I <= N"));
+  CHECK_THROWS_WITH(Shard::parse("two"), Contains("--shard takes I/N"));
+  CHECK(Shard::parse("2/5").index == 2);
+}
+
 #ifdef AOTINFER_GEN_EXE
 namespace {
 
@@ -168,6 +199,44 @@ TEST_CASE("a package for a subset of the spec's archs (--archs) plans only those
   CHECK_FALSE(fs::exists(tmp.path / "x"));
 }
 
+// Every file of a package folder, by relative path.
+std::map<std::string, std::string> package_files(const fs::path& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file()) files[fs::relative(e.path(), dir).string()] = read_file(e.path());
+  return files;
+}
+
+TEST_CASE("a spec built as 3 shards in separate processes merges byte-identically and builds are reproducible", "[build]") {
+  TempDir tmp;
+  const std::string gen = AOTINFER_GEN_EXE;
+  const std::string spec = AOTINFER_SOURCE_DIR "/specs/ci.json";
+  const std::string d = tmp.path.string();
+  // Three shard builds at once (separate processes), and two unsharded builds in other folders.
+  REQUIRE(run("(" + gen + " build " + spec + " --shard 1/3 -o " + d + "/s1 & " + gen + " build " + spec + " --shard 2/3 -o " +
+              d + "/s2 & " + gen + " build " + spec + " --shard 3/3 -o " + d + "/s3 & wait) && " + gen + " build " + spec +
+              " -o " + d + "/one") == 0);
+  REQUIRE(run(gen + " build " + spec + " -o " + d + "/two") == 0);
+  REQUIRE(run(gen + " merge -o " + d + "/merged " + d + "/s1 " + d + "/s2 " + d + "/s3") == 0);
+
+  const auto single = package_files(tmp.path / "one" / "package");
+  CHECK(single.size() == 7);  // manifest + 6 fatbins
+  CHECK(package_files(tmp.path / "merged" / "package") == single);
+  CHECK(package_files(tmp.path / "two" / "package") == single);
+  CHECK(package_files(tmp.path / "two" / "src") == package_files(tmp.path / "one" / "src"));
+  CHECK(read_file(tmp.path / "two" / "variants.json") == read_file(tmp.path / "one" / "variants.json"));
+
+  // Refusals: a missing shard, a repeated one, and a shard of another spec.
+  CHECK_THAT(capture(gen + " merge -o " + d + "/m2 " + d + "/s1 " + d + "/s2"), Contains("shards missing: 3 of 3"));
+  CHECK_THAT(capture(gen + " merge -o " + d + "/m2 " + d + "/s1 " + d + "/s1 " + d + "/s3"), Contains("shard 1 given twice"));
+  std::string other = read_file(spec);
+  other.replace(other.find("\"0.1.0\""), 7, "\"0.1.1\"");
+  write_file_atomic(tmp.path / "other.json", other);
+  REQUIRE(run(gen + " generate " + d + "/other.json --shard 2/3 -o " + d + "/o2") == 0);
+  CHECK_THAT(capture(gen + " merge -o " + d + "/m3 " + d + "/s1 " + d + "/o2 " + d + "/s3"), Contains("different spec"));
+  CHECK_THAT(capture(gen + " merge -o " + d + "/m4 " + d + "/one"), Contains("not a shard build"));
+}
+
 TEST_CASE("specs/ci.json builds into a sealed package and rebuilds compile only what changed", "[build]") {
   TempDir tmp;
   const std::string gen = AOTINFER_GEN_EXE;
@@ -187,6 +256,8 @@ TEST_CASE("specs/ci.json builds into a sealed package and rebuilds compile only 
     CHECK(v.sha256.size() == 64);
   }
   CHECK_THAT(capture("ninja -C " + out.string() + " -n"), Contains("no work to do"));
+  const std::string report = read_file(out / "build-report.json");
+  CHECK_THAT(report, Contains("\"variants\": 6") && Contains("\"largest_first\""));
 
   // One more head_dim: only its fatbin is compiled.
   auto before = mtimes(out / "package" / "kernels");
