@@ -172,9 +172,26 @@ int default_jobs() {
 }
 
 int run_ninja(const fs::path& out_dir, int jobs) {
-  // NINJA_STATUS gives a progress line with done/total and elapsed seconds.
-  std::string command = "NINJA_STATUS='[%f/%t %es] ' ninja -C '" + out_dir.string() + "' -j " + std::to_string(jobs);
-  int status = std::system(command.c_str());
+  // ninja prints "[done/total elapsed] ..." per step; an ETA from the rate so far is added.
+  std::string command = "NINJA_STATUS='[%f/%t %es] ' ninja -C '" + out_dir.string() + "' -j " + std::to_string(jobs) + " 2>&1";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (!pipe) return 127;
+  char buffer[4096];
+  while (std::fgets(buffer, sizeof buffer, pipe)) {
+    std::string line = buffer;
+    int done = 0, total = 0;
+    double elapsed = 0;
+    if (std::sscanf(line.c_str(), "[%d/%d %lfs]", &done, &total, &elapsed) == 3 && done > 0 && done < total) {
+      const auto close = line.find(']');
+      const double eta = elapsed / done * (total - done);
+      char note[32];
+      std::snprintf(note, sizeof note, " ETA %.0fs", eta);
+      line.insert(close, note);
+    }
+    std::fputs(line.c_str(), stdout);
+    std::fflush(stdout);
+  }
+  const int status = ::pclose(pipe);
   if (status == -1) return 127;
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
 }

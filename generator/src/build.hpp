@@ -43,7 +43,8 @@ void write_build_report(const std::filesystem::path& out_dir, const Manifest& ma
 // Parallel jobs for nvcc: one per core, but no more than free memory allows (~1.5 GiB each).
 int default_jobs();
 
-// Runs ninja in out_dir; returns its exit status.
+// Runs ninja in out_dir with a progress line per step (done/total, elapsed, ETA); returns
+// ninja's exit status.
 int run_ninja(const std::filesystem::path& out_dir, int jobs);
 
 }  // namespace aotinfer::gen
