@@ -19,8 +19,8 @@ narchs=$(echo $archs | wc -w)
 base="-std=c++17 -O3 -I$root/templates -c -fatbin"
 declare -A modes=(
   ["1 uncompressed"]="--no-compress $gencode"
-  ["2 compress-all (default)"]="-Xfatbin=-compress-all $gencode"
-  ["3 compress-mode=size"]="-Xfatbin=-compress-all --compress-mode=size $gencode"
+  ["2 compress-all"]="-Xfatbin=-compress-all $gencode"
+  ["3 compress-mode=size (default)"]="-Xfatbin=-compress-all --compress-mode=size $gencode"
   ["4 compress-all + PTX of sm_$newest"]="-Xfatbin=-compress-all $gencode -gencode=arch=compute_$newest,code=compute_$newest"
 )
 echo "spec $(basename "$spec"): $variants variants x $narchs archs ($archs)"

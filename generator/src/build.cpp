@@ -56,6 +56,7 @@ GenerateResult generate_package(const Spec& spec, const std::vector<FamilySchema
   for (const auto& v : result.plan.variants)
     files.emplace_back("src/" + v.key.uri() + ".cu", variant_source(family_of(families, v.key.family), v.key));
   files.emplace_back("build.ninja", build_ninja(result.plan, ninja));
+  files.emplace_back("nvcc-flags.txt", nvcc_flags(result.plan) + "\n");
   files.emplace_back("variants.json", result.plan.dump());
   files.insert(files.end(), extra_files.begin(), extra_files.end());
 

@@ -29,6 +29,10 @@ struct NinjaOptions {
 
 std::string build_ninja(const Manifest& plan, const NinjaOptions& options);
 
+// The flags every fatbin of the package compiles with (also written to nvcc-flags.txt, an input
+// of every compile, so that changing them rebuilds everything).
+std::string nvcc_flags(const Manifest& plan);
+
 // The nvcc flags that select the code a package holds: SASS for each arch, compressed.
 std::vector<std::string> gencode_flags(const std::vector<std::string>& archs);
 

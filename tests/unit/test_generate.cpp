@@ -86,22 +86,23 @@ TEST_CASE("the planned manifest and build.ninja cover every variant and arch") {
   CHECK_THAT(ninja, Contains("build package/kernels/toy.dtype-bf16.mode-plain.head_dim-128.fatbin: fatbin "
                              "src/toy.dtype-bf16.mode-plain.head_dim-128.cu"));
   CHECK_THAT(ninja, Contains("build package/manifest.json: seal variants.json |"));
+  CHECK_THAT(ninja, Contains(".cu | nvcc-flags.txt"));  // a flag change recompiles everything
 }
 
 TEST_CASE("regenerating an unchanged spec touches no file and a new value writes only what is new") {
   TempDir tmp;
   auto families = toy_families();
   auto first = generate_package(toy_spec("[64, 128]"), families, tmp.path, ninja_options());
-  CHECK(first.written == 6);  // 4 sources, build.ninja, variants.json
+  CHECK(first.written == 7);  // 4 sources, build.ninja, nvcc-flags.txt, variants.json
   auto before = mtimes(tmp.path);
 
   auto second = generate_package(toy_spec("[64, 128]"), families, tmp.path, ninja_options());
   CHECK(second.written == 0);
-  CHECK(second.unchanged == 6);
+  CHECK(second.unchanged == 7);
   CHECK(mtimes(tmp.path) == before);
 
   auto third = generate_package(toy_spec("[64, 128, 256]"), families, tmp.path, ninja_options());
-  CHECK(third.written == 4);  // two new sources, build.ninja, variants.json
+  CHECK(third.written == 4);  // two new sources, build.ninja, variants.json (flags unchanged)
   auto after = mtimes(tmp.path);
   for (const auto& [file, time] : before)
     if (file.rfind("src/", 0) == 0) CHECK(after.at(file) == time);
