@@ -128,7 +128,7 @@ int main(int argc, char** argv) {
     fill(q, q_bytes, false);
 
     auto sizes = decode.workspace_sizes(c.batch);
-    aotinfer::DecodeWorkspace ws;
+    aotinfer::Workspace ws;
     check(cudaMalloc(&ws.float_buffer, std::max<size_t>(sizes.float_bytes, 256)), "malloc");
     check(cudaMalloc(&ws.int_buffer, sizes.int_bytes), "malloc");
     ws.float_bytes = sizes.float_bytes;
@@ -169,7 +169,7 @@ int main(int argc, char** argv) {
   cfg.num_kv_heads = kv_heads;
   aotinfer::BatchDecode decode(pkg, cfg);
   auto sizes = decode.workspace_sizes(1024);
-  aotinfer::DecodeWorkspace ws;
+  aotinfer::Workspace ws;
   check(cudaMalloc(&ws.float_buffer, sizes.float_bytes), "malloc");
   check(cudaMalloc(&ws.int_buffer, sizes.int_bytes), "malloc");
   ws.float_bytes = sizes.float_bytes;

@@ -84,10 +84,11 @@ struct AOTINFER_FAMILY("merge_state")
       m = new_m;
     }
     const float inv = den > 0.f ? 1.f / den : 0.f;
+    const int64_t out_row = (p.output_row ? int64_t(p.output_row[out]) : int64_t(out)) * p.num_heads + head;
     dtype out4[4] = {from_float<dtype>(acc.x * inv), from_float<dtype>(acc.y * inv), from_float<dtype>(acc.z * inv),
                      from_float<dtype>(acc.w * inv)};
-    *reinterpret_cast<uint2*>(static_cast<dtype*>(p.v_out) + row * head_dim + d) = *reinterpret_cast<const uint2*>(out4);
-    if (p.s_out != nullptr && d == 0) p.s_out[row] = den > 0.f ? m + logf(den) : -INFINITY;
+    *reinterpret_cast<uint2*>(static_cast<dtype*>(p.v_out) + out_row * head_dim + d) = *reinterpret_cast<const uint2*>(out4);
+    if (p.s_out != nullptr && d == 0) p.s_out[out_row] = den > 0.f ? m + logf(den) : -INFINITY;
   }
 };
 

@@ -6,6 +6,7 @@
 
 #include "aotinfer/params/merge_varlen.h"
 #include "driver.hpp"
+#include "plan_upload.hpp"
 
 namespace aotinfer {
 
@@ -18,15 +19,6 @@ namespace {
 
 constexpr std::size_t kAlign = 256;
 std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
-const char* pos_encoding_name(PosEncoding p) {
-  switch (p) {
-    case PosEncoding::none: return "none";
-    case PosEncoding::rope_llama: return "rope_llama";
-    case PosEncoding::alibi: return "alibi";
-  }
-  return "?";
-}
 
 // Where each array of the work partition lives in the int workspace. The layout depends only
 // on capacities, so in CUDA-graph mode every plan uses the same addresses.
@@ -65,22 +57,9 @@ struct BatchDecode::Impl {
   std::int32_t batch = 0;
   DecodeWorkPlan work;
   IntLayout layout{0, 0};
-  DecodeWorkspace workspace;
+  Workspace workspace;
 
-  // Pinned staging for the one host-to-device copy; `copy_done` guards its reuse.
-  void* staging = nullptr;
-  std::size_t staging_bytes = 0;
-  CUevent copy_done = nullptr;
-  bool copy_pending = false;
-
-  ~Impl() {
-    try {
-      if (copy_pending) driver().cuEventSynchronize(copy_done);
-      if (copy_done) driver().cuEventDestroy(copy_done);
-      if (staging) driver().cuMemFreeHost(staging);
-    } catch (...) {
-    }
-  }
+  detail::PlanUpload upload;
 };
 
 BatchDecode::BatchDecode(const Package& package, const BatchDecodeConfig& c) : impl_(std::make_unique<Impl>()) {
@@ -120,7 +99,6 @@ BatchDecode::BatchDecode(const Package& package, const BatchDecodeConfig& c) : i
   impl_->limits.tile_tokens = int(info.tile[1]);
   if (impl_->limits.ctas_per_sm < 1) invalid(impl_->decode.uri() + " cannot be resident on this GPU (occupancy 0)");
   if (c.cuda_graph) impl_->limits.graph_work = decode_max_work(c.max_batch, impl_->limits);
-  check(driver().cuEventCreate(&impl_->copy_done, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
 }
 
 BatchDecode::~BatchDecode() = default;
@@ -137,7 +115,7 @@ WorkspaceSizes BatchDecode::workspace_sizes(std::int32_t max_batch) const {
 }
 
 void BatchDecode::plan(std::span<const std::int32_t> kv_indptr, std::span<const std::int32_t> kv_last_page_len,
-                       std::span<const std::int32_t> kv_indices, std::int32_t num_pages, const DecodeWorkspace& ws,
+                       std::span<const std::int32_t> kv_indices, std::int32_t num_pages, const Workspace& ws,
                        Stream stream) {
   Impl& s = *impl_;
   const BatchDecodeConfig& c = s.config;
@@ -167,15 +145,7 @@ void BatchDecode::plan(std::span<const std::int32_t> kv_indptr, std::span<const 
             " (size it with workspace_sizes)");
 
   // Fill the pinned image of the int workspace, then one async copy.
-  if (s.copy_pending) check(driver().cuEventSynchronize(s.copy_done), "waiting for the previous plan's copy");
-  s.copy_pending = false;
-  if (s.staging_bytes < layout.bytes) {
-    if (s.staging) check(driver().cuMemFreeHost(s.staging), "cuMemFreeHost");
-    s.staging = nullptr;
-    check(driver().cuMemHostAlloc(&s.staging, layout.bytes, 0), "allocating pinned plan staging");
-    s.staging_bytes = layout.bytes;
-  }
-  char* image = static_cast<char*>(s.staging);
+  char* image = s.upload.image(layout.bytes);
   const std::int32_t counts[2] = {s.work.num_work, batch};
   std::memcpy(image + layout.counts, counts, sizeof counts);
   const std::size_t work_bytes = s.work.request.size() * 4;
@@ -183,9 +153,7 @@ void BatchDecode::plan(std::span<const std::int32_t> kv_indptr, std::span<const 
   std::memcpy(image + layout.kv_begin, s.work.kv_begin.data(), work_bytes);
   std::memcpy(image + layout.kv_end, s.work.kv_end.data(), work_bytes);
   std::memcpy(image + layout.merge_indptr, s.work.merge_indptr.data(), s.work.merge_indptr.size() * 4);
-  check(driver().cuMemcpyHtoDAsync(CUdeviceptr(ws.int_buffer), image, layout.bytes, stream), "copying the plan to the device");
-  check(driver().cuEventRecord(s.copy_done, stream), "cuEventRecord");
-  s.copy_pending = true;
+  s.upload.send(ws.int_buffer, layout.bytes, stream);
 
   s.batch = batch;
   s.layout = layout;

@@ -423,7 +423,7 @@ struct DeviceProblem {
 
 struct Workspace {
   DeviceBuffer<std::uint8_t> float_buffer, int_buffer;
-  aotinfer::DecodeWorkspace ws;
+  aotinfer::Workspace ws;
   explicit Workspace(aotinfer::WorkspaceSizes s)
       : float_buffer(s.float_bytes), int_buffer(s.int_bytes), ws{float_buffer.ptr, s.float_bytes, int_buffer.ptr, s.int_bytes} {}
 };
@@ -879,7 +879,7 @@ TEST_CASE("BatchDecode refuses bad arguments before launching anything", "[gpu]"
     Workspace ws(sizes);
     const auto& kv = p.cache;
     auto plan = [&](std::vector<std::int32_t> indptr, std::vector<std::int32_t> last, std::vector<std::int32_t> indices,
-                    const aotinfer::DecodeWorkspace& w) { decode.plan(indptr, last, indices, p.num_pages, w, nullptr); };
+                    const aotinfer::Workspace& w) { decode.plan(indptr, last, indices, p.num_pages, w, nullptr); };
 
     // run() before any plan.
     CHECK_THAT(invalid([&] { decode.run(d.args(p), nullptr); }), Contains("plan"));
@@ -902,7 +902,7 @@ TEST_CASE("BatchDecode refuses bad arguments before launching anything", "[gpu]"
       CHECK_THAT(invalid([&] { plan(kv.indptr, kv.last_page_len, indices, ws.ws); }),
                  Contains("indices", CaseSensitive::No) || Contains("page", CaseSensitive::No));
     }
-    aotinfer::DecodeWorkspace small = ws.ws;
+    aotinfer::Workspace small = ws.ws;
     small.int_bytes = 8;
     CHECK_THAT(invalid([&] { plan(kv.indptr, kv.last_page_len, kv.indices, small); }), Contains("workspace", CaseSensitive::No));
     {
@@ -910,7 +910,7 @@ TEST_CASE("BatchDecode refuses bad arguments before launching anything", "[gpu]"
       BatchDecodeConfig one = config;
       const Problem long_p = make_problem(rng, random_case(rng, one, {30000}, false, true));
       Workspace long_ws(decode.workspace_sizes(1));
-      aotinfer::DecodeWorkspace no_floats = long_ws.ws;
+      aotinfer::Workspace no_floats = long_ws.ws;
       no_floats.float_bytes = 0;
       CHECK_THAT(invalid([&] {
                    decode.plan(long_p.cache.indptr, long_p.cache.last_page_len, long_p.cache.indices, long_p.num_pages, no_floats,

@@ -19,6 +19,7 @@
 #include <memory>
 #include <span>
 
+#include "aotinfer/attention.hpp"
 #include "aotinfer/decode_plan.hpp"
 #include "aotinfer/dtype.hpp"
 #include "aotinfer/package.hpp"
@@ -26,8 +27,6 @@
 
 namespace aotinfer {
 
-enum class PosEncoding { none, rope_llama, alibi };
-enum class KvLayout { nhd, hnd };  // [pages, page_size, heads, dim] / [pages, heads, page_size, dim]
 
 struct BatchDecodeConfig {
   DType dtype_q = DType::bf16;
@@ -43,18 +42,6 @@ struct BatchDecodeConfig {
   bool soft_cap = false;        // variant with logits soft cap; run args give the cap
   bool cuda_graph = false;      // fixed grid for graph capture; needs max_batch
   int max_batch = 0;
-};
-
-struct WorkspaceSizes {
-  std::size_t float_bytes = 0;  // partial states of split plans
-  std::size_t int_bytes = 0;    // the work partition
-};
-
-struct DecodeWorkspace {
-  void* float_buffer = nullptr;  // device memory, 256-byte aligned
-  std::size_t float_bytes = 0;
-  void* int_buffer = nullptr;    // device memory, 256-byte aligned
-  std::size_t int_bytes = 0;
 };
 
 struct DecodeRunArgs {
@@ -92,7 +79,7 @@ class BatchDecode {
   // Host CSR metadata; kv_indices (optional, may be empty) lets plan check page ids against
   // num_pages. Throws Error(invalid_argument) before copying anything.
   void plan(std::span<const std::int32_t> kv_indptr, std::span<const std::int32_t> kv_last_page_len,
-            std::span<const std::int32_t> kv_indices, std::int32_t num_pages, const DecodeWorkspace& workspace,
+            std::span<const std::int32_t> kv_indices, std::int32_t num_pages, const Workspace& workspace,
             Stream stream);
 
   // Launches for the last plan. Throws Error(invalid_argument) without launching when no plan

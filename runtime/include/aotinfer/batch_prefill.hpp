@@ -1,0 +1,111 @@
+// Batch prefill (and chunked prefill, mixed batches): many query tokens per request against the
+// request's paged or ragged KV, FlashInfer-style plan/run:
+//
+//   aotinfer::BatchPrefill prefill(pkg, config);                  // picks + loads the variants
+//   auto sizes = prefill.workspace_sizes(max_total_q, max_batch);  // allocate once
+//   prefill.plan_paged(qo_indptr, kv_indptr, kv_last_page_len, kv_indices, num_pages, ws, stream);
+//   prefill.run(args, stream);                                     // per layer: no host decisions
+//
+// plan_*() runs on the CPU from host copies of the indptr arrays, validates them, partitions the
+// work (prefill_plan.hpp: query tile, split-KV, item order, merge) and ships it with one async
+// copy into the int workspace. run() only launches: the prefill kernel, then (when some tile's
+// KV was split) merge_state's merge_varlen; it is capturable in a CUDA graph. In CUDA-graph mode
+// (config cuda_graph, max_batch, max_total_q) the grids are fixed and the large query tile is
+// always used, so a graph captured once replays correctly after any later plan within those
+// bounds with the same workspace; the capture freezes the run arguments (pointers and scalars).
+//
+// Query token t of a request with qo_len queries and kv_len keys sits at position
+// kv_len - qo_len + t: a causal mask lets it see keys 0 .. kv_len - qo_len + t, and causal plans
+// reject qo_len > kv_len (templates/aotinfer/params/batch_prefill.h has the whole contract).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "aotinfer/attention.hpp"
+#include "aotinfer/dtype.hpp"
+#include "aotinfer/package.hpp"
+#include "aotinfer/prefill_plan.hpp"
+
+namespace aotinfer {
+
+enum class KvStorage { paged, ragged };  // batch_prefill_paged / batch_prefill_ragged
+enum class MaskMode { none, causal };
+
+struct BatchPrefillConfig {
+  DType dtype_q = DType::bf16;
+  DType dtype_kv = DType::bf16;  // f16 or bf16: the operand type (q is rounded to it)
+  DType dtype_o = DType::bf16;
+  int head_dim = 128;
+  int num_qo_heads = 32;
+  int num_kv_heads = 8;  // num_qo_heads / num_kv_heads is the GQA group size
+  KvStorage kv_storage = KvStorage::paged;
+  int page_size = 16;            // paged
+  KvLayout layout = KvLayout::nhd;  // paged pools; ragged K/V are [total_kv, num_kv_heads, head_dim]
+  MaskMode mask = MaskMode::causal;
+  PosEncoding pos_encoding = PosEncoding::none;  // none or rope_llama
+  bool sliding_window = false;  // variant with a window; run args give window_left
+  bool soft_cap = false;        // variant with logits soft cap; run args give the cap
+  bool cuda_graph = false;      // fixed grids for graph capture; needs max_batch and max_total_q
+  int max_batch = 0;
+  std::int64_t max_total_q = 0;
+};
+
+struct PrefillRunArgs {
+  std::int32_t batch = 0;     // must equal the planned batch
+  std::int64_t total_q = 0;   // must equal qo_indptr[batch] of the plan
+  const void* q = nullptr;    // [total_q, num_qo_heads, head_dim]
+  const std::int32_t* qo_indptr = nullptr;  // device copies of what plan saw
+  const void* k = nullptr;    // paged: the page pools in config.layout; ragged: [total_kv, heads, dim]
+  const void* v = nullptr;
+  const std::int32_t* kv_indptr = nullptr;         // paged: pages; ragged: tokens
+  const std::int32_t* kv_indices = nullptr;        // paged only
+  const std::int32_t* kv_last_page_len = nullptr;  // paged only
+  void* o = nullptr;           // [total_q, num_qo_heads, head_dim]
+  float* lse = nullptr;        // [total_q, num_qo_heads] or nullptr
+  float sm_scale = 0;          // 0 = 1/sqrt(head_dim)
+  float logits_soft_cap = 0;   // soft_cap variants: > 0
+  float rope_scale = 1;
+  float rope_theta = 1e4f;
+  std::int32_t window_left = -1;  // sliding_window variants: >= 0
+};
+
+class BatchPrefill {
+ public:
+  // Finds and loads the prefill variant and merge_state(merge_varlen) for the config. Throws
+  // Error(invalid_argument) for bad head counts or options, Error(not_found) for a missing variant.
+  BatchPrefill(const Package& package, const BatchPrefillConfig& config);
+  ~BatchPrefill();
+  BatchPrefill(BatchPrefill&&) noexcept;
+  BatchPrefill& operator=(BatchPrefill&&) noexcept;
+
+  // Workspace for plans of up to max_total_q query tokens in max_batch requests (the config's
+  // bounds in CUDA-graph mode).
+  WorkspaceSizes workspace_sizes(std::int64_t max_total_q, std::int32_t max_batch) const;
+
+  // Host metadata (kv_indices optional: when given, page ids are checked against num_pages).
+  // Throw Error(invalid_argument) before copying anything, also when called for the other
+  // KV storage than the config's.
+  void plan_paged(std::span<const std::int32_t> qo_indptr, std::span<const std::int32_t> kv_indptr,
+                  std::span<const std::int32_t> kv_last_page_len, std::span<const std::int32_t> kv_indices,
+                  std::int32_t num_pages, const Workspace& workspace, Stream stream);
+  void plan_ragged(std::span<const std::int32_t> qo_indptr, std::span<const std::int32_t> kv_indptr,
+                   const Workspace& workspace, Stream stream);
+
+  // Launches for the last plan. Throws Error(invalid_argument) without launching when no plan
+  // was made, batch or total_q differ from it, or a required pointer is null or misaligned.
+  void run(const PrefillRunArgs& args, Stream stream) const;
+
+  const PrefillWorkPlan& work_plan() const;
+  const PrefillPlanLimits& limits() const;
+  const BatchPrefillConfig& config() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  void plan_lengths(std::span<const std::int32_t> qo_indptr, std::span<const std::int32_t> kv_lengths,
+                    const Workspace& workspace, Stream stream);
+};
+
+}  // namespace aotinfer

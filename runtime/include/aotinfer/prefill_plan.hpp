@@ -1,0 +1,74 @@
+// The prefill work partition: plain C++, no CUDA. BatchPrefill::plan uses it; tests check it.
+//
+// A request's query tokens times the GQA group are its "packed rows" (params/batch_prefill.h);
+// a CTA handles one tile of packed rows of one request against a range of its keys, for one KV
+// head. The plan
+//   1. picks the CTA query tile from the batch: the large tile when the average packed length
+//      exceeds the small tile (less waste on short requests otherwise);
+//   2. gives every tile its key extent (causal: only up to its last query's position);
+//   3. splits the extents into chunks only when the tiles alone cannot fill one wave of CTAs,
+//      with the smallest KV-tile multiple for which the items fit in one wave (binary search:
+//      the item count falls monotonically as the chunk grows);
+//   4. orders items by descending extent, so the longest start first and the tail is short;
+//   5. lays out the float states of split tiles and the merge that combines them.
+#pragma once
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace aotinfer {
+
+struct PrefillTile {
+  int rows = 0;         // packed query rows per CTA (launch info tile[0])
+  int ctas_per_sm = 0;  // resident CTAs of that kernel per SM
+};
+
+struct PrefillPlanLimits {
+  int num_sms = 0;
+  int num_kv_heads = 0;  // CTAs per work item (grid.y)
+  int num_qo_heads = 0;
+  PrefillTile large, small;
+  int kv_tile_tokens = 0;  // keys per pipeline stage: chunks are multiples of it
+  bool causal = false;
+  // CUDA-graph mode: the large tile always, and a fixed grid of graph_work items (see
+  // prefill_capacity), so every plan within the capacity replays the same launches. 0 = off.
+  std::int32_t graph_work = 0;
+};
+
+// Work items, split states and merge outputs any plan within (max_total_q, max_batch) can need:
+// sizes the workspace and the CUDA-graph grids.
+struct PrefillCapacity {
+  std::int64_t work = 0;
+  std::int64_t states = 0;
+  std::int64_t outputs = 0;
+};
+PrefillCapacity prefill_capacity(std::int64_t max_total_q, std::int32_t max_batch, const PrefillPlanLimits& limits);
+
+struct PrefillWorkPlan {
+  bool large_tile = true;          // which kernel entry: prefill or prefill_small
+  int tile_rows = 0;
+  bool split = false;              // some tile's keys are split
+  std::int32_t chunk_tokens = 0;   // keys per chunk when split
+  std::int32_t num_work = 0;       // valid work items
+  std::int32_t padded_work = 0;    // grid.x: num_work, or graph_work in CUDA-graph mode
+  std::vector<std::int32_t> request, q_row, kv_begin, kv_end;  // [padded_work]
+  std::vector<std::int32_t> state, state_stride;               // [padded_work]; state -1 = direct
+  std::int32_t num_states = 0;
+  // The merge: output i combines states merge_indptr[i] .. [i+1] into row merge_row[i] of o
+  // viewed as [total_q * num_qo_heads, head_dim].
+  std::vector<std::int32_t> merge_indptr;  // [num_outputs + 1]
+  std::vector<std::int32_t> merge_row;     // [num_outputs]
+  std::int32_t num_outputs() const { return std::int32_t(merge_row.size()); }
+};
+
+// Lengths from an indptr array ([batch + 1], starting at 0, not decreasing); `what` names the
+// array in errors (Error(invalid_argument)).
+std::vector<std::int32_t> lengths_from_indptr(std::span<const std::int32_t> indptr, const char* what);
+
+// Fills `plan` (its vectors are reused). Throws Error(invalid_argument) for unset limits, a
+// batch whose sizes differ, a causal request with more queries than keys, or a CUDA-graph plan
+// beyond graph_work.
+void plan_prefill_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int32_t> kv_lengths,
+                       const PrefillPlanLimits& limits, PrefillWorkPlan& plan);
+
+}  // namespace aotinfer

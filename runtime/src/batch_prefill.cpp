@@ -1,0 +1,296 @@
+#include "aotinfer/batch_prefill.hpp"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "aotinfer/decode_plan.hpp"
+#include "aotinfer/params/batch_prefill.h"
+#include "aotinfer/params/merge_varlen.h"
+#include "driver.hpp"
+#include "plan_upload.hpp"
+
+namespace aotinfer {
+
+namespace {
+
+[[noreturn]] void invalid(const std::string& what) { throw Error(ErrorCode::invalid_argument, "batch_prefill: " + what); }
+
+constexpr std::size_t kAlign = 256;
+std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+// Where each array of the plan lives in the int workspace. The layout depends only on
+// capacities, so in CUDA-graph mode every plan uses the same addresses.
+struct IntLayout {
+  std::size_t counts = 0;  // [num_work, num_outputs]
+  std::size_t request = 0, q_row = 0, kv_begin = 0, kv_end = 0, state = 0, state_stride = 0;
+  std::size_t merge_indptr = 0, merge_row = 0;
+  std::size_t bytes = 0;
+
+  IntLayout(std::int64_t work, std::int64_t outputs) {
+    const std::size_t per_work = align_up(std::size_t(work) * 4);
+    request = align_up(2 * 4);
+    q_row = request + per_work;
+    kv_begin = q_row + per_work;
+    kv_end = kv_begin + per_work;
+    state = kv_end + per_work;
+    state_stride = state + per_work;
+    merge_indptr = state_stride + per_work;
+    merge_row = merge_indptr + align_up(std::size_t(outputs + 1) * 4);
+    bytes = merge_row + align_up(std::size_t(outputs) * 4);
+  }
+};
+
+std::size_t float_bytes(std::int64_t states, int head_dim) {
+  return align_up(std::size_t(states) * head_dim * 4) + align_up(std::size_t(states) * 4);
+}
+
+std::string value(bool b) { return b ? "true" : "false"; }
+
+}  // namespace
+
+struct BatchPrefill::Impl {
+  BatchPrefillConfig config;
+  Kernel large, small, merge;
+  PrefillPlanLimits limits;
+  PrefillCapacity graph_capacity;  // CUDA-graph mode
+
+  // The last plan.
+  bool planned = false;
+  std::int32_t batch = 0;
+  std::int64_t total_q = 0;
+  PrefillWorkPlan work;
+  IntLayout layout{0, 0};
+  std::int64_t state_capacity = 0;
+  Workspace workspace;
+  detail::PlanUpload upload;
+};
+
+BatchPrefill::BatchPrefill(const Package& package, const BatchPrefillConfig& c) : impl_(std::make_unique<Impl>()) {
+  if (c.num_kv_heads < 1 || c.num_qo_heads < 1)
+    invalid("head counts must be positive (num_qo_heads " + std::to_string(c.num_qo_heads) + ", num_kv_heads " +
+            std::to_string(c.num_kv_heads) + ")");
+  if (c.num_qo_heads % c.num_kv_heads != 0)
+    invalid("num_qo_heads (" + std::to_string(c.num_qo_heads) + ") must be a multiple of num_kv_heads (" +
+            std::to_string(c.num_kv_heads) + ")");
+  if (c.kv_storage == KvStorage::paged && c.page_size < 1) invalid("page_size must be >= 1, got " + std::to_string(c.page_size));
+  if (c.kv_storage == KvStorage::ragged && c.layout != KvLayout::nhd)
+    invalid("ragged K/V are [total_kv, num_kv_heads, head_dim] (layout nhd); hnd applies to page pools only");
+  if (c.pos_encoding == PosEncoding::alibi) invalid("pos_encoding alibi is not a prefill option (none or rope_llama)");
+  if (c.cuda_graph && (c.max_batch < 1 || c.max_total_q < 1))
+    invalid("CUDA-graph mode needs max_batch >= 1 and max_total_q >= 1");
+
+  Impl& s = *impl_;
+  s.config = c;
+  const VariantKey key{c.kv_storage == KvStorage::paged ? "batch_prefill_paged" : "batch_prefill_ragged",
+                       {{"dtype_q", std::string(dtype_name(c.dtype_q))},
+                        {"head_dim", std::to_string(c.head_dim)},
+                        {"mask", c.mask == MaskMode::causal ? "causal" : "none"},
+                        {"dtype_kv", std::string(dtype_name(c.dtype_kv))},
+                        {"dtype_o", std::string(dtype_name(c.dtype_o))},
+                        {"pos_encoding", pos_encoding_name(c.pos_encoding)},
+                        {"sliding_window", value(c.sliding_window)},
+                        {"soft_cap", value(c.soft_cap)}}};
+  s.large = package.kernel(key, "prefill");
+  s.small = package.kernel(key, "prefill_small");
+  s.merge = package.kernel(
+      VariantKey{"merge_state", {{"dtype", std::string(dtype_name(c.dtype_o))}, {"head_dim", std::to_string(c.head_dim)}}},
+      "merge_varlen");
+
+  const aotinfer_launch_info& info = s.large.launch_info();
+  if (int(info.tile[2]) != c.head_dim)
+    invalid("variant " + s.large.uri() + " is built for head_dim " + std::to_string(info.tile[2]) + ", the config says " +
+            std::to_string(c.head_dim));
+  s.limits.num_sms = detail::current_device_sm_count();
+  s.limits.num_kv_heads = c.num_kv_heads;
+  s.limits.num_qo_heads = c.num_qo_heads;
+  s.limits.large = {int(info.tile[0]), s.large.max_active_ctas_per_sm()};
+  s.limits.small = {int(s.small.launch_info().tile[0]), s.small.max_active_ctas_per_sm()};
+  s.limits.kv_tile_tokens = int(info.tile[1]);
+  s.limits.causal = c.mask == MaskMode::causal;
+  if (s.limits.large.ctas_per_sm < 1 || s.limits.small.ctas_per_sm < 1)
+    invalid(s.large.uri() + " cannot be resident on this GPU (occupancy 0)");
+  if (c.cuda_graph) {
+    s.limits.graph_work = 1;  // marks graph mode for prefill_capacity: large tile only
+    s.graph_capacity = prefill_capacity(c.max_total_q, c.max_batch, s.limits);
+    s.limits.graph_work = std::int32_t(s.graph_capacity.work);
+  }
+}
+
+BatchPrefill::~BatchPrefill() = default;
+BatchPrefill::BatchPrefill(BatchPrefill&&) noexcept = default;
+BatchPrefill& BatchPrefill::operator=(BatchPrefill&&) noexcept = default;
+
+const PrefillWorkPlan& BatchPrefill::work_plan() const { return impl_->work; }
+const PrefillPlanLimits& BatchPrefill::limits() const { return impl_->limits; }
+const BatchPrefillConfig& BatchPrefill::config() const { return impl_->config; }
+
+WorkspaceSizes BatchPrefill::workspace_sizes(std::int64_t max_total_q, std::int32_t max_batch) const {
+  const Impl& s = *impl_;
+  const PrefillCapacity cap = s.config.cuda_graph ? s.graph_capacity : prefill_capacity(max_total_q, max_batch, s.limits);
+  return {float_bytes(cap.states, s.config.head_dim), IntLayout(cap.work, cap.outputs).bytes};
+}
+
+void BatchPrefill::plan_paged(std::span<const std::int32_t> qo_indptr, std::span<const std::int32_t> kv_indptr,
+                              std::span<const std::int32_t> kv_last_page_len, std::span<const std::int32_t> kv_indices,
+                              std::int32_t num_pages, const Workspace& ws, Stream stream) {
+  const BatchPrefillConfig& c = impl_->config;
+  impl_->planned = false;
+  if (c.kv_storage != KvStorage::paged) invalid("plan_paged() on a prefill configured for ragged KV (use plan_ragged)");
+  const std::vector<std::int32_t> lengths = decode_kv_lengths(kv_indptr, kv_last_page_len, c.page_size);
+  if (!kv_indices.empty()) {
+    const std::int32_t used = kv_indptr.back();
+    if (std::int64_t(kv_indices.size()) < used)
+      invalid("kv_indices has " + std::to_string(kv_indices.size()) + " entries; kv_indptr needs " + std::to_string(used));
+    for (std::int32_t i = 0; i < used; ++i)
+      if (kv_indices[i] < 0 || kv_indices[i] >= num_pages)
+        invalid("kv_indices[" + std::to_string(i) + "] = " + std::to_string(kv_indices[i]) + " is not a page of the pool (0.." +
+                std::to_string(num_pages - 1) + ")");
+  }
+  plan_lengths(qo_indptr, lengths, ws, stream);
+}
+
+void BatchPrefill::plan_ragged(std::span<const std::int32_t> qo_indptr, std::span<const std::int32_t> kv_indptr,
+                               const Workspace& ws, Stream stream) {
+  impl_->planned = false;
+  if (impl_->config.kv_storage != KvStorage::ragged)
+    invalid("plan_ragged() on a prefill configured for paged KV (use plan_paged)");
+  plan_lengths(qo_indptr, lengths_from_indptr(kv_indptr, "kv_indptr"), ws, stream);
+}
+
+void BatchPrefill::plan_lengths(std::span<const std::int32_t> qo_indptr, std::span<const std::int32_t> kv_lengths,
+                                const Workspace& ws, Stream stream) {
+  Impl& s = *impl_;
+  const BatchPrefillConfig& c = s.config;
+  s.planned = false;  // a failed plan leaves nothing runnable
+  if (qo_indptr.empty()) invalid("qo_indptr must have batch + 1 entries, got an empty array");
+  const std::int32_t batch = std::int32_t(qo_indptr.size() - 1);
+  const std::int64_t total_q = qo_indptr.back();
+  if (total_q * c.num_qo_heads > INT32_MAX) invalid("total_q * num_qo_heads must stay below 2^31");
+  if (c.cuda_graph && (batch > c.max_batch || total_q > c.max_total_q))
+    invalid("batch " + std::to_string(batch) + " with " + std::to_string(total_q) + " query tokens exceeds this CUDA-graph prefill's max_batch " +
+            std::to_string(c.max_batch) + " / max_total_q " + std::to_string(c.max_total_q));
+
+  plan_prefill_work(qo_indptr, kv_lengths, s.limits, s.work);
+  const IntLayout layout = c.cuda_graph ? IntLayout(s.graph_capacity.work, s.graph_capacity.outputs)
+                                        : IntLayout(s.work.padded_work, s.work.num_outputs());
+  const std::int64_t states = c.cuda_graph ? s.graph_capacity.states : s.work.num_states;
+  if (s.work.num_states > states || (c.cuda_graph && s.work.num_outputs() > s.graph_capacity.outputs))
+    invalid("internal: the plan exceeds the CUDA-graph capacity");
+  const std::size_t need_float = states > 0 ? float_bytes(states, c.head_dim) : 0;
+  if (!ws.int_buffer || ws.int_bytes < layout.bytes)
+    invalid("the int workspace has " + std::to_string(ws.int_bytes) + " bytes; this plan needs " + std::to_string(layout.bytes) +
+            " (size it with workspace_sizes)");
+  if (need_float > 0 && (!ws.float_buffer || ws.float_bytes < need_float))
+    invalid("the float workspace has " + std::to_string(ws.float_bytes) + " bytes; this plan needs " + std::to_string(need_float) +
+            " (size it with workspace_sizes)");
+
+  char* image = s.upload.image(layout.bytes);
+  const std::int32_t counts[2] = {s.work.num_work, s.work.num_outputs()};
+  std::memcpy(image + layout.counts, counts, sizeof counts);
+  auto put = [&](std::size_t offset, const std::vector<std::int32_t>& v) { std::memcpy(image + offset, v.data(), v.size() * 4); };
+  put(layout.request, s.work.request);
+  put(layout.q_row, s.work.q_row);
+  put(layout.kv_begin, s.work.kv_begin);
+  put(layout.kv_end, s.work.kv_end);
+  put(layout.state, s.work.state);
+  put(layout.state_stride, s.work.state_stride);
+  put(layout.merge_indptr, s.work.merge_indptr);
+  put(layout.merge_row, s.work.merge_row);
+  s.upload.send(ws.int_buffer, layout.bytes, stream);
+
+  s.batch = batch;
+  s.total_q = total_q;
+  s.layout = layout;
+  s.state_capacity = states;
+  s.workspace = ws;
+  s.planned = true;
+}
+
+void BatchPrefill::run(const PrefillRunArgs& a, Stream stream) const {
+  const Impl& s = *impl_;
+  const BatchPrefillConfig& c = s.config;
+  const bool paged = c.kv_storage == KvStorage::paged;
+  if (!s.planned) invalid("run() needs a successful plan first");
+  if (a.batch != s.batch || a.total_q != s.total_q)
+    invalid("run() got batch " + std::to_string(a.batch) + " with " + std::to_string(a.total_q) +
+            " query tokens but the plan was made for " + std::to_string(s.batch) + " with " + std::to_string(s.total_q) +
+            "; plan again");
+  if (!a.q || !a.qo_indptr || !a.k || !a.v || !a.kv_indptr || !a.o)
+    invalid("q, qo_indptr, k, v, kv_indptr and o must not be null");
+  if (paged && (!a.kv_indices || !a.kv_last_page_len)) invalid("paged KV needs kv_indices and kv_last_page_len");
+  for (auto [name, ptr] : {std::pair{"q", a.q}, {"k", a.k}, {"v", a.v}, {"o", static_cast<const void*>(a.o)}})
+    if (reinterpret_cast<std::uintptr_t>(ptr) % 16 != 0)
+      invalid(std::string(name) + " must be 16-byte aligned (the kernel moves 16-byte vectors)");
+  if (c.soft_cap && !(a.logits_soft_cap > 0)) invalid("a soft_cap variant needs logits_soft_cap > 0");
+  if (c.sliding_window && a.window_left < 0) invalid("a sliding_window variant needs window_left >= 0");
+  if (s.work.padded_work == 0) return;  // no query tokens
+
+  const char* ints = static_cast<const char*>(s.workspace.int_buffer);
+  auto int_array = [&](std::size_t offset) { return reinterpret_cast<const std::int32_t*>(ints + offset); };
+  const std::int64_t heads = c.num_kv_heads, dim = c.head_dim;
+
+  aotinfer_batch_prefill_params p{};
+  p.q = a.q;
+  p.qo_indptr = a.qo_indptr;
+  if (paged) {
+    const std::int64_t page = c.page_size;
+    p.paged.k_pages = const_cast<void*>(a.k);
+    p.paged.v_pages = const_cast<void*>(a.v);
+    p.paged.indptr = a.kv_indptr;
+    p.paged.indices = a.kv_indices;
+    p.paged.last_page_len = a.kv_last_page_len;
+    p.paged.stride_page = page * heads * dim;
+    p.paged.stride_token = c.layout == KvLayout::nhd ? heads * dim : dim;
+    p.paged.stride_head = c.layout == KvLayout::nhd ? dim : page * dim;
+    p.paged.page_size = c.page_size;
+    p.paged.num_kv_heads = c.num_kv_heads;
+  } else {
+    p.ragged.k = a.k;
+    p.ragged.v = a.v;
+    p.ragged.indptr = a.kv_indptr;
+    p.ragged.stride_token = heads * dim;
+    p.ragged.stride_head = dim;
+    p.ragged.num_kv_heads = c.num_kv_heads;
+  }
+  p.o = a.o;
+  p.lse = a.lse;
+  p.work_request = int_array(s.layout.request);
+  p.work_q_row = int_array(s.layout.q_row);
+  p.work_kv_begin = int_array(s.layout.kv_begin);
+  p.work_kv_end = int_array(s.layout.kv_end);
+  p.work_state = int_array(s.layout.state);
+  p.work_state_stride = int_array(s.layout.state_stride);
+  p.num_work = int_array(s.layout.counts);
+  if (s.state_capacity > 0) {
+    p.partial_o = static_cast<float*>(s.workspace.float_buffer);
+    p.partial_lse = reinterpret_cast<float*>(static_cast<char*>(s.workspace.float_buffer) +
+                                             align_up(std::size_t(s.state_capacity) * dim * 4));
+  }
+  p.num_qo_heads = c.num_qo_heads;
+  p.window_left = a.window_left;
+  p.sm_scale = a.sm_scale != 0 ? a.sm_scale : 1.f / std::sqrt(float(c.head_dim));
+  p.logits_soft_cap = a.logits_soft_cap;
+  p.rope_rcp_scale = 1.f / a.rope_scale;
+  p.rope_rcp_theta = 1.f / a.rope_theta;
+  const Kernel& kernel = s.work.large_tile ? s.large : s.small;
+  kernel.launch(Grid{unsigned(s.work.padded_work), unsigned(c.num_kv_heads)}, p, stream);
+
+  // The merge of split tiles: always launched in CUDA-graph mode (the device count may be 0).
+  const std::int64_t outputs = c.cuda_graph ? s.graph_capacity.outputs : s.work.num_outputs();
+  if (outputs == 0) return;
+  aotinfer_merge_varlen_params m{};
+  m.v = p.partial_o;
+  m.s = p.partial_lse;
+  m.indptr = int_array(s.layout.merge_indptr);
+  m.num_outputs_device = c.cuda_graph ? int_array(s.layout.counts) + 1 : nullptr;
+  m.output_row = int_array(s.layout.merge_row);
+  m.v_out = a.o;
+  m.s_out = a.lse;
+  m.num_outputs = std::int32_t(outputs);
+  m.num_heads = 1;  // outputs are (token, head) rows of o
+  const std::int64_t per_cta = s.merge.launch_info().tile[0];
+  s.merge.launch(Grid{unsigned((outputs + per_cta - 1) / per_cta)}, m, stream);
+}
+
+}  // namespace aotinfer

@@ -1,0 +1,180 @@
+#include "aotinfer/prefill_plan.hpp"
+
+#include <algorithm>
+#include <numeric>
+#include <string>
+
+#include "aotinfer/error.hpp"
+
+namespace aotinfer {
+namespace {
+
+[[noreturn]] void invalid(const std::string& what) { throw Error(ErrorCode::invalid_argument, what); }
+
+void check_limits(const PrefillPlanLimits& l) {
+  if (l.num_sms < 1 || l.num_kv_heads < 1 || l.num_qo_heads < l.num_kv_heads || l.num_qo_heads % l.num_kv_heads != 0 ||
+      l.large.rows < 1 || l.large.ctas_per_sm < 1 || l.small.rows < 1 || l.small.ctas_per_sm < 1 || l.kv_tile_tokens < 1)
+    invalid("prefill plan limits must be positive, with num_qo_heads a multiple of num_kv_heads (num_sms " +
+            std::to_string(l.num_sms) + ", heads " + std::to_string(l.num_qo_heads) + "/" + std::to_string(l.num_kv_heads) +
+            ", tiles " + std::to_string(l.large.rows) + "x" + std::to_string(l.large.ctas_per_sm) + " and " +
+            std::to_string(l.small.rows) + "x" + std::to_string(l.small.ctas_per_sm) + ", kv_tile_tokens " +
+            std::to_string(l.kv_tile_tokens) + ")");
+}
+
+// Work items that fill the GPU once with `tile`'s kernel.
+std::int64_t wave_items(const PrefillPlanLimits& l, const PrefillTile& tile) {
+  return std::max<std::int64_t>(1, std::int64_t(l.num_sms) * tile.ctas_per_sm / l.num_kv_heads);
+}
+
+// A tile of packed rows of one request with the keys it can see.
+struct QueryTile {
+  std::int32_t request, q_row, rows, extent;
+};
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+std::int64_t items_for_chunk(const std::vector<QueryTile>& tiles, std::int64_t chunk) {
+  std::int64_t items = 0;
+  for (const QueryTile& t : tiles) items += std::max<std::int64_t>(1, ceil_div(t.extent, chunk));
+  return items;
+}
+
+}  // namespace
+
+PrefillCapacity prefill_capacity(std::int64_t max_total_q, std::int32_t max_batch, const PrefillPlanLimits& l) {
+  check_limits(l);
+  const std::int64_t group = l.num_qo_heads / l.num_kv_heads;
+  PrefillCapacity c;
+  const bool graph = l.graph_work > 0;
+  for (const PrefillTile* tile : {&l.large, &l.small}) {
+    if (graph && tile == &l.small) break;  // graph plans use the large tile only
+    const std::int64_t wave = wave_items(l, *tile);
+    // Unsplit: a request's last tile may be partial, so one extra tile per request. Split plans
+    // exist only when the tiles fit in a wave, and each item holds at most `rows` rows per head.
+    const std::int64_t unsplit = ceil_div(max_total_q * group, tile->rows) + max_batch;
+    c.work = std::max({c.work, unsplit, wave});
+    c.states = std::max(c.states, wave * tile->rows * l.num_kv_heads);
+  }
+  c.outputs = std::min(c.states, max_total_q * l.num_qo_heads);
+  return c;
+}
+
+std::vector<std::int32_t> lengths_from_indptr(std::span<const std::int32_t> indptr, const char* what) {
+  if (indptr.empty()) invalid(std::string(what) + " must have batch + 1 entries, got an empty array");
+  if (indptr[0] != 0) invalid(std::string(what) + "[0] must be 0, got " + std::to_string(indptr[0]));
+  std::vector<std::int32_t> lengths(indptr.size() - 1);
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    if (indptr[i + 1] < indptr[i])
+      invalid(std::string(what) + " must not decrease: " + what + "[" + std::to_string(i + 1) + "] = " +
+              std::to_string(indptr[i + 1]) + " < " + what + "[" + std::to_string(i) + "] = " + std::to_string(indptr[i]));
+    lengths[i] = indptr[i + 1] - indptr[i];
+  }
+  return lengths;
+}
+
+void plan_prefill_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int32_t> kv_lengths,
+                       const PrefillPlanLimits& l, PrefillWorkPlan& plan) {
+  check_limits(l);
+  const std::vector<std::int32_t> qo_lengths = lengths_from_indptr(qo_indptr, "qo_indptr");
+  const std::int32_t batch = std::int32_t(qo_lengths.size());
+  if (kv_lengths.size() != qo_lengths.size())
+    invalid("qo_indptr describes " + std::to_string(batch) + " requests, the KV " + std::to_string(kv_lengths.size()));
+  const std::int32_t group = l.num_qo_heads / l.num_kv_heads;
+  std::int64_t packed_total = 0;
+  for (std::int32_t i = 0; i < batch; ++i) {
+    if (l.causal && qo_lengths[i] > kv_lengths[i])
+      invalid("request " + std::to_string(i) + " has " + std::to_string(qo_lengths[i]) + " query tokens but " +
+              std::to_string(kv_lengths[i]) +
+              " keys; a causal mask places the queries at the end of the KV, so qo_len must be <= kv_len");
+    packed_total += std::int64_t(qo_lengths[i]) * group;
+  }
+  if (packed_total > INT32_MAX) invalid("the batch has more than 2^31 packed query rows");
+
+  // 1. The tile.
+  const bool graph = l.graph_work > 0;
+  plan.large_tile = graph || batch == 0 || packed_total > std::int64_t(l.small.rows) * batch;
+  const PrefillTile& tile = plan.large_tile ? l.large : l.small;
+  plan.tile_rows = tile.rows;
+
+  // 2. Tiles and their key extents.
+  std::vector<QueryTile> tiles;
+  std::int32_t longest = 0;
+  for (std::int32_t i = 0; i < batch; ++i) {
+    const std::int32_t packed = qo_lengths[i] * group, kv = kv_lengths[i];
+    for (std::int32_t row = 0; row < packed; row += tile.rows) {
+      const std::int32_t rows = std::min(tile.rows, packed - row);
+      const std::int32_t last_token = (row + rows - 1) / group;
+      const std::int32_t extent = l.causal ? std::min(kv, kv - qo_lengths[i] + last_token + 1) : kv;
+      tiles.push_back({i, row, rows, extent});
+      longest = std::max(longest, extent);
+    }
+  }
+
+  // 3. The chunk: the smallest multiple of the KV tile whose items fit in a wave.
+  const std::int64_t wave = wave_items(l, tile);
+  const std::int64_t max_chunk_tiles = std::max<std::int64_t>(1, ceil_div(longest, l.kv_tile_tokens));
+  std::int64_t chunk_tiles = max_chunk_tiles;
+  if (std::int64_t(tiles.size()) < wave) {
+    std::int64_t lo = 1, hi = max_chunk_tiles;
+    while (lo < hi) {
+      const std::int64_t mid = (lo + hi) / 2;
+      if (items_for_chunk(tiles, mid * l.kv_tile_tokens) <= wave) hi = mid;
+      else lo = mid + 1;
+    }
+    chunk_tiles = lo;
+  }
+  const std::int64_t chunk = chunk_tiles * l.kv_tile_tokens;
+  plan.split = chunk_tiles < max_chunk_tiles;
+  plan.chunk_tokens = plan.split ? std::int32_t(chunk) : 0;
+
+  // 4-5. Items, states and merge outputs.
+  struct Item {
+    std::int32_t request, q_row, begin, end, state, stride;
+  };
+  std::vector<Item> items;
+  plan.num_states = 0;
+  plan.merge_indptr.assign(1, 0);
+  plan.merge_row.clear();
+  for (const QueryTile& t : tiles) {
+    const std::int32_t chunks = plan.split ? std::int32_t(std::max<std::int64_t>(1, ceil_div(t.extent, chunk))) : 1;
+    if (chunks == 1) {
+      items.push_back({t.request, t.q_row, 0, t.extent, -1, 0});
+      continue;
+    }
+    const std::int32_t first_state = plan.num_states;
+    for (std::int32_t c = 0; c < chunks; ++c)
+      items.push_back({t.request, t.q_row, std::int32_t(c * chunk), std::int32_t(std::min<std::int64_t>(t.extent, (c + 1) * chunk)),
+                       first_state + c, chunks});
+    // State (kv_head, row, chunk) = first_state + (kv_head * rows + row) * chunks + chunk.
+    for (std::int32_t kv_head = 0; kv_head < l.num_kv_heads; ++kv_head)
+      for (std::int32_t r = 0; r < t.rows; ++r) {
+        const std::int32_t packed = t.q_row + r;
+        plan.merge_row.push_back((qo_indptr[t.request] + packed / group) * l.num_qo_heads + kv_head * group + packed % group);
+        plan.num_states += chunks;
+        plan.merge_indptr.push_back(plan.num_states);
+      }
+  }
+  std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.end - a.begin > b.end - b.begin; });
+
+  plan.num_work = std::int32_t(items.size());
+  if (graph && plan.num_work > l.graph_work)
+    invalid("this batch needs " + std::to_string(plan.num_work) + " work items; the CUDA-graph grid holds " +
+            std::to_string(l.graph_work) + " (raise max_total_q or max_batch)");
+  plan.padded_work = graph ? l.graph_work : plan.num_work;
+  plan.request.assign(plan.padded_work, 0);
+  plan.q_row.assign(plan.padded_work, 0);
+  plan.kv_begin.assign(plan.padded_work, 0);
+  plan.kv_end.assign(plan.padded_work, 0);
+  plan.state.assign(plan.padded_work, -1);
+  plan.state_stride.assign(plan.padded_work, 0);
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    plan.request[i] = items[i].request;
+    plan.q_row[i] = items[i].q_row;
+    plan.kv_begin[i] = items[i].begin;
+    plan.kv_end[i] = items[i].end;
+    plan.state[i] = items[i].state;
+    plan.state_stride[i] = items[i].stride;
+  }
+}
+
+}  // namespace aotinfer

@@ -1,0 +1,78 @@
+/* Parameters of the batch prefill families (templates/batch_prefill.cuh): every query token of a
+ * request attends to the request's KV, paged (batch_prefill_paged, paged_kv.h) or ragged
+ * (batch_prefill_ragged, ragged below). Requests are ragged along tokens:
+ *
+ *   q   [total_q, num_qo_heads, head_dim]  dtype_q, request i owns rows qo_indptr[i] .. [i+1]
+ *   o   [total_q, num_qo_heads, head_dim]  dtype_o
+ *   lse [total_q, num_qo_heads]            float, natural log; may be NULL
+ * Query head h reads KV head h / group, group = num_qo_heads / num_kv_heads (GQA, run time).
+ *
+ * Request i has qo_len query tokens and kv_len keys; query token t sits at position
+ * kv_len - qo_len + t (its queries are the last tokens of the KV). Scores:
+ *   s = (q . k) * sm_scale, then (soft_cap axis) s = logits_soft_cap * tanh(s / cap);
+ *   mask causal: key j is kept when j <= kv_len - qo_len + t;
+ *   sliding_window axis: key j is kept when j >= kv_len - qo_len + t - window_left;
+ *   rope_llama: q and k are rotated at their positions (non-interleaved "rotate half", frequency
+ *   rope_rcp_scale * rope_rcp_theta^(2i/d)) in fp32 and rounded to the operand type.
+ * The operand type of both products is dtype_kv (q is rounded to it when the types differ);
+ * accumulation and softmax are fp32. A row that keeps no key gets o = 0, lse = -inf. Causal
+ * plans with qo_len > kv_len are rejected by the planner.
+ *
+ * GQA rows are packed: the CTA for KV head kh works on "packed rows" R = t * group + g of a
+ * request (query token t, query head kh * group + g), so the group shares every K/V tile.
+ *
+ * The work partition comes from the planner (runtime/include/aotinfer/prefill_plan.hpp): CTA
+ * (x, kh) handles work item x = (request, packed rows [q_row, q_row + tile[0]), keys
+ * [kv_begin, kv_end)). With work_state[x] = -1 it writes o/lse; otherwise the tile's KV is split
+ * into work_state_stride[x] chunks and the item writes float states: row r of KV head kh goes to
+ * state work_state[x] + (kh * rows + r) * work_state_stride[x] (rows = valid rows of the tile) of
+ * partial_o [states, head_dim] / partial_lse [states], which merge_state's merge_varlen combines.
+ * Items x >= *num_work exit at once (CUDA-graph padding).
+ *
+ * Launch info: tile[0] = packed query rows per CTA, tile[1] = KV tokens per pipeline stage,
+ * tile[2] = head_dim. */
+#ifndef AOTINFER_PARAMS_BATCH_PREFILL_H
+#define AOTINFER_PARAMS_BATCH_PREFILL_H
+
+#include <stdint.h>
+
+#include "aotinfer/params/paged_kv.h"
+
+/* Ragged KV: request i owns tokens indptr[i] .. indptr[i+1] of k and v, token t of KV head h at
+ * element t * stride_token + h * stride_head (its head_dim values contiguous). */
+typedef struct aotinfer_ragged_kv {
+  const void* k;
+  const void* v;
+  const int32_t* indptr; /* [batch + 1] */
+  int64_t stride_token;  /* elements */
+  int64_t stride_head;
+  int32_t num_kv_heads;
+} aotinfer_ragged_kv;
+
+typedef struct aotinfer_batch_prefill_params {
+  const void* q;
+  const int32_t* qo_indptr;  /* [batch + 1] */
+  aotinfer_paged_kv paged;   /* batch_prefill_paged reads this */
+  aotinfer_ragged_kv ragged; /* batch_prefill_ragged reads this */
+  void* o;
+  float* lse;
+
+  const int32_t* work_request;      /* [padded work] */
+  const int32_t* work_q_row;        /* [padded work] first packed row of the tile */
+  const int32_t* work_kv_begin;     /* [padded work] request-relative key index */
+  const int32_t* work_kv_end;       /* [padded work] */
+  const int32_t* work_state;        /* [padded work] -1: write o directly */
+  const int32_t* work_state_stride; /* [padded work] */
+  const int32_t* num_work;          /* device scalar */
+  float* partial_o;
+  float* partial_lse;
+
+  int32_t num_qo_heads;
+  int32_t window_left; /* sliding_window axis */
+  float sm_scale;
+  float logits_soft_cap;
+  float rope_rcp_scale;
+  float rope_rcp_theta;
+} aotinfer_batch_prefill_params;
+
+#endif

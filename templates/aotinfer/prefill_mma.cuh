@@ -1,0 +1,394 @@
+// Batch prefill on tensor cores (sm_80+), FlashAttention-2 style: a CTA of 4 warps owns a tile
+// of packed query rows (aotinfer/params/batch_prefill.h) and streams the KV of one KV head
+// through a cp.async pipeline of swizzled shared-memory tiles; each warp owns 16 * kMmaQ rows and
+// keeps their softmax state and output in registers.
+//   S = Q K^T: A = Q rows (ldmatrix), B = K rows (ldmatrix);
+//   O += P V:  A = P (the S accumulators, repacked in registers), B = V (ldmatrix.trans).
+// Where the KV rows live is the KvRows policy (paged pages or ragged rows), so both prefill
+// families share this kernel.
+#pragma once
+#include <limits.h>
+#include <math.h>
+
+#include <type_traits>
+
+#include "aotinfer/abi.h"
+#include "aotinfer/attention.cuh"
+#include "aotinfer/mma.cuh"
+#include "aotinfer/params/batch_prefill.h"
+
+namespace aotinfer {
+
+// A request's keys in a paged cache, for one KV head: element offset of key `pos`.
+template <typename T>
+struct PagedKvRows {
+  const T* k;
+  const T* v;
+  const int32_t* pages;
+  int64_t stride_page, stride_token;
+  int page_size;
+  int length;
+
+  __device__ __forceinline__ PagedKvRows(const aotinfer_batch_prefill_params& p, int request, int kv_head) {
+    const aotinfer_paged_kv& kv = p.paged;
+    const int first = kv.indptr[request], num_pages = kv.indptr[request + 1] - first;
+    k = static_cast<const T*>(kv.k_pages) + kv_head * kv.stride_head;
+    v = static_cast<const T*>(kv.v_pages) + kv_head * kv.stride_head;
+    pages = kv.indices + first;
+    stride_page = kv.stride_page;
+    stride_token = kv.stride_token;
+    page_size = kv.page_size;
+    length = num_pages == 0 ? 0 : (num_pages - 1) * kv.page_size + kv.last_page_len[request];
+  }
+  __device__ __forceinline__ int64_t offset(int pos) const {
+    return int64_t(pages[pos / page_size]) * stride_page + int64_t(pos % page_size) * stride_token;
+  }
+};
+
+// A request's keys in ragged K/V tensors, for one KV head.
+template <typename T>
+struct RaggedKvRows {
+  const T* k;
+  const T* v;
+  int64_t stride_token;
+  int length;
+
+  __device__ __forceinline__ RaggedKvRows(const aotinfer_batch_prefill_params& p, int request, int kv_head) {
+    const aotinfer_ragged_kv& kv = p.ragged;
+    const int first = kv.indptr[request];
+    const int64_t base = int64_t(first) * kv.stride_token + kv_head * kv.stride_head;
+    k = static_cast<const T*>(kv.k) + base;
+    v = static_cast<const T*>(kv.v) + base;
+    stride_token = kv.stride_token;
+    length = kv.indptr[request + 1] - first;
+  }
+  __device__ __forceinline__ int64_t offset(int pos) const { return int64_t(pos) * stride_token; }
+};
+
+template <typename dtype_q, typename dtype_kv, int head_dim, typename dtype_o, MaskMode mask, PosEncoding pos_encoding,
+          bool sliding_window, bool soft_cap, template <typename> class KvRows, int kMmaQ>
+struct PrefillMma {
+  static_assert(sizeof(dtype_kv) == 2 && sizeof(dtype_q) == 2 && sizeof(dtype_o) == 2, "16-bit operands and output");
+  using dtype = dtype_kv;  // the mma operand type
+  static constexpr bool kRope = pos_encoding == PosEncoding::rope_llama;
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kWarpRows = 16 * kMmaQ;
+  static constexpr int kRows = kWarps * kWarpRows;    // packed query rows per CTA
+  static constexpr int kKv = head_dim <= 128 ? 64 : 32;  // keys per stage
+  static constexpr int kStages = 2;
+  static constexpr int kChunks = head_dim / 8;  // 16-byte chunks per row
+  static constexpr int kRowBytes = head_dim * 2;
+  static constexpr int kTileBytes = kKv * kRowBytes;  // K (or V) of one stage
+  static constexpr int kStageBytes = 2 * kTileBytes;
+  static constexpr int kQBytes = kRows * kRowBytes;
+  static constexpr int kFreqOffset = kQBytes + kStages * kStageBytes;
+  static constexpr int kSmemBytes = kFreqOffset + (kRope ? head_dim / 2 * 4 : 0);
+  static constexpr int kKSteps = head_dim / 16;  // of Q K^T
+  static constexpr int kKvTiles = kKv / 8;       // n-tiles of S
+  static constexpr int kDimTiles = head_dim / 8;  // n-tiles of O
+  // q rows land by cp.async unless they must be rotated or converted on the way.
+  static constexpr bool kQCopied = std::is_same_v<dtype_q, dtype_kv> && !kRope;
+  static_assert(head_dim % 64 == 0 && kKv * kChunks % kThreads == 0 && kRows * kChunks % kThreads == 0, "tile shape");
+
+  static constexpr aotinfer_launch_info launch =
+      make_launch_info<aotinfer_batch_prefill_params>(kThreads, kSmemBytes, kRows, kKv, head_dim);
+
+  // Byte offset of (row, chunk) in a Q, K or V tile: chunks are XORed with row % 8 so that the 8
+  // rows one ldmatrix phase reads at a column fall in 8 different banks.
+  static __device__ __forceinline__ int swizzle(int row, int chunk) {
+    return row * kRowBytes + ((chunk ^ (row & 7)) << 4);
+  }
+
+  // Keys [start, start + kKv) into a stage; keys >= end are zero-filled.
+  static __device__ __forceinline__ void load_kv(const KvRows<dtype_kv>& rows, char* stage, int start, int end) {
+#pragma unroll
+    for (int i = 0; i < kKv * kChunks / kThreads; ++i) {
+      const int flat = i * kThreads + threadIdx.x, token = flat / kChunks, chunk = flat % kChunks;
+      const int pos = start + token;
+      const bool valid = pos < end;
+      const int64_t offset = valid ? rows.offset(pos) + chunk * 8 : 0;
+      cp_async_16(stage + swizzle(token, chunk), rows.k + offset, valid);
+      cp_async_16(stage + kTileBytes + swizzle(token, chunk), rows.v + offset, valid);
+    }
+  }
+
+  // Rotates x (lo half) and y (hi half) of 8 dimension pairs starting at `dim` by pos * freq.
+  static __device__ __forceinline__ void rotate8(float (&lo)[8], float (&hi)[8], const float* freq_s, int dim, int pos) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      float sin, cos;
+      sincosf(float(pos) * freq_s[dim + e], &sin, &cos);
+      const float rotated_lo = lo[e] * cos - hi[e] * sin;
+      hi[e] = hi[e] * cos + lo[e] * sin;
+      lo[e] = rotated_lo;
+    }
+  }
+
+  // RoPE on the landed K tile, in place (keys >= end are zeros and stay zeros).
+  static __device__ __forceinline__ void rotate_k(char* k_s, const float* freq_s, int start) {
+    for (int u = threadIdx.x; u < kKv * kChunks / 2; u += kThreads) {
+      const int token = u / (kChunks / 2), chunk = u % (kChunks / 2);
+      dtype* lo_p = reinterpret_cast<dtype*>(k_s + swizzle(token, chunk));
+      dtype* hi_p = reinterpret_cast<dtype*>(k_s + swizzle(token, chunk + kChunks / 2));
+      float lo[8], hi[8];
+      load8(lo_p, lo);
+      load8(hi_p, hi);
+      rotate8(lo, hi, freq_s, chunk * 8, start + token);
+      store8(lo_p, lo);
+      store8(hi_p, hi);
+    }
+  }
+
+  static __device__ void run(const aotinfer_batch_prefill_params& p) {
+    const int item = blockIdx.x;
+    if (item >= *p.num_work) return;
+    extern __shared__ __align__(16) char smem[];
+    char* q_s = smem;
+    char* stages = smem + kQBytes;
+    float* freq_s = reinterpret_cast<float*>(smem + kFreqOffset);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+
+    const int kv_head = blockIdx.y, request = p.work_request[item], q_row = p.work_q_row[item];
+    const KvRows<dtype_kv> rows(p, request, kv_head);
+    const int group = p.num_qo_heads / gridDim.y;
+    const int qo_begin = p.qo_indptr[request], qo_len = p.qo_indptr[request + 1] - qo_begin;
+    const int packed_len = qo_len * group;
+    const int valid_rows = min(kRows, packed_len - q_row);
+    const int kv_len = rows.length;
+    const int q_offset = kv_len - qo_len;  // position of query token 0
+    const int t_first = q_row / group, t_last = (q_row + valid_rows - 1) / group;
+
+    // The keys this CTA visits: its item's range, cut to what its rows can see.
+    int begin = p.work_kv_begin[item], end = min(p.work_kv_end[item], kv_len);
+    if constexpr (mask == MaskMode::causal) end = min(end, q_offset + t_last + 1);
+    if constexpr (sliding_window) begin = max(begin, q_offset + t_first - p.window_left);
+    const int num_tiles = end > begin ? (end - begin + kKv - 1) / kKv : 0;
+
+    if constexpr (kRope) {
+      for (int i = threadIdx.x; i < head_dim / 2; i += kThreads)
+        freq_s[i] = p.rope_rcp_scale * powf(p.rope_rcp_theta, float(2 * i) / float(head_dim));
+      __syncthreads();
+    }
+
+    // q rows (zeros beyond packed_len), then the first stages of KV.
+    auto q_source = [&](int row) {
+      const int packed = q_row + row, t = packed / group, head = kv_head * group + packed % group;
+      return static_cast<const dtype_q*>(p.q) + (int64_t(qo_begin + t) * p.num_qo_heads + head) * head_dim;
+    };
+    if constexpr (kQCopied) {
+#pragma unroll
+      for (int i = 0; i < kRows * kChunks / kThreads; ++i) {
+        const int flat = i * kThreads + threadIdx.x, row = flat / kChunks, chunk = flat % kChunks;
+        const bool valid = row < valid_rows;
+        cp_async_16(q_s + swizzle(row, chunk), valid ? q_source(row) + chunk * 8 : static_cast<const dtype_q*>(p.q), valid);
+      }
+    } else {
+      // Pairs of chunks (c, c + kChunks / 2) so that RoPE sees both halves of a pair.
+      for (int u = threadIdx.x; u < kRows * kChunks / 2; u += kThreads) {
+        const int row = u / (kChunks / 2), chunk = u % (kChunks / 2);
+        float lo[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f}, hi[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+        if (row < valid_rows) {
+          const dtype_q* src = q_source(row);
+          load8(src + chunk * 8, lo);
+          load8(src + chunk * 8 + head_dim / 2, hi);
+          if constexpr (kRope) rotate8(lo, hi, freq_s, chunk * 8, q_offset + (q_row + row) / group);
+        }
+        store8(reinterpret_cast<dtype*>(q_s + swizzle(row, chunk)), lo);
+        store8(reinterpret_cast<dtype*>(q_s + swizzle(row, chunk + kChunks / 2)), hi);
+      }
+    }
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (s < num_tiles) load_kv(rows, stages + s * kStageBytes, begin + s * kKv, end);
+      cp_async_commit();
+    }
+
+    // This thread's rows: m-tile m, half h is warp row 16 m + lane / 4 + 8 h. Their visible keys
+    // are [key_lo, key_hi] besides `end`.
+    int key_lo[kMmaQ][2], key_hi[kMmaQ][2];
+#pragma unroll
+    for (int m = 0; m < kMmaQ; ++m)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int t = (q_row + warp * kWarpRows + m * 16 + lane / 4 + 8 * h) / group;
+        key_hi[m][h] = mask == MaskMode::causal ? q_offset + t : INT_MAX;
+        key_lo[m][h] = sliding_window ? q_offset + t - p.window_left : INT_MIN;
+      }
+
+    // Scores in log2 units; the soft cap acts on the natural-unit score first.
+    const float score_scale = p.sm_scale * (soft_cap ? 1.f : kLog2e);
+    float row_m[kMmaQ][2], row_l[kMmaQ][2];
+    float o[kMmaQ][kDimTiles][4];
+#pragma unroll
+    for (int m = 0; m < kMmaQ; ++m) {
+      row_m[m][0] = row_m[m][1] = -INFINITY;
+      row_l[m][0] = row_l[m][1] = 0.f;
+#pragma unroll
+      for (int j = 0; j < kDimTiles; ++j) o[m][j][0] = o[m][j][1] = o[m][j][2] = o[m][j][3] = 0.f;
+    }
+    for (int tile = 0; tile < num_tiles; ++tile) {
+      cp_async_wait<kStages - 2>();
+      __syncthreads();  // this tile (and q) landed; everyone is done with the tile before it
+      {
+        const int next = tile + kStages - 1;
+        if (next < num_tiles) load_kv(rows, stages + (next % kStages) * kStageBytes, begin + next * kKv, end);
+        cp_async_commit();
+      }
+      char* k_s = stages + (tile % kStages) * kStageBytes;
+      const char* v_s = k_s + kTileBytes;
+      const int start = begin + tile * kKv;
+      if constexpr (kRope) {
+        rotate_k(k_s, freq_s, start);
+        __syncthreads();
+      }
+
+      float s[kMmaQ][kKvTiles][4];
+#pragma unroll
+      for (int m = 0; m < kMmaQ; ++m)
+#pragma unroll
+        for (int j = 0; j < kKvTiles; ++j) s[m][j][0] = s[m][j][1] = s[m][j][2] = s[m][j][3] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < kKSteps; ++kk) {
+        uint32_t a[kMmaQ][4];
+#pragma unroll
+        for (int m = 0; m < kMmaQ; ++m)
+          ldmatrix_x4(a[m], q_s + swizzle(warp * kWarpRows + m * 16 + lane % 16, kk * 2 + lane / 16));
+#pragma unroll
+        for (int jj = 0; jj < kKv / 16; ++jj) {
+          uint32_t b[4];
+          ldmatrix_x4(b, k_s + swizzle(jj * 16 + (lane / 16) * 8 + lane % 8, kk * 2 + (lane / 8) % 2));
+#pragma unroll
+          for (int m = 0; m < kMmaQ; ++m) {
+            mma_16816<dtype>(s[m][2 * jj], a[m], b[0], b[1]);
+            mma_16816<dtype>(s[m][2 * jj + 1], a[m], b[2], b[3]);
+          }
+        }
+      }
+
+      // Masks only where the tile crosses an edge some row of the CTA can see.
+      const bool edge = start + kKv > end || (mask == MaskMode::causal && start + kKv - 1 > q_offset + t_first) ||
+                        (sliding_window && start < q_offset + t_last - p.window_left);
+      // Element (m, j, e) is row (m, e / 2), key start + 8 j + 2 (lane % 4) + e % 2.
+#pragma unroll
+      for (int m = 0; m < kMmaQ; ++m) {
+        float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int j = 0; j < kKvTiles; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            float x = s[m][j][e] * score_scale;
+            if constexpr (soft_cap) x = p.logits_soft_cap * tanhf(x / p.logits_soft_cap) * kLog2e;
+            if (edge) {
+              const int pos = start + 8 * j + 2 * (lane % 4) + e % 2, h = e / 2;
+              if (pos >= end || pos > key_hi[m][h] || pos < key_lo[m][h]) x = -INFINITY;
+            }
+            s[m][j][e] = x;
+            tile_max[e / 2] = fmaxf(tile_max[e / 2], x);
+          }
+        float alpha[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
+          tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
+          const float new_m = fmaxf(row_m[m][h], tile_max[h]);
+          alpha[h] = new_m == -INFINITY ? 1.f : exp2f(row_m[m][h] - new_m);
+          row_m[m][h] = new_m;
+        }
+        // Row sums stay per thread (each lane holds a quarter of a row) until the epilogue.
+#pragma unroll
+        for (int j = 0; j < kKvTiles; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float mx = row_m[m][e / 2];
+            s[m][j][e] = mx == -INFINITY ? 0.f : exp2f(s[m][j][e] - mx);
+          }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          float sum = 0.f;
+#pragma unroll
+          for (int j = 0; j < kKvTiles; ++j) sum += s[m][j][2 * h] + s[m][j][2 * h + 1];
+          row_l[m][h] = row_l[m][h] * alpha[h] + sum;
+        }
+#pragma unroll
+        for (int j = 0; j < kDimTiles; ++j) {
+          o[m][j][0] *= alpha[0];
+          o[m][j][1] *= alpha[0];
+          o[m][j][2] *= alpha[1];
+          o[m][j][3] *= alpha[1];
+        }
+      }
+
+      // O += P V, 16 keys at a time: two S n-tiles are exactly the A fragment of a 16x16 P.
+#pragma unroll
+      for (int jj = 0; jj < kKv / 16; ++jj) {
+        uint32_t a[kMmaQ][4];
+#pragma unroll
+        for (int m = 0; m < kMmaQ; ++m) {
+          a[m][0] = pack2<dtype>(s[m][2 * jj][0], s[m][2 * jj][1]);
+          a[m][1] = pack2<dtype>(s[m][2 * jj][2], s[m][2 * jj][3]);
+          a[m][2] = pack2<dtype>(s[m][2 * jj + 1][0], s[m][2 * jj + 1][1]);
+          a[m][3] = pack2<dtype>(s[m][2 * jj + 1][2], s[m][2 * jj + 1][3]);
+        }
+#pragma unroll
+        for (int j = 0; j < kDimTiles; j += 2) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, v_s + swizzle(jj * 16 + ((lane / 8) % 2) * 8 + lane % 8, j + lane / 16));
+#pragma unroll
+          for (int m = 0; m < kMmaQ; ++m) {
+            mma_16816<dtype>(o[m][j], a[m], b[0], b[1]);
+            mma_16816<dtype>(o[m][j + 1], a[m], b[2], b[3]);
+          }
+        }
+      }
+    }
+    cp_async_wait<0>();
+    __syncthreads();  // q rows written by other threads are complete before a warp reuses its own
+
+    // Epilogue: normalise; write o/lse (through this warp's q rows, for 16-byte stores) or the
+    // float state of a split tile.
+    const int state_base = p.work_state[item], state_stride = p.work_state_stride[item];
+#pragma unroll
+    for (int m = 0; m < kMmaQ; ++m)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float l = row_l[m][h];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const float inv = l > 0.f ? 1.f / l : 0.f;
+        const float lse = l > 0.f ? (row_m[m][h] + log2f(l)) * kLn2 : -INFINITY;
+        const int row = warp * kWarpRows + m * 16 + lane / 4 + 8 * h;
+        if (state_base < 0) {
+#pragma unroll
+          for (int j = 0; j < kDimTiles; ++j) {
+            const uint32_t pair = pack2<dtype_o>(o[m][j][2 * h] * inv, o[m][j][2 * h + 1] * inv);
+            *reinterpret_cast<uint32_t*>(q_s + swizzle(row, j) + (lane % 4) * 4) = pair;
+          }
+          if (p.lse && lane % 4 == 0 && row < valid_rows) {
+            const int packed = q_row + row;
+            p.lse[int64_t(qo_begin + packed / group) * p.num_qo_heads + kv_head * group + packed % group] = lse;
+          }
+        } else if (row < valid_rows) {
+          const int64_t state = state_base + int64_t(kv_head * valid_rows + row) * state_stride;
+#pragma unroll
+          for (int j = 0; j < kDimTiles; ++j)
+            *reinterpret_cast<float2*>(p.partial_o + state * head_dim + j * 8 + 2 * (lane % 4)) =
+                make_float2(o[m][j][2 * h] * inv, o[m][j][2 * h + 1] * inv);
+          if (lane % 4 == 0) p.partial_lse[state] = lse;
+        }
+      }
+    if (state_base < 0) {
+      __syncwarp();
+      for (int i = lane; i < kWarpRows * kChunks; i += 32) {
+        const int row = warp * kWarpRows + i / kChunks, chunk = i % kChunks;
+        if (row >= valid_rows) continue;
+        const int packed = q_row + row;
+        dtype_o* dst = static_cast<dtype_o*>(p.o) +
+                       (int64_t(qo_begin + packed / group) * p.num_qo_heads + kv_head * group + packed % group) * head_dim;
+        *reinterpret_cast<uint4*>(dst + chunk * 8) = *reinterpret_cast<const uint4*>(q_s + swizzle(row, chunk));
+      }
+    }
+  }
+};
+
+}  // namespace aotinfer

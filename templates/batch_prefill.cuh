@@ -1,0 +1,60 @@
+// batch_prefill_paged and batch_prefill_ragged: every query token of a batch of requests
+// attends to its request's KV (paged cache or ragged tensors). Contract:
+// aotinfer/params/batch_prefill.h. Both families run the tensor-core kernel of
+// aotinfer/prefill_mma.cuh and differ only in where K and V rows live.
+//
+// Two entries per variant, one per CTA query tile, so that the planner can match the tile to the
+// batch: `prefill` (128 packed rows, 2 m-tiles per warp; 64 for head_dim 256, whose output
+// accumulators leave no registers for a second m-tile) and `prefill_small` (64 rows), which
+// wastes fewer rows on short or decode-like requests.
+#pragma once
+#include "aotinfer/abi.h"
+#include "aotinfer/annotate.h"
+#include "aotinfer/attention.cuh"
+#include "aotinfer/prefill_mma.cuh"
+
+namespace aotinfer {
+
+template <typename dtype_q, int head_dim, MaskMode mask, typename dtype_kv = dtype_q, typename dtype_o = dtype_q,
+          PosEncoding pos_encoding = PosEncoding::none, bool sliding_window = false, bool soft_cap = false>
+struct AOTINFER_FAMILY("batch_prefill_paged")
+    AOTINFER_VALUES("dtype_q", "f16", "bf16")
+    AOTINFER_VALUES("head_dim", 64, 128, 256)
+    AOTINFER_VALUES("dtype_kv", "f16", "bf16")
+    AOTINFER_VALUES("dtype_o", "f16", "bf16")
+    AOTINFER_VALUES("pos_encoding", "none", "rope_llama") batch_prefill_paged {
+  template <int kMmaQ>
+  using Kernel = PrefillMma<dtype_q, dtype_kv, head_dim, dtype_o, mask, pos_encoding, sliding_window, soft_cap,
+                            PagedKvRows, kMmaQ>;
+  using Large = Kernel<head_dim <= 128 ? 2 : 1>;
+  using Small = Kernel<1>;
+
+  static constexpr aotinfer_launch_info prefill_launch = Large::launch;
+  AOTINFER_ENTRY static __device__ void prefill(const aotinfer_batch_prefill_params& p) { Large::run(p); }
+
+  static constexpr aotinfer_launch_info prefill_small_launch = Small::launch;
+  AOTINFER_ENTRY static __device__ void prefill_small(const aotinfer_batch_prefill_params& p) { Small::run(p); }
+};
+
+template <typename dtype_q, int head_dim, MaskMode mask, typename dtype_kv = dtype_q, typename dtype_o = dtype_q,
+          PosEncoding pos_encoding = PosEncoding::none, bool sliding_window = false, bool soft_cap = false>
+struct AOTINFER_FAMILY("batch_prefill_ragged")
+    AOTINFER_VALUES("dtype_q", "f16", "bf16")
+    AOTINFER_VALUES("head_dim", 64, 128, 256)
+    AOTINFER_VALUES("dtype_kv", "f16", "bf16")
+    AOTINFER_VALUES("dtype_o", "f16", "bf16")
+    AOTINFER_VALUES("pos_encoding", "none", "rope_llama") batch_prefill_ragged {
+  template <int kMmaQ>
+  using Kernel = PrefillMma<dtype_q, dtype_kv, head_dim, dtype_o, mask, pos_encoding, sliding_window, soft_cap,
+                            RaggedKvRows, kMmaQ>;
+  using Large = Kernel<head_dim <= 128 ? 2 : 1>;
+  using Small = Kernel<1>;
+
+  static constexpr aotinfer_launch_info prefill_launch = Large::launch;
+  AOTINFER_ENTRY static __device__ void prefill(const aotinfer_batch_prefill_params& p) { Large::run(p); }
+
+  static constexpr aotinfer_launch_info prefill_small_launch = Small::launch;
+  AOTINFER_ENTRY static __device__ void prefill_small(const aotinfer_batch_prefill_params& p) { Small::run(p); }
+};
+
+}  // namespace aotinfer
