@@ -21,3 +21,12 @@ if [ $have_torch = 1 ]; then
 else
   echo "(PyTorch not installed: peers skipped)"
 fi
+
+echo
+echo "== batch_prefill benchmark ($pkg)"
+"$root/build-gpu/bench/aotinfer_bench_prefill" "$pkg" "$out/prefill.jsonl"
+if [ $have_torch = 1 ]; then
+  PYTHONUNBUFFERED=1 python3 "$root/bench/prefill_torch.py" "$out/prefill.jsonl"
+else
+  echo "(PyTorch not installed: peers skipped)"
+fi

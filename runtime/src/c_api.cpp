@@ -6,6 +6,7 @@
 
 #include "aotinfer/append_paged_kv.hpp"
 #include "aotinfer/batch_decode.hpp"
+#include "aotinfer/batch_prefill.hpp"
 #include "aotinfer/merge_state.hpp"
 #include "aotinfer/package.hpp"
 
@@ -16,6 +17,10 @@ struct aotinfer_package {
 
 struct aotinfer_batch_decode {
   aotinfer::BatchDecode decode;
+};
+
+struct aotinfer_batch_prefill {
+  aotinfer::BatchPrefill prefill;
 };
 
 namespace {
@@ -198,6 +203,118 @@ aotinfer_status aotinfer_batch_decode_run(const aotinfer_batch_decode* decode, c
     args.v_scale = a->v_scale != 0 ? a->v_scale : 1.f;
     args.window_left = a->window_left;
     decode->decode.run(args, static_cast<aotinfer::Stream>(stream));
+  });
+}
+
+aotinfer_status aotinfer_batch_prefill_create(const aotinfer_package* package, const aotinfer_batch_prefill_config* c,
+                                              aotinfer_batch_prefill** out) {
+  if (!package || !c || !out) return null_argument("package, config and out");
+  *out = nullptr;
+  return guarded([&] {
+    auto invalid = [](const std::string& what) { throw aotinfer::Error(aotinfer::ErrorCode::invalid_argument, what); };
+    aotinfer::BatchPrefillConfig config;
+    config.dtype_q = dtype_arg(c->dtype_q, "dtype_q");
+    config.dtype_kv = c->dtype_kv ? dtype_arg(c->dtype_kv, "dtype_kv") : config.dtype_q;
+    config.dtype_o = c->dtype_o ? dtype_arg(c->dtype_o, "dtype_o") : config.dtype_q;
+    config.head_dim = c->head_dim;
+    config.num_qo_heads = c->num_qo_heads;
+    config.num_kv_heads = c->num_kv_heads;
+    const std::string storage = c->kv_storage ? c->kv_storage : "paged";
+    if (storage != "paged" && storage != "ragged")
+      invalid("kv_storage must be \"paged\" or \"ragged\", got \"" + storage + "\"");
+    config.kv_storage = storage == "paged" ? aotinfer::KvStorage::paged : aotinfer::KvStorage::ragged;
+    config.page_size = c->page_size;
+    const std::string layout = c->layout ? c->layout : "nhd";
+    if (layout != "nhd" && layout != "hnd") invalid("layout must be \"nhd\" or \"hnd\", got \"" + layout + "\"");
+    config.layout = layout == "nhd" ? aotinfer::KvLayout::nhd : aotinfer::KvLayout::hnd;
+    const std::string mask = c->mask ? c->mask : "causal";
+    if (mask != "none" && mask != "causal") invalid("mask must be \"none\" or \"causal\", got \"" + mask + "\"");
+    config.mask = mask == "causal" ? aotinfer::MaskMode::causal : aotinfer::MaskMode::none;
+    const std::string pos = c->pos_encoding ? c->pos_encoding : "none";
+    if (pos == "none") config.pos_encoding = aotinfer::PosEncoding::none;
+    else if (pos == "rope_llama") config.pos_encoding = aotinfer::PosEncoding::rope_llama;
+    else if (pos == "alibi") config.pos_encoding = aotinfer::PosEncoding::alibi;  // BatchPrefill says why not
+    else invalid("pos_encoding must be none or rope_llama, got \"" + pos + "\"");
+    config.sliding_window = c->sliding_window != 0;
+    config.soft_cap = c->soft_cap != 0;
+    config.cuda_graph = c->cuda_graph != 0;
+    config.max_batch = c->max_batch;
+    config.max_total_q = c->max_total_q;
+    *out = new aotinfer_batch_prefill{aotinfer::BatchPrefill(package->package, config)};
+  });
+}
+
+void aotinfer_batch_prefill_destroy(aotinfer_batch_prefill* prefill) { delete prefill; }
+
+aotinfer_status aotinfer_batch_prefill_workspace_sizes(const aotinfer_batch_prefill* prefill, int64_t max_total_q,
+                                                       int32_t max_batch, size_t* float_bytes, size_t* int_bytes) {
+  if (!prefill || !float_bytes || !int_bytes) return null_argument("prefill, float_bytes and int_bytes");
+  return guarded([&] {
+    auto sizes = prefill->prefill.workspace_sizes(max_total_q, max_batch);
+    *float_bytes = sizes.float_bytes;
+    *int_bytes = sizes.int_bytes;
+  });
+}
+
+aotinfer_status aotinfer_batch_prefill_plan_paged(aotinfer_batch_prefill* prefill, const int32_t* qo_indptr,
+                                                  const int32_t* kv_indptr, int32_t batch,
+                                                  const int32_t* kv_last_page_len, const int32_t* kv_indices,
+                                                  int32_t num_indices, int32_t num_pages, void* float_workspace,
+                                                  size_t float_bytes, void* int_workspace, size_t int_bytes,
+                                                  void* stream) {
+  if (!prefill || !qo_indptr || !kv_indptr || (batch > 0 && !kv_last_page_len))
+    return null_argument("prefill, qo_indptr, kv_indptr and kv_last_page_len");
+  if (batch < 0 || num_indices < 0) {
+    last_error = "batch and num_indices must be >= 0";
+    return AOTINFER_INVALID_ARGUMENT;
+  }
+  return guarded([&] {
+    prefill->prefill.plan_paged({qo_indptr, std::size_t(batch) + 1}, {kv_indptr, std::size_t(batch) + 1},
+                                {kv_last_page_len, std::size_t(batch)},
+                                {kv_indices, kv_indices ? std::size_t(num_indices) : 0}, num_pages,
+                                {float_workspace, float_bytes, int_workspace, int_bytes},
+                                static_cast<aotinfer::Stream>(stream));
+  });
+}
+
+aotinfer_status aotinfer_batch_prefill_plan_ragged(aotinfer_batch_prefill* prefill, const int32_t* qo_indptr,
+                                                   const int32_t* kv_indptr, int32_t batch, void* float_workspace,
+                                                   size_t float_bytes, void* int_workspace, size_t int_bytes,
+                                                   void* stream) {
+  if (!prefill || !qo_indptr || !kv_indptr) return null_argument("prefill, qo_indptr and kv_indptr");
+  if (batch < 0) {
+    last_error = "batch must be >= 0";
+    return AOTINFER_INVALID_ARGUMENT;
+  }
+  return guarded([&] {
+    prefill->prefill.plan_ragged({qo_indptr, std::size_t(batch) + 1}, {kv_indptr, std::size_t(batch) + 1},
+                                 {float_workspace, float_bytes, int_workspace, int_bytes},
+                                 static_cast<aotinfer::Stream>(stream));
+  });
+}
+
+aotinfer_status aotinfer_batch_prefill_run(const aotinfer_batch_prefill* prefill,
+                                           const aotinfer_batch_prefill_run_args* a, void* stream) {
+  if (!prefill || !a) return null_argument("prefill and args");
+  return guarded([&] {
+    aotinfer::PrefillRunArgs args;
+    args.batch = a->batch;
+    args.total_q = a->total_q;
+    args.q = a->q;
+    args.qo_indptr = a->qo_indptr;
+    args.k = a->k;
+    args.v = a->v;
+    args.kv_indptr = a->kv_indptr;
+    args.kv_indices = a->kv_indices;
+    args.kv_last_page_len = a->kv_last_page_len;
+    args.o = a->o;
+    args.lse = a->lse;
+    args.sm_scale = a->sm_scale;
+    args.logits_soft_cap = a->logits_soft_cap;
+    args.rope_scale = a->rope_scale != 0 ? a->rope_scale : 1.f;
+    args.rope_theta = a->rope_theta != 0 ? a->rope_theta : 1e4f;
+    args.window_left = a->window_left;
+    prefill->prefill.run(args, static_cast<aotinfer::Stream>(stream));
   });
 }
 

@@ -47,6 +47,7 @@ struct DeviceBuffer {
     if (cudaMalloc(&ptr, std::max<std::size_t>(n, 1) * sizeof(T)) != cudaSuccess) throw std::bad_alloc();
   }
   ~DeviceBuffer() { cudaFree(ptr); }
+  DeviceBuffer(DeviceBuffer&& other) noexcept : ptr(other.ptr), count(other.count) { other.ptr = nullptr; }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   void upload(const std::vector<T>& host) { REQUIRE(cudaMemcpy(ptr, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice) == cudaSuccess); }

@@ -225,5 +225,85 @@ class BatchDecode:
         _check(_capi.lib.aotinfer_batch_decode_run(self._handle, ctypes.byref(args), stream_handle(stream)))
 
 
+class BatchPrefill:
+    """Batch prefill (many query tokens per request) over a paged or ragged KV cache, plan/run
+    (aotinfer/batch_prefill.hpp). Query token t of a request with qo_len queries and kv_len keys
+    sits at position kv_len - qo_len + t; mask="causal" lets it see keys 0 .. kv_len - qo_len + t."""
+
+    def __init__(self, package, num_qo_heads, num_kv_heads, head_dim, kv_storage="paged", page_size=16,
+                 dtype_q="bf16", dtype_kv=None, dtype_o=None, layout="nhd", mask="causal", pos_encoding="none",
+                 sliding_window=False, soft_cap=False, cuda_graph=False, max_batch=0, max_total_q=0):
+        self.package, self.kv_storage, self.layout, self.page_size = package, kv_storage, layout, page_size
+        self.num_qo_heads, self.num_kv_heads, self.head_dim = num_qo_heads, num_kv_heads, head_dim
+        config = _capi.PrefillConfig(dtype_q.encode(), (dtype_kv or dtype_q).encode(),
+                                     dtype_o.encode() if dtype_o else None, head_dim, num_qo_heads, num_kv_heads,
+                                     kv_storage.encode(), page_size, layout.encode(), mask.encode(),
+                                     pos_encoding.encode(), int(sliding_window), int(soft_cap), int(cuda_graph),
+                                     max_batch, max_total_q)
+        handle = ctypes.c_void_p()
+        _check(_capi.lib.aotinfer_batch_prefill_create(package._handle, ctypes.byref(config), ctypes.byref(handle)))
+        self._handle, self._batch, self._total_q = handle, None, None
+
+    def __del__(self):
+        if getattr(self, "_handle", None):
+            _capi.lib.aotinfer_batch_prefill_destroy(self._handle)
+            self._handle = None
+
+    def workspace_sizes(self, max_total_q, max_batch):
+        """(float_bytes, int_bytes) of device workspace for plans of up to max_total_q query tokens
+        in max_batch requests (the config's bounds in CUDA-graph mode)."""
+        f, i = ctypes.c_size_t(), ctypes.c_size_t()
+        _check(_capi.lib.aotinfer_batch_prefill_workspace_sizes(self._handle, max_total_q, max_batch, ctypes.byref(f),
+                                                                ctypes.byref(i)))
+        return f.value, i.value
+
+    def plan(self, qo_indptr, kv_indptr, float_workspace, int_workspace, kv_last_page_len=None, kv_indices=None,
+             num_pages=0, stream=None):
+        """Host metadata (lists, numpy or CPU tensors): qo_indptr [batch + 1] in tokens, kv_indptr
+        [batch + 1] in pages (paged, with kv_last_page_len [batch] and optionally kv_indices, then
+        checked against num_pages) or in tokens (ragged); workspaces are device buffers (uint8 tensors)."""
+        self._batch = self._total_q = None
+        qo, n = _int32_array(qo_indptr, "qo_indptr")
+        kv, n_kv = _int32_array(kv_indptr, "kv_indptr")
+        _require(n >= 1, "batch_prefill: qo_indptr must have batch + 1 entries, got an empty array")
+        _require(n_kv == n, f"batch_prefill: qo_indptr has {n} entries, kv_indptr {n_kv}; both need batch + 1")
+        fw, iw = view(float_workspace, "float_workspace"), view(int_workspace, "int_workspace")
+        ws = (fw.ptr, math.prod(fw.shape) * _itemsize(fw), iw.ptr, math.prod(iw.shape) * _itemsize(iw))
+        if self.kv_storage == "paged":
+            _require(kv_last_page_len is not None, "batch_prefill: paged KV needs kv_last_page_len")
+            last, n_last = _int32_array(kv_last_page_len, "kv_last_page_len")
+            _require(n_last == n - 1, f"batch_prefill: kv_last_page_len has {n_last} entries, the batch is {n - 1}")
+            indices, count = _int32_array(kv_indices, "kv_indices") if kv_indices is not None else (None, 0)
+            _check(_capi.lib.aotinfer_batch_prefill_plan_paged(self._handle, qo, kv, n - 1, last, indices, count,
+                                                               num_pages, *ws, stream_handle(stream)))
+        else:
+            _check(_capi.lib.aotinfer_batch_prefill_plan_ragged(self._handle, qo, kv, n - 1, *ws,
+                                                                stream_handle(stream)))
+        self._batch, self._total_q = n - 1, qo[n - 1]
+
+    def run(self, q, k, v, qo_indptr, kv_indptr, o, kv_indices=None, kv_last_page_len=None, lse=None, sm_scale=0.0,
+            logits_soft_cap=0.0, rope_scale=1.0, rope_theta=1e4, window_left=-1, stream=None):
+        """Runs the last plan. q, o [total_q, num_qo_heads, head_dim] (at least the planned total_q
+        rows); lse [total_q, num_qo_heads] float32 or None; k, v the page pools
+        [pages, page_size, heads, dim] (nhd) or [pages, heads, page_size, dim] (hnd) when paged,
+        [total_kv, num_kv_heads, head_dim] when ragged; qo_indptr, kv_indptr, kv_indices and
+        kv_last_page_len are device int32 copies of what plan saw (the last two paged only)."""
+        _require(self._batch is not None, "batch_prefill: run() needs a successful plan first")
+        qt, ot = view(q, "q"), view(o, "o")
+        for t, n in ((qt, "q"), (ot, "o")):
+            _require(len(t.shape) == 3 and t.shape[1:] == (self.num_qo_heads, self.head_dim) and
+                     t.shape[0] >= self._total_q,
+                     f"batch_prefill: {n} must be [total_q >= {self._total_q}, {self.num_qo_heads}, {self.head_dim}], "
+                     f"got {list(t.shape)}")
+        args = _capi.PrefillRunArgs(self._batch, self._total_q, qt.ptr, view(qo_indptr, "qo_indptr").ptr,
+                                    view(k, "k").ptr, view(v, "v").ptr, view(kv_indptr, "kv_indptr").ptr,
+                                    _ptr(view(kv_indices, "kv_indices") if kv_indices is not None else None),
+                                    _ptr(view(kv_last_page_len, "kv_last_page_len")
+                                         if kv_last_page_len is not None else None),
+                                    ot.ptr, _ptr(view(lse, "lse") if lse is not None else None), sm_scale,
+                                    logits_soft_cap, rope_scale, rope_theta, window_left)
+        _check(_capi.lib.aotinfer_batch_prefill_run(self._handle, ctypes.byref(args), stream_handle(stream)))
+
+
 def _itemsize(t):
     return {"f16": 2, "bf16": 2, "f32": 4, "i32": 4, "u8": 1, "e4m3": 1, "e5m2": 1}.get(t.dtype, 1)

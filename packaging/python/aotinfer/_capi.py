@@ -41,6 +41,20 @@ class DecodeRunArgs(ctypes.Structure):
                 ("window_left", c_int32)]
 
 
+class PrefillConfig(ctypes.Structure):
+    _fields_ = [("dtype_q", c_char), ("dtype_kv", c_char), ("dtype_o", c_char), ("head_dim", c_int32),
+                ("num_qo_heads", c_int32), ("num_kv_heads", c_int32), ("kv_storage", c_char), ("page_size", c_int32),
+                ("layout", c_char), ("mask", c_char), ("pos_encoding", c_char), ("sliding_window", c_int32),
+                ("soft_cap", c_int32), ("cuda_graph", c_int32), ("max_batch", c_int32), ("max_total_q", ctypes.c_int64)]
+
+
+class PrefillRunArgs(ctypes.Structure):
+    _fields_ = [("batch", c_int32), ("total_q", ctypes.c_int64), ("q", c_void), ("qo_indptr", c_void), ("k", c_void),
+                ("v", c_void), ("kv_indptr", c_void), ("kv_indices", c_void), ("kv_last_page_len", c_void),
+                ("o", c_void), ("lse", c_void), ("sm_scale", c_float), ("logits_soft_cap", c_float),
+                ("rope_scale", c_float), ("rope_theta", c_float), ("window_left", c_int32)]
+
+
 def _declare(name, restype, *argtypes):
     fn = getattr(lib, name)
     fn.restype, fn.argtypes = restype, list(argtypes)
@@ -61,3 +75,12 @@ _declare("aotinfer_batch_decode_workspace_sizes", _status, c_void, c_int32, ctyp
 _declare("aotinfer_batch_decode_plan", _status, c_void, c_int32_p, c_int32, c_int32_p, c_int32_p, c_int32, c_int32,
          c_void, c_size, c_void, c_size, c_void)
 _declare("aotinfer_batch_decode_run", _status, c_void, ctypes.POINTER(DecodeRunArgs), c_void)
+_declare("aotinfer_batch_prefill_create", _status, c_void, ctypes.POINTER(PrefillConfig), ctypes.POINTER(c_void))
+_declare("aotinfer_batch_prefill_destroy", None, c_void)
+_declare("aotinfer_batch_prefill_workspace_sizes", _status, c_void, ctypes.c_int64, c_int32, ctypes.POINTER(c_size),
+         ctypes.POINTER(c_size))
+_declare("aotinfer_batch_prefill_plan_paged", _status, c_void, c_int32_p, c_int32_p, c_int32, c_int32_p, c_int32_p,
+         c_int32, c_int32, c_void, c_size, c_void, c_size, c_void)
+_declare("aotinfer_batch_prefill_plan_ragged", _status, c_void, c_int32_p, c_int32_p, c_int32, c_void, c_size, c_void,
+         c_size, c_void)
+_declare("aotinfer_batch_prefill_run", _status, c_void, ctypes.POINTER(PrefillRunArgs), c_void)

@@ -1,6 +1,6 @@
-"""The installed wheel on a GPU with PyTorch: merge_state, append_paged_kv and BatchDecode through
-the Python API on torch tensors, checked against torch references in float64, and one decode
-timed against SDPA. Run on a GPU machine after `pip install aotinfer-*.whl`."""
+"""The installed wheel on a GPU with PyTorch: merge_state, append_paged_kv, BatchDecode and
+BatchPrefill (ragged and paged) through the Python API on torch tensors, checked against torch
+references in float64, and one decode timed against SDPA. Run on a GPU machine after `pip install aotinfer-*.whl`."""
 import math
 import random
 import sys
@@ -78,6 +78,81 @@ for i, n in enumerate(lens):
     start += n
 check("append + batch_decode o", o, torch.stack(o_ref), 1e-2)
 check("append + batch_decode lse", lse, torch.stack(lse_ref), 1e-4)
+
+
+def prefill_checks():
+    """BatchPrefill, ragged and paged (NHD pool, shuffled page order), on one small mixed batch of
+    causal requests against a float64 reference of params/batch_prefill.h: query token t of a
+    request sees keys j <= kv_len - qo_len + t; query head h reads KV head h // group."""
+    qo_lens, kv_lens = [1, 37, 200], [5, 300, 200]
+    h_qo, h_kv, d, page_size = 8, 2, 128, 16
+    group, batch = h_qo // h_kv, len(qo_lens)
+    qo_indptr, kv_indptr = [0], [0]
+    for nq, nk in zip(qo_lens, kv_lens):
+        qo_indptr.append(qo_indptr[-1] + nq)
+        kv_indptr.append(kv_indptr[-1] + nk)
+    total_q = qo_indptr[-1]
+    q = torch.randn(total_q, h_qo, d, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(kv_indptr[-1], h_kv, d, device="cuda", dtype=torch.bfloat16)
+    v = torch.randn_like(k)
+
+    o_ref, lse_ref = [], []
+    for i, (nq, nk) in enumerate(zip(qo_lens, kv_lens)):
+        qi = q[qo_indptr[i]:qo_indptr[i + 1]].double().transpose(0, 1)                           # [h_qo, nq, d]
+        ki = k[kv_indptr[i]:kv_indptr[i + 1]].double().transpose(0, 1).repeat_interleave(group, 0)  # [h_qo, nk, d]
+        vi = v[kv_indptr[i]:kv_indptr[i + 1]].double().transpose(0, 1).repeat_interleave(group, 0)
+        scores = qi @ ki.transpose(1, 2) / math.sqrt(d)                                           # [h_qo, nq, nk]
+        t = torch.arange(nq, device="cuda")[:, None]
+        j = torch.arange(nk, device="cuda")[None, :]
+        scores = scores.masked_fill(j > nk - nq + t, float("-inf"))
+        o_ref.append((scores.softmax(-1) @ vi).transpose(0, 1))  # [nq, h_qo, d]
+        lse_ref.append(scores.logsumexp(-1).transpose(0, 1))     # [nq, h_qo]
+    o_ref, lse_ref = torch.cat(o_ref), torch.cat(lse_ref)
+
+    # The same K/V in a page pool: request i's pages in a random order, spare pages left zero.
+    pages = [math.ceil(n / page_size) for n in kv_lens]
+    page_indptr = [0]
+    for p in pages:
+        page_indptr.append(page_indptr[-1] + p)
+    num_pages = page_indptr[-1] + 3
+    indices = random.sample(range(num_pages), page_indptr[-1])
+    last = [n - (p - 1) * page_size for n, p in zip(kv_lens, pages)]
+    k_pages = torch.zeros(num_pages, page_size, h_kv, d, device="cuda", dtype=torch.bfloat16)
+    v_pages = torch.zeros_like(k_pages)
+    for i, n in enumerate(kv_lens):
+        ids = torch.tensor(indices[page_indptr[i]:page_indptr[i + 1]], device="cuda", dtype=torch.long)
+        for pool, src in ((k_pages, k), (v_pages, v)):
+            padded = torch.zeros(pages[i] * page_size, h_kv, d, device="cuda", dtype=torch.bfloat16)
+            padded[:n] = src[kv_indptr[i]:kv_indptr[i + 1]]
+            pool[ids] = padded.view(pages[i], page_size, h_kv, d)
+
+    to_dev = lambda xs: torch.tensor(xs, device="cuda", dtype=torch.int32)  # noqa: E731
+    d_qo, d_kv, d_pages, d_indices, d_last = (to_dev(x) for x in (qo_indptr, kv_indptr, page_indptr, indices, last))
+    for kv_storage in ("ragged", "paged"):
+        try:
+            prefill = aotinfer.BatchPrefill(pkg, h_qo, h_kv, d, kv_storage=kv_storage, page_size=page_size,
+                                            dtype_q="bf16", mask="causal")
+        except aotinfer.NotFound as e:
+            print(f"skip batch_prefill {kv_storage}: the package lacks the variant ({e})")
+            continue
+        float_bytes, int_bytes = prefill.workspace_sizes(total_q, batch)
+        float_ws = torch.empty(max(float_bytes, 1), device="cuda", dtype=torch.uint8)
+        int_ws = torch.empty(max(int_bytes, 1), device="cuda", dtype=torch.uint8)
+        o = torch.full_like(q, float("nan"))
+        lse = torch.full((total_q, h_qo), float("nan"), device="cuda")
+        if kv_storage == "ragged":
+            prefill.plan(qo_indptr, kv_indptr, float_ws, int_ws)
+            prefill.run(q, k, v, d_qo, d_kv, o, lse=lse)
+        else:
+            prefill.plan(qo_indptr, page_indptr, float_ws, int_ws, kv_last_page_len=last, kv_indices=indices,
+                         num_pages=num_pages)
+            prefill.run(q, k_pages, v_pages, d_qo, d_pages, o, kv_indices=d_indices, kv_last_page_len=d_last, lse=lse)
+        torch.cuda.synchronize()
+        check(f"batch_prefill {kv_storage} o", o, o_ref, 1e-2)
+        check(f"batch_prefill {kv_storage} lse", lse, lse_ref, 1e-3)
+
+
+prefill_checks()
 
 # One decode timed against SDPA (cuDNN, then flash) on the same shapes, dense KV.
 lens = [4096] * 64

@@ -17,8 +17,9 @@ class FakeCudaArray:
 class PackageTest(unittest.TestCase):
     def test_default_package_lists_its_variants(self):
         variants = aotinfer.Package().variants()
-        self.assertEqual(len(variants), 6)
-        self.assertEqual({v.family for v in variants}, {"merge_state", "append_paged_kv", "batch_decode"})
+        self.assertEqual(len(variants), 8)
+        self.assertEqual({v.family for v in variants}, {"merge_state", "append_paged_kv", "batch_decode",
+                                                       "batch_prefill_paged", "batch_prefill_ragged"})
 
     def test_filters_by_family_and_axis(self):
         pkg = aotinfer.Package()
@@ -71,6 +72,30 @@ class FrontEndTest(unittest.TestCase):
         with self.assertRaises(aotinfer.NoDriver) as e:
             aotinfer.merge_state(pkg, v, s, v, s, v)
         self.assertIn("libcuda", str(e.exception))
+
+    def test_batch_prefill_names_the_allowed_values_of_an_unknown_option(self):
+        # The C API parses the config's strings before anything touches the driver.
+        pkg = aotinfer.Package()
+        for option, allowed in (("kv_storage", ("paged", "ragged")), ("mask", ("none", "causal")),
+                                ("layout", ("nhd", "hnd")), ("pos_encoding", ("none", "rope_llama")),
+                                ("dtype_q", ("f16", "bf16"))):
+            with self.subTest(option=option):
+                with self.assertRaises(aotinfer.InvalidArgument) as e:
+                    aotinfer.BatchPrefill(pkg, 8, 2, 128, **{option: "bogus"})
+                message = str(e.exception)
+                for word in (option, "bogus") + allowed:
+                    self.assertIn(word, message)
+
+    def test_batch_prefill_without_a_driver_the_error_is_clear(self):
+        if _has_driver():
+            self.skipTest("a CUDA driver is present: this checks machines without one")
+        pkg = aotinfer.Package()
+        for kv_storage in ("paged", "ragged"):
+            with self.subTest(kv_storage=kv_storage):
+                with self.assertRaises(aotinfer.NoDriver) as e:
+                    aotinfer.BatchPrefill(pkg, 8, 2, 128, kv_storage=kv_storage)
+                self.assertIn("libcuda", str(e.exception))
+                self.assertEqual(e.exception.status, 4)
 
 
 def _has_driver():

@@ -108,6 +108,73 @@ aotinfer_status aotinfer_batch_decode_plan(aotinfer_batch_decode* decode, const 
 aotinfer_status aotinfer_batch_decode_run(const aotinfer_batch_decode* decode,
                                           const aotinfer_batch_decode_run_args* args, void* stream);
 
+/* Batch prefill over a paged or ragged KV cache (see aotinfer/batch_prefill.hpp for the plan/run
+ * contract, aotinfer/params/batch_prefill.h for the semantics: query token t of a request sits at
+ * position kv_len - qo_len + t). */
+typedef struct aotinfer_batch_prefill aotinfer_batch_prefill;
+
+typedef struct aotinfer_batch_prefill_config {
+  const char* dtype_q;      /* "f16" | "bf16" */
+  const char* dtype_kv;     /* "f16" | "bf16"; NULL: dtype_q */
+  const char* dtype_o;      /* NULL: dtype_q */
+  int32_t head_dim;
+  int32_t num_qo_heads;
+  int32_t num_kv_heads;
+  const char* kv_storage;   /* "paged" | "ragged"; NULL: "paged" */
+  int32_t page_size;        /* paged */
+  const char* layout;       /* "nhd" | "hnd" (hnd: paged only); NULL: "nhd" */
+  const char* mask;         /* "none" | "causal"; NULL: "causal" */
+  const char* pos_encoding; /* "none" | "rope_llama"; NULL: "none" */
+  int32_t sliding_window;   /* bool */
+  int32_t soft_cap;         /* bool */
+  int32_t cuda_graph;       /* bool */
+  int32_t max_batch;        /* CUDA-graph mode */
+  int64_t max_total_q;      /* CUDA-graph mode */
+} aotinfer_batch_prefill_config;
+
+typedef struct aotinfer_batch_prefill_run_args {
+  int32_t batch;                   /* must equal the planned batch */
+  int64_t total_q;                 /* must equal qo_indptr[batch] of the plan */
+  const void* q;                   /* [total_q, num_qo_heads, head_dim] */
+  const int32_t* qo_indptr;        /* device copies of what plan saw */
+  const void* k;                   /* paged: the page pools in config.layout; ragged: [total_kv, heads, dim] */
+  const void* v;
+  const int32_t* kv_indptr;        /* paged: pages; ragged: tokens */
+  const int32_t* kv_indices;       /* paged only */
+  const int32_t* kv_last_page_len; /* paged only */
+  void* o;                         /* [total_q, num_qo_heads, head_dim] */
+  float* lse;                      /* [total_q, num_qo_heads]; may be NULL */
+  float sm_scale;                  /* 0: 1/sqrt(head_dim) */
+  float logits_soft_cap;           /* soft_cap variants: > 0 */
+  float rope_scale;                /* 0: 1 */
+  float rope_theta;                /* 0: 1e4 */
+  int32_t window_left;             /* sliding_window variants: >= 0 */
+} aotinfer_batch_prefill_run_args;
+
+aotinfer_status aotinfer_batch_prefill_create(const aotinfer_package* package,
+                                              const aotinfer_batch_prefill_config* config,
+                                              aotinfer_batch_prefill** out);
+void aotinfer_batch_prefill_destroy(aotinfer_batch_prefill* prefill);
+aotinfer_status aotinfer_batch_prefill_workspace_sizes(const aotinfer_batch_prefill* prefill, int64_t max_total_q,
+                                                       int32_t max_batch, size_t* float_bytes, size_t* int_bytes);
+/* Host arrays: qo_indptr [batch + 1] (tokens), kv_indptr [batch + 1] (pages), kv_last_page_len
+ * [batch], kv_indices [num_indices] (may be NULL with num_indices 0: page ids are then not
+ * checked). Workspaces are device memory. Fails on a prefill configured for ragged KV. */
+aotinfer_status aotinfer_batch_prefill_plan_paged(aotinfer_batch_prefill* prefill, const int32_t* qo_indptr,
+                                                  const int32_t* kv_indptr, int32_t batch,
+                                                  const int32_t* kv_last_page_len, const int32_t* kv_indices,
+                                                  int32_t num_indices, int32_t num_pages, void* float_workspace,
+                                                  size_t float_bytes, void* int_workspace, size_t int_bytes,
+                                                  void* stream);
+/* Host arrays: qo_indptr and kv_indptr [batch + 1] (tokens). Fails on a prefill configured for
+ * paged KV. */
+aotinfer_status aotinfer_batch_prefill_plan_ragged(aotinfer_batch_prefill* prefill, const int32_t* qo_indptr,
+                                                   const int32_t* kv_indptr, int32_t batch, void* float_workspace,
+                                                   size_t float_bytes, void* int_workspace, size_t int_bytes,
+                                                   void* stream);
+aotinfer_status aotinfer_batch_prefill_run(const aotinfer_batch_prefill* prefill,
+                                           const aotinfer_batch_prefill_run_args* args, void* stream);
+
 #ifdef __cplusplus
 }
 #endif

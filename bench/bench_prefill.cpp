@@ -1,0 +1,161 @@
+// Batch prefill benchmark: achieved tensor throughput (TF/s; a causal mask counts half the score
+// matrix, as FlashAttention reports it) on ragged and paged KV, with the paged/ragged ratio and
+// plan() host time. Writes its rows as JSON lines for bench/prefill_torch.py, which measures
+// PyTorch SDPA (flash, cuDNN) on the same shapes and prints the comparison.
+// Usage: aotinfer_bench_prefill PACKAGE_DIR RESULTS.jsonl   (AOTINFER_BENCH_ONLY=ragged:causal:4:4096:8
+// runs one case, for profilers)
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "aotinfer/batch_prefill.hpp"
+#include "bench_util.hpp"
+
+namespace {
+
+using bench::check;
+using bench::median_us;
+
+// Random bf16 values of magnitude near 1 (timing on zeros can flatter a kernel).
+void fill(void* p, size_t bytes) {
+  std::vector<unsigned short> host(bytes / 2);
+  std::mt19937 rng(11);
+  for (auto& x : host) x = static_cast<unsigned short>(0x3c00 | (rng() & 0x80ff));
+  check(cudaMemcpy(p, host.data(), bytes, cudaMemcpyHostToDevice), "fill");
+}
+
+void* device(size_t bytes) {
+  void* p = nullptr;
+  check(cudaMalloc(&p, std::max<size_t>(bytes, 256)), "malloc");
+  return p;
+}
+
+struct Case {
+  aotinfer::KvStorage storage;
+  bool causal;
+  int batch, len, kv_heads;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: %s PACKAGE_DIR RESULTS.jsonl\n", argv[0]);
+    return 2;
+  }
+  aotinfer::Package pkg = aotinfer::Package::open(argv[1]);
+  std::ofstream results(argv[2]);
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, 0), "device properties");
+  const double copy_gbs = bench::copy_bandwidth_gbs();
+  std::printf("device %s, %d SMs; copy bandwidth %.0f GB/s\n", prop.name, prop.multiProcessorCount, copy_gbs);
+  results << "{\"copy_gbs\": " << copy_gbs << "}\n";
+
+  const int qo_heads = 32, head_dim = 128, page = 16;
+  std::printf("\nbatch_prefill: bf16, %d qo heads, head_dim %d, qo_len = kv_len, paged: page %d NHD\n", qo_heads, head_dim, page);
+  std::printf("%-7s %-7s %5s %6s %4s %5s %6s %6s %10s %8s\n", "kv", "mask", "batch", "len", "kvh", "tile", "split", "ctas",
+              "time us", "TF/s");
+  std::vector<Case> cases;
+  for (int kv_heads : {32, 8})
+    for (bool causal : {true, false})
+      for (auto [batch, len] : {std::pair{16, 1024}, {4, 4096}, {1, 16384}})
+        for (auto storage : {aotinfer::KvStorage::ragged, aotinfer::KvStorage::paged})
+          cases.push_back({storage, causal, batch, len, kv_heads});
+
+  const char* only = std::getenv("AOTINFER_BENCH_ONLY");
+  for (const Case& c : cases) {
+    const std::string kv_name = c.storage == aotinfer::KvStorage::paged ? "paged" : "ragged";
+    const std::string mask = c.causal ? "causal" : "none";
+    const std::string name = kv_name + ":" + mask + ":" + std::to_string(c.batch) + ":" + std::to_string(c.len) + ":" +
+                             std::to_string(c.kv_heads);
+    if (only && name != only) continue;
+    aotinfer::BatchPrefillConfig cfg;
+    cfg.head_dim = head_dim;
+    cfg.num_qo_heads = qo_heads;
+    cfg.num_kv_heads = c.kv_heads;
+    cfg.kv_storage = c.storage;
+    cfg.page_size = page;
+    cfg.mask = c.causal ? aotinfer::MaskMode::causal : aotinfer::MaskMode::none;
+    aotinfer::BatchPrefill prefill(pkg, cfg);
+
+    const long tokens = long(c.batch) * c.len;
+    const size_t q_bytes = size_t(tokens) * qo_heads * head_dim * 2;
+    const size_t kv_bytes = size_t(tokens) * c.kv_heads * head_dim * 2;  // pages hold exactly the tokens
+    std::vector<int> qo_indptr(c.batch + 1), kv_indptr(c.batch + 1), last(c.batch, page);
+    const int pages_per_req = c.len / page;
+    for (int i = 0; i <= c.batch; ++i) {
+      qo_indptr[i] = i * c.len;
+      kv_indptr[i] = c.storage == aotinfer::KvStorage::paged ? i * pages_per_req : i * c.len;
+    }
+    std::vector<int> indices(c.batch * pages_per_req);
+    for (size_t i = 0; i < indices.size(); ++i) indices[i] = int(i);
+    std::shuffle(indices.begin(), indices.end(), std::mt19937(7));  // pages scattered as in a real pool
+
+    void *q = device(q_bytes), *o = device(q_bytes), *k = device(kv_bytes), *v = device(kv_bytes);
+    fill(q, q_bytes), fill(k, kv_bytes), fill(v, kv_bytes);
+    int *d_qo = static_cast<int*>(device(qo_indptr.size() * 4)), *d_kv = static_cast<int*>(device(kv_indptr.size() * 4));
+    int *d_last = static_cast<int*>(device(last.size() * 4)), *d_indices = static_cast<int*>(device(indices.size() * 4));
+    check(cudaMemcpy(d_qo, qo_indptr.data(), qo_indptr.size() * 4, cudaMemcpyHostToDevice), "upload");
+    check(cudaMemcpy(d_kv, kv_indptr.data(), kv_indptr.size() * 4, cudaMemcpyHostToDevice), "upload");
+    check(cudaMemcpy(d_last, last.data(), last.size() * 4, cudaMemcpyHostToDevice), "upload");
+    check(cudaMemcpy(d_indices, indices.data(), indices.size() * 4, cudaMemcpyHostToDevice), "upload");
+
+    const aotinfer::WorkspaceSizes sizes = prefill.workspace_sizes(tokens, c.batch);
+    aotinfer::Workspace ws{device(sizes.float_bytes), sizes.float_bytes, device(sizes.int_bytes), sizes.int_bytes};
+    if (c.storage == aotinfer::KvStorage::paged)
+      prefill.plan_paged(qo_indptr, kv_indptr, last, indices, int(indices.size()), ws, nullptr);
+    else
+      prefill.plan_ragged(qo_indptr, kv_indptr, ws, nullptr);
+
+    aotinfer::PrefillRunArgs args;
+    args.batch = c.batch;
+    args.total_q = tokens;
+    args.q = q, args.qo_indptr = d_qo, args.k = k, args.v = v, args.kv_indptr = d_kv;
+    args.kv_indices = d_indices, args.kv_last_page_len = d_last, args.o = o;
+    const double us = median_us(3, 20, [&](int) { prefill.run(args, nullptr); });
+    check(cudaGetLastError(), "prefill");
+    const double flops = 4.0 * c.batch * double(c.len) * c.len * qo_heads * head_dim * (c.causal ? 0.5 : 1.0);
+    const double tflops = flops / us / 1e6;
+    const auto& plan = prefill.work_plan();
+    std::printf("%-7s %-7s %5d %6d %4d %5d %6s %6d %10.1f %8.1f\n", kv_name.c_str(), mask.c_str(), c.batch, c.len, c.kv_heads,
+                plan.tile_rows, plan.split ? "yes" : "no", plan.padded_work * c.kv_heads, us, tflops);
+    results << "{\"kv\": \"" << kv_name << "\", \"causal\": " << (c.causal ? "true" : "false") << ", \"batch\": " << c.batch
+            << ", \"len\": " << c.len << ", \"kv_heads\": " << c.kv_heads << ", \"us\": " << us << ", \"flops\": " << flops
+            << "}\n";
+    for (void* p : {q, o, k, v, static_cast<void*>(d_qo), static_cast<void*>(d_kv), static_cast<void*>(d_last),
+                    static_cast<void*>(d_indices), ws.float_buffer, ws.int_buffer})
+      cudaFree(p);
+  }
+  if (only) return 0;
+
+  // plan() host time for ragged batches of 1k-token prompts.
+  std::printf("\nplan() host time (ragged, causal, 32/8 heads, 1024-token requests; median of 200)\n%-6s %10s\n", "batch", "us");
+  aotinfer::BatchPrefillConfig cfg;
+  cfg.kv_storage = aotinfer::KvStorage::ragged;
+  aotinfer::BatchPrefill prefill(pkg, cfg);
+  const aotinfer::WorkspaceSizes sizes = prefill.workspace_sizes(256 * 1024, 256);
+  aotinfer::Workspace ws{device(sizes.float_bytes), sizes.float_bytes, device(sizes.int_bytes), sizes.int_bytes};
+  for (int batch : {1, 16, 64, 256}) {
+    std::vector<int> indptr(batch + 1);
+    for (int i = 0; i <= batch; ++i) indptr[i] = i * 1024;
+    std::vector<double> times;
+    for (int r = 0; r < 220; ++r) {
+      check(cudaDeviceSynchronize(), "sync");
+      auto t0 = std::chrono::steady_clock::now();
+      prefill.plan_ragged(indptr, indptr, ws, nullptr);
+      auto t1 = std::chrono::steady_clock::now();
+      if (r >= 20) times.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    }
+    std::sort(times.begin(), times.end());
+    std::printf("%-6d %10.2f\n", batch, times[times.size() / 2]);
+    results << "{\"plan_batch\": " << batch << ", \"plan_us\": " << times[times.size() / 2] << "}\n";
+  }
+  return 0;
+}

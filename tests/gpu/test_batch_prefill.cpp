@@ -1,0 +1,519 @@
+// batch_prefill_paged / batch_prefill_ragged on the GPU through aotinfer::BatchPrefill, from the
+// package under test, against the fp64 CPU reference (tests/reference/prefill_reference.hpp) on
+// freshly drawn shapes and values. The seed is printed with every failure; AOTINFER_TEST_SEED
+// replays it.
+//
+// Every output element must be finite (o starts as NaN bytes); a sample of rows per request
+// (first, last and random tokens, all heads) is compared with the reference. Paged caches use a
+// random permutation of physical pages, and spare pages and unwritten slots hold NaN bytes, so
+// reading outside a request's keys shows up in the outputs.
+#include <algorithm>
+#include <limits>
+#include <numeric>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "aotinfer/batch_prefill.hpp"
+#include "gpu_test_util.hpp"
+#include "random_values.hpp"
+#include "reference/prefill_reference.hpp"
+
+using namespace gpu_test;
+using aotinfer::BatchPrefill;
+using aotinfer::BatchPrefillConfig;
+using aotinfer::ErrorCode;
+using aotinfer::KvLayout;
+using aotinfer::KvStorage;
+using aotinfer::MaskMode;
+using aotinfer::PosEncoding;
+using Catch::Matchers::Contains;
+namespace ref = aotinfer::reference;
+
+namespace {
+
+std::string describe(const BatchPrefillConfig& c) {
+  std::ostringstream s;
+  s << (c.kv_storage == KvStorage::paged ? "batch_prefill_paged" : "batch_prefill_ragged")
+    << "{dtype_q=" << aotinfer::dtype_name(c.dtype_q) << ", head_dim=" << c.head_dim
+    << ", mask=" << (c.mask == MaskMode::causal ? "causal" : "none") << ", dtype_kv=" << aotinfer::dtype_name(c.dtype_kv)
+    << ", dtype_o=" << aotinfer::dtype_name(c.dtype_o) << ", pos_encoding=" << aotinfer::pos_encoding_name(c.pos_encoding)
+    << ", sliding_window=" << c.sliding_window << ", soft_cap=" << c.soft_cap << "} heads " << c.num_qo_heads << "/"
+    << c.num_kv_heads;
+  if (c.kv_storage == KvStorage::paged) s << " page " << c.page_size << (c.layout == KvLayout::nhd ? " nhd" : " hnd");
+  return s.str();
+}
+
+// BatchPrefill for a config, or nullopt (one WARN per variant) when the package lacks it.
+std::optional<BatchPrefill> make_prefill(const BatchPrefillConfig& c) {
+  try {
+    return BatchPrefill(package(), c);
+  } catch (const aotinfer::Error& e) {
+    if (e.code() != ErrorCode::not_found) throw;
+    static std::set<std::string> warned;
+    if (warned.insert(describe(c)).second) WARN("skipped, not in the package: " << describe(c));
+    return std::nullopt;
+  }
+}
+
+// Configs of every prefill variant in the package (heads and pages chosen by the caller).
+std::vector<BatchPrefillConfig> package_configs() {
+  std::vector<BatchPrefillConfig> out;
+  for (const char* family : {"batch_prefill_paged", "batch_prefill_ragged"})
+    for (const auto* v : package().variants(family)) {
+      auto axis = [&](const char* name) { return *v->key.find(name); };
+      BatchPrefillConfig c;
+      c.kv_storage = std::string(family) == "batch_prefill_paged" ? KvStorage::paged : KvStorage::ragged;
+      c.dtype_q = *aotinfer::parse_dtype(axis("dtype_q"));
+      c.dtype_kv = *aotinfer::parse_dtype(axis("dtype_kv"));
+      c.dtype_o = *aotinfer::parse_dtype(axis("dtype_o"));
+      c.head_dim = std::stoi(axis("head_dim"));
+      c.mask = axis("mask") == "causal" ? MaskMode::causal : MaskMode::none;
+      c.pos_encoding = axis("pos_encoding") == "rope_llama" ? PosEncoding::rope_llama : PosEncoding::none;
+      c.sliding_window = axis("sliding_window") == "true";
+      c.soft_cap = axis("soft_cap") == "true";
+      out.push_back(c);
+    }
+  return out;
+}
+
+// The bf16 head_dim 128 variant of the given storage and mask, if the package has it.
+BatchPrefillConfig base_config(KvStorage storage, MaskMode mask, int qo_heads, int kv_heads) {
+  BatchPrefillConfig c;
+  c.kv_storage = storage;
+  c.mask = mask;
+  c.num_qo_heads = qo_heads;
+  c.num_kv_heads = kv_heads;
+  return c;
+}
+
+struct Case {
+  BatchPrefillConfig config;
+  std::vector<std::int32_t> qo_lens, kv_lens;
+  std::int32_t window_left = -1;
+  float soft_cap = 0;
+  int sampled_tokens = 24;  // per request, besides the first and last
+};
+
+struct Outcome {
+  bool ran = false;
+  bool split = false;
+  bool large_tile = false;
+};
+
+double round_to(double x, aotinfer::DType t) { return from_bits(to_bits(x, t), t); }
+
+struct Workspace {
+  DeviceBuffer<std::uint8_t> floats, ints;
+  aotinfer::Workspace ws;
+  explicit Workspace(aotinfer::WorkspaceSizes s) : floats(s.float_bytes), ints(s.int_bytes) {
+    ws = {floats.ptr, s.float_bytes, ints.ptr, s.int_bytes};
+  }
+};
+
+// Host data of a case: values as the kernel reads them, and device buffers.
+struct Problem {
+  Case c;
+  std::int64_t total_q = 0, total_kv = 0;
+  std::vector<std::int32_t> qo_indptr, kv_indptr;  // kv_indptr: tokens (ragged) or pages (paged)
+  std::vector<std::int32_t> indices, last_page_len;
+  std::int32_t num_pages = 0;
+  std::vector<double> q;                 // [total_q][H][d]
+  std::vector<std::vector<double>> k, v;  // per request [kv_len][KVH][d]
+  std::vector<std::uint8_t> q_bytes, k_bytes, v_bytes;  // device images (ragged rows or page pools)
+};
+
+Problem make_problem(std::mt19937_64& rng, const Case& c) {
+  const BatchPrefillConfig& cfg = c.config;
+  const int H = cfg.num_qo_heads, KVH = cfg.num_kv_heads, d = cfg.head_dim;
+  Problem p;
+  p.c = c;
+  const std::size_t batch = c.qo_lens.size();
+  p.qo_indptr.assign(1, 0);
+  for (auto len : c.qo_lens) p.qo_indptr.push_back(p.qo_indptr.back() + len);
+  p.total_q = p.qo_indptr.back();
+  Values qv(rng, cfg.dtype_q), kvv(rng, cfg.dtype_kv);
+  p.q.resize(p.total_q * H * d);
+  p.q_bytes.resize(p.q.size() * 2);
+  qv.fill(p.q_bytes.data(), p.q.data(), std::int64_t(p.q.size()));
+
+  const std::int64_t row = std::int64_t(KVH) * d;  // elements per token
+  p.k.resize(batch);
+  p.v.resize(batch);
+  std::vector<std::vector<std::uint8_t>> kb(batch), vb(batch);
+  for (std::size_t i = 0; i < batch; ++i) {
+    const std::int64_t n = std::int64_t(c.kv_lens[i]) * row;
+    p.k[i].resize(n), p.v[i].resize(n), kb[i].resize(n * 2), vb[i].resize(n * 2);
+    kvv.fill(kb[i].data(), p.k[i].data(), n);
+    kvv.fill(vb[i].data(), p.v[i].data(), n);
+    p.total_kv += c.kv_lens[i];
+  }
+  if (cfg.kv_storage == KvStorage::ragged) {
+    p.kv_indptr.assign(1, 0);
+    for (std::size_t i = 0; i < batch; ++i) {
+      p.kv_indptr.push_back(p.kv_indptr.back() + c.kv_lens[i]);
+      p.k_bytes.insert(p.k_bytes.end(), kb[i].begin(), kb[i].end());
+      p.v_bytes.insert(p.v_bytes.end(), vb[i].begin(), vb[i].end());
+    }
+    return p;
+  }
+  // Paged: pages in a random order among a few spare (NaN) pages.
+  const int page = cfg.page_size;
+  p.kv_indptr.assign(1, 0);
+  for (std::size_t i = 0; i < batch; ++i) {
+    const std::int32_t pages = (c.kv_lens[i] + page - 1) / page;
+    p.kv_indptr.push_back(p.kv_indptr.back() + pages);
+    p.last_page_len.push_back(pages == 0 ? 0 : c.kv_lens[i] - (pages - 1) * page);
+  }
+  p.num_pages = p.kv_indptr.back() + 3;
+  std::vector<std::int32_t> perm(p.num_pages);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  p.indices.assign(perm.begin(), perm.begin() + p.kv_indptr.back());
+  const std::int64_t page_elems = std::int64_t(page) * row;
+  p.k_bytes.assign(p.num_pages * page_elems * 2, 0xff);
+  p.v_bytes.assign(p.num_pages * page_elems * 2, 0xff);
+  for (std::size_t i = 0; i < batch; ++i)
+    for (std::int32_t t = 0; t < c.kv_lens[i]; ++t)
+      for (int h = 0; h < KVH; ++h) {
+        const std::int64_t pg = p.indices[p.kv_indptr[i] + t / page], slot = t % page;
+        const std::int64_t at = pg * page_elems +
+                                (cfg.layout == KvLayout::nhd ? (slot * KVH + h) * d : (std::int64_t(h) * page + slot) * d);
+        std::memcpy(&p.k_bytes[at * 2], &kb[i][(std::int64_t(t) * KVH + h) * d * 2], d * 2);
+        std::memcpy(&p.v_bytes[at * 2], &vb[i][(std::int64_t(t) * KVH + h) * d * 2], d * 2);
+      }
+  return p;
+}
+
+template <typename T>
+DeviceBuffer<T> on_device(const std::vector<T>& host) {
+  DeviceBuffer<T> b(host.size());
+  if (!host.empty()) b.upload(host);
+  return b;
+}
+
+// Compares o/lse of the sampled rows with the reference; every o element must be finite.
+void check(std::mt19937_64& rng, const Problem& p, const std::vector<std::uint16_t>& o, const std::vector<float>& lse) {
+  const BatchPrefillConfig& cfg = p.c.config;
+  const int H = cfg.num_qo_heads, d = cfg.head_dim;
+  std::int64_t non_finite = 0;
+  for (std::uint16_t bits : o) non_finite += !std::isfinite(from_bits(bits, cfg.dtype_o));
+  REQUIRE(non_finite == 0);
+
+  ref::PrefillParams rp;
+  rp.num_qo_heads = H, rp.num_kv_heads = cfg.num_kv_heads, rp.head_dim = d;
+  rp.causal = cfg.mask == MaskMode::causal;
+  rp.rope = cfg.pos_encoding == PosEncoding::rope_llama;
+  rp.sm_scale = 1.0 / std::sqrt(double(d));
+  rp.logits_soft_cap = p.c.soft_cap;
+  rp.window_left = cfg.sliding_window ? p.c.window_left : -1;
+  rp.rope_rcp_theta = 1e-4;
+  const aotinfer::DType operand = cfg.dtype_kv;
+  rp.round_operand = [operand](double x) { return round_to(x, operand); };
+
+  struct Row {
+    std::size_t request;
+    std::int64_t t;
+  };
+  std::vector<Row> rows;
+  for (std::size_t i = 0; i < p.c.qo_lens.size(); ++i) {
+    const std::int64_t n = p.c.qo_lens[i];
+    std::set<std::int64_t> ts;
+    if (n > 0) ts = {0, n - 1};
+    for (int s = 0; s < p.c.sampled_tokens && n > 0; ++s) ts.insert(uniform<std::int64_t>(rng, 0, n - 1));
+    for (auto t : ts) rows.push_back({i, t});
+  }
+  std::vector<std::vector<double>> keys(p.c.qo_lens.size());
+  std::vector<double> got, want;
+  std::vector<double> got_lse, want_lse;
+  got.resize(rows.size() * H * d), want.resize(rows.size() * H * d);
+  got_lse.resize(rows.size() * H), want_lse.resize(rows.size() * H);
+  {
+    std::vector<std::thread> threads;
+    const unsigned n = std::max(1u, std::thread::hardware_concurrency());
+    for (unsigned w = 0; w < n; ++w)
+      threads.emplace_back([&, w] {
+        for (std::size_t i = w; i < keys.size(); i += n) keys[i] = ref::prefill_keys(rp, p.k[i], p.c.kv_lens[i]);
+      });
+    for (auto& th : threads) th.join();
+    threads.clear();
+    for (unsigned w = 0; w < n; ++w)
+      threads.emplace_back([&, w] {
+        for (std::size_t r = w; r < rows.size(); r += n) {
+          const auto [i, t] = rows[r];
+          const std::int64_t token = p.qo_indptr[i] + t;
+          for (int h = 0; h < H; ++h) {
+            const ref::State s = ref::prefill_row(rp, &p.q[(token * H + h) * d], t, p.c.qo_lens[i], keys[i], p.v[i],
+                                                  p.c.kv_lens[i], h);
+            for (int e = 0; e < d; ++e) {
+              want[(r * H + h) * d + e] = s.v[e];
+              got[(r * H + h) * d + e] = from_bits(o[(token * H + h) * d + e], cfg.dtype_o);
+            }
+            want_lse[r * H + h] = s.lse;
+            got_lse[r * H + h] = lse[token * H + h];
+          }
+        }
+      });
+    for (auto& th : threads) th.join();
+  }
+  const double error = relative_error(got, want);
+  const double tol = std::max(tolerance(cfg.dtype_o), tolerance(cfg.dtype_kv));
+  INFO("relative error of o over " << rows.size() << " sampled tokens x " << H << " heads: " << error << " (tolerance " << tol << ")");
+  CHECK(error < tol);
+  double lse_error = 0;
+  std::int64_t lse_mismatch = 0;
+  for (std::size_t i = 0; i < want_lse.size(); ++i) {
+    if (std::isinf(want_lse[i]) || std::isinf(got_lse[i])) lse_mismatch += want_lse[i] != got_lse[i];
+    else lse_error = std::max(lse_error, std::abs(got_lse[i] - want_lse[i]));
+  }
+  INFO("lse: max abs error " << lse_error << ", empty-row mismatches " << lse_mismatch);
+  CHECK(lse_mismatch == 0);
+  CHECK(lse_error < 2e-2);
+}
+
+// Runs one case end to end; ran = false when the package lacks the variant.
+Outcome run_case(std::mt19937_64& rng, const Case& c) {
+  std::optional<BatchPrefill> prefill = make_prefill(c.config);
+  if (!prefill) return {};
+  INFO(describe(c.config) << ", " << c.qo_lens.size() << " requests, window " << c.window_left << ", cap " << c.soft_cap);
+  const Problem p = make_problem(rng, c);
+  const BatchPrefillConfig& cfg = c.config;
+  const std::int32_t batch = std::int32_t(c.qo_lens.size());
+  auto q = on_device(p.q_bytes), k = on_device(p.k_bytes), v = on_device(p.v_bytes);
+  auto qo_indptr = on_device(p.qo_indptr), kv_indptr = on_device(p.kv_indptr);
+  auto indices = on_device(p.indices), last = on_device(p.last_page_len);
+  DeviceBuffer<std::uint16_t> o(p.total_q * cfg.num_qo_heads * cfg.head_dim);
+  DeviceBuffer<float> lse(p.total_q * cfg.num_qo_heads);
+  o.poison();
+  lse.poison();
+  Workspace ws(prefill->workspace_sizes(p.total_q, batch));
+  if (cfg.kv_storage == KvStorage::paged)
+    prefill->plan_paged(p.qo_indptr, p.kv_indptr, p.last_page_len, p.indices, p.num_pages, ws.ws, nullptr);
+  else
+    prefill->plan_ragged(p.qo_indptr, p.kv_indptr, ws.ws, nullptr);
+  const aotinfer::PrefillWorkPlan& plan = prefill->work_plan();
+  INFO("plan: tile " << plan.tile_rows << ", split " << plan.split << " (chunk " << plan.chunk_tokens << "), items "
+                     << plan.num_work << ", merged rows " << plan.num_outputs());
+  aotinfer::PrefillRunArgs a;
+  a.batch = batch;
+  a.total_q = p.total_q;
+  a.q = q.ptr, a.qo_indptr = qo_indptr.ptr, a.k = k.ptr, a.v = v.ptr, a.kv_indptr = kv_indptr.ptr;
+  a.kv_indices = indices.ptr, a.kv_last_page_len = last.ptr;
+  a.o = o.ptr, a.lse = lse.ptr;
+  a.window_left = c.window_left;
+  a.logits_soft_cap = c.soft_cap;
+  prefill->run(a, nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  CUDA_CHECK(cudaGetLastError());
+  check(rng, p, o.download(), lse.download());
+  return {true, plan.split, plan.large_tile};
+}
+
+// A random case for a config: lengths, heads, page size, layout, window and cap.
+Case random_case(std::mt19937_64& rng, BatchPrefillConfig c) {
+  const int group = pick<int>(rng, {1, 2, 3, 4, 8});
+  c.num_kv_heads = uniform(rng, 1, 3);
+  c.num_qo_heads = c.num_kv_heads * group;
+  c.page_size = pick<int>(rng, {1, 16, 64});
+  if (c.kv_storage == KvStorage::paged) c.layout = pick<KvLayout>(rng, {KvLayout::nhd, KvLayout::hnd});
+  Case k{c, {}, {}};
+  const int batch = uniform(rng, 1, 4);
+  for (int i = 0; i < batch; ++i) {
+    const std::int32_t qo = uniform(rng, 1, 300);
+    k.qo_lens.push_back(qo);
+    k.kv_lens.push_back(c.mask == MaskMode::causal ? qo + uniform(rng, 0, 700) : uniform(rng, 0, 900));
+  }
+  if (c.sliding_window) k.window_left = uniform(rng, 0, 300);
+  if (c.soft_cap) k.soft_cap = 20.f;
+  return k;
+}
+
+#define REQUIRE_SOME_RAN(n) \
+  if ((n) == 0) FAIL("the package holds none of the variants this test needs (see the WARN lines)")
+
+}  // namespace
+
+TEST_CASE("batch_prefill matches the fp64 reference for every prefill variant in the package", "[gpu]") {
+  const std::uint64_t seed = fresh_seed();
+  INFO("seed " << seed << " (AOTINFER_TEST_SEED replays it)");
+  std::mt19937_64 rng(seed);
+  int ran = 0;
+  for (const BatchPrefillConfig& c : package_configs()) ran += run_case(rng, random_case(rng, c)).ran;
+  REQUIRE_SOME_RAN(ran);
+}
+
+TEST_CASE("batch_prefill of qo_len 1..4096 mixed with kv_len 0..32k in one batch", "[gpu]") {
+  const std::uint64_t seed = fresh_seed();
+  INFO("seed " << seed << " (AOTINFER_TEST_SEED replays it)");
+  std::mt19937_64 rng(seed);
+  int ran = 0;
+  for (KvStorage storage : {KvStorage::paged, KvStorage::ragged})
+    for (MaskMode mask : {MaskMode::causal, MaskMode::none}) {
+      Case c{base_config(storage, mask, 8, 2), {}, {}};
+      c.config.page_size = 16;
+      c.qo_lens = {1, 4096, 7, 600, 1, 0, 129};
+      c.kv_lens = {1, 4096, 32768, 20000, uniform(rng, 1, 5000), 10, 129 + uniform(rng, 0, 300)};
+      if (mask == MaskMode::none) {  // no causal constraint: a request without keys, and more queries than keys
+        c.qo_lens.push_back(5), c.kv_lens.push_back(0);
+        c.qo_lens.push_back(300), c.kv_lens.push_back(40);
+      }
+      ran += run_case(rng, c).ran;
+    }
+  REQUIRE_SOME_RAN(ran);
+}
+
+TEST_CASE("batch_prefill over GQA group sizes 1..8 and 16, page sizes 1, 16, 64 and both layouts", "[gpu]") {
+  const std::uint64_t seed = fresh_seed();
+  INFO("seed " << seed << " (AOTINFER_TEST_SEED replays it)");
+  std::mt19937_64 rng(seed);
+  int ran = 0;
+  for (int group : {1, 2, 3, 4, 5, 6, 7, 8, 16})
+    for (KvStorage storage : {KvStorage::paged, KvStorage::ragged}) {
+      Case c{base_config(storage, MaskMode::causal, 2 * group, 2), {}, {}};
+      c.config.page_size = pick<int>(rng, {1, 16, 64});
+      c.config.layout = storage == KvStorage::paged ? pick<KvLayout>(rng, {KvLayout::nhd, KvLayout::hnd}) : KvLayout::nhd;
+      for (int i = 0; i < 3; ++i) {
+        const std::int32_t qo = uniform(rng, 1, 200);
+        c.qo_lens.push_back(qo), c.kv_lens.push_back(qo + uniform(rng, 0, 500));
+      }
+      ran += run_case(rng, c).ran;
+    }
+  REQUIRE_SOME_RAN(ran);
+}
+
+TEST_CASE("batch_prefill split and unsplit plans, large and small query tiles", "[gpu]") {
+  const std::uint64_t seed = fresh_seed();
+  INFO("seed " << seed << " (AOTINFER_TEST_SEED replays it)");
+  std::mt19937_64 rng(seed);
+  for (KvStorage storage : {KvStorage::paged, KvStorage::ragged}) {
+    // One chunk of a long prompt: few tiles, long keys -> split.
+    Case few{base_config(storage, MaskMode::causal, 8, 8), {uniform(rng, 100, 300)}, {}};
+    few.kv_lens = {few.qo_lens[0] + uniform(rng, 15000, 25000)};
+    const Outcome split = run_case(rng, few);
+    if (!split.ran) continue;
+    CHECK(split.split);
+    // Many long prompts: the tiles fill the GPU -> unsplit, large tile.
+    Case many{base_config(storage, MaskMode::causal, 8, 8), {}, {}};
+    for (int i = 0; i < 16; ++i) many.qo_lens.push_back(1024), many.kv_lens.push_back(1024 + uniform(rng, 0, 100));
+    many.sampled_tokens = 8;
+    const Outcome unsplit = run_case(rng, many);
+    CHECK(!unsplit.split);
+    CHECK(unsplit.large_tile);
+    // Decode-like rows (1-3 queries per request): the small tile, split across long keys.
+    Case short_q{base_config(storage, MaskMode::causal, 4, 4), {}, {}};
+    for (int i = 0; i < 6; ++i) short_q.qo_lens.push_back(uniform(rng, 1, 3)), short_q.kv_lens.push_back(uniform(rng, 3000, 9000));
+    const Outcome small = run_case(rng, short_q);
+    CHECK(!small.large_tile);
+    CHECK(small.split);
+  }
+}
+
+TEST_CASE("BatchPrefill in CUDA-graph mode: one captured graph replays later plans", "[gpu]") {
+  const std::uint64_t seed = fresh_seed();
+  INFO("seed " << seed << " (AOTINFER_TEST_SEED replays it)");
+  std::mt19937_64 rng(seed);
+  BatchPrefillConfig config = base_config(KvStorage::ragged, MaskMode::causal, 8, 2);
+  config.cuda_graph = true;
+  config.max_batch = 4;
+  config.max_total_q = 2048;
+  std::optional<BatchPrefill> prefill = make_prefill(config);
+  REQUIRE_SOME_RAN(prefill ? 1 : 0);
+  const int H = config.num_qo_heads, d = config.head_dim;
+  constexpr std::int64_t kMaxKv = 40000;
+  DeviceBuffer<std::uint16_t> q(config.max_total_q * H * d), k(kMaxKv * 2 * d), v(kMaxKv * 2 * d), o(config.max_total_q * H * d);
+  DeviceBuffer<float> lse(config.max_total_q * H);
+  DeviceBuffer<std::int32_t> qo_indptr(config.max_batch + 1), kv_indptr(config.max_batch + 1);
+  Workspace ws(prefill->workspace_sizes(config.max_total_q, config.max_batch));
+  cudaStream_t stream;
+  CUDA_CHECK(cudaStreamCreate(&stream));
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  // Plans of different shapes: split (one long request) and unsplit (several prompts).
+  const std::vector<std::pair<std::vector<std::int32_t>, std::vector<std::int32_t>>> shapes = {
+      {{300}, {30000}}, {{500, 500, 500, 500}, {600, 900, 500, 2000}}, {{1, 64}, {5000, 64}}};
+  for (std::size_t i = 0; i < shapes.size(); ++i) {
+    Case c{config, shapes[i].first, shapes[i].second};
+    const Problem p = make_problem(rng, c);
+    REQUIRE(p.q_bytes.size() <= q.count * 2);
+    REQUIRE(p.k_bytes.size() <= k.count * 2);
+    CUDA_CHECK(cudaMemcpy(q.ptr, p.q_bytes.data(), p.q_bytes.size(), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(k.ptr, p.k_bytes.data(), p.k_bytes.size(), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(v.ptr, p.v_bytes.data(), p.v_bytes.size(), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(qo_indptr.ptr, p.qo_indptr.data(), p.qo_indptr.size() * 4, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(kv_indptr.ptr, p.kv_indptr.data(), p.kv_indptr.size() * 4, cudaMemcpyHostToDevice));
+    o.poison();
+    prefill->plan_ragged(p.qo_indptr, p.kv_indptr, ws.ws, aotinfer::Stream(stream));
+    INFO("plan " << i << ": split " << prefill->work_plan().split << ", items " << prefill->work_plan().num_work);
+    if (i == 0) {
+      CHECK(prefill->work_plan().split);
+      aotinfer::PrefillRunArgs a;
+      a.batch = std::int32_t(c.qo_lens.size());
+      a.total_q = p.total_q;
+      a.q = q.ptr, a.qo_indptr = qo_indptr.ptr, a.k = k.ptr, a.v = v.ptr, a.kv_indptr = kv_indptr.ptr;
+      a.o = o.ptr, a.lse = lse.ptr;
+      CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+      prefill->run(a, aotinfer::Stream(stream));
+      CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+      CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    }
+    CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    // The graph froze batch/total_q of the first plan only as run() arguments it validated; the
+    // kernels read counts from the workspace, so o of this plan's tokens must match.
+    std::vector<std::uint16_t> out = o.download();
+    out.resize(p.total_q * H * d);
+    std::vector<float> l = lse.download();
+    l.resize(p.total_q * H);
+    check(rng, p, out, l);
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+TEST_CASE("BatchPrefill refuses bad arguments before launching anything", "[gpu]") {
+  const std::uint64_t seed = fresh_seed();
+  INFO("seed " << seed << " (AOTINFER_TEST_SEED replays it)");
+  std::mt19937_64 rng(seed);
+  std::optional<BatchPrefill> prefill = make_prefill(base_config(KvStorage::paged, MaskMode::causal, 8, 2));
+  REQUIRE_SOME_RAN(prefill ? 1 : 0);
+  auto invalid = [](auto&& f) -> std::string {
+    try {
+      f();
+    } catch (const aotinfer::Error& e) {
+      INFO(e.what());
+      CHECK(e.code() == ErrorCode::invalid_argument);
+      return e.what();
+    }
+    FAIL("no aotinfer::Error was thrown");
+    return {};
+  };
+  Case c{prefill->config(), {5, 40, 17}, {5, 100, 16}};  // request 2: 17 queries, 16 keys
+  const Problem p = make_problem(rng, c);
+  Workspace ws(prefill->workspace_sizes(p.total_q, 3));
+  CHECK_THAT(invalid([&] { prefill->run(aotinfer::PrefillRunArgs{}, nullptr); }), Contains("plan"));
+  CHECK_THAT(invalid([&] { prefill->plan_paged(p.qo_indptr, p.kv_indptr, p.last_page_len, p.indices, p.num_pages, ws.ws, nullptr); }),
+             Contains("request 2") && Contains("qo_len"));
+  CHECK_THAT(invalid([&] { prefill->plan_ragged(p.qo_indptr, p.kv_indptr, ws.ws, nullptr); }), Contains("plan_paged"));
+  BatchPrefillConfig bad = prefill->config();
+  bad.num_qo_heads = 6, bad.num_kv_heads = 4;
+  CHECK_THAT(invalid([&] { BatchPrefill(package(), bad); }), Contains("heads"));
+  bad = prefill->config();
+  bad.pos_encoding = PosEncoding::alibi;
+  CHECK_THAT(invalid([&] { BatchPrefill(package(), bad); }), Contains("alibi"));
+
+  Case ok{prefill->config(), {5, 40}, {5, 100}};
+  const Problem good = make_problem(rng, ok);
+  aotinfer::Workspace tiny = ws.ws;
+  tiny.int_bytes = 8;
+  CHECK_THAT(invalid([&] { prefill->plan_paged(good.qo_indptr, good.kv_indptr, good.last_page_len, good.indices, good.num_pages, tiny, nullptr); }),
+             Contains("workspace"));
+  prefill->plan_paged(good.qo_indptr, good.kv_indptr, good.last_page_len, good.indices, good.num_pages, ws.ws, nullptr);
+  aotinfer::PrefillRunArgs a;
+  a.batch = 2;
+  a.total_q = good.total_q + 1;
+  CHECK_THAT(invalid([&] { prefill->run(a, nullptr); }), Contains("plan again"));
+  a.total_q = good.total_q;
+  CHECK_THAT(invalid([&] { prefill->run(a, nullptr); }), Contains("null"));
+}

@@ -1,0 +1,92 @@
+// fp64 CPU reference for batch prefill: the oracle of the batch_prefill GPU tests. It follows
+// templates/aotinfer/params/batch_prefill.h literally and prefers obviousness to speed (rows are
+// independent, so callers may compute a sample of them on several threads).
+//
+// One request with qo_len queries and kv_len keys; query token t sits at position
+// p_t = kv_len - qo_len + t. Query head h reads KV head h / (num_qo_heads / num_kv_heads):
+//   q' = round(rope(q, p_t)), k'_j = round(rope(k_j, j))   (rope_llama; round = to the operand
+//                                                            type, identity for exact inputs)
+//   s_j = dot(q', k'_j) * sm_scale, then s_j = cap * tanh(s_j / cap)   (cap > 0)
+//   key j is kept when j <= p_t (causal) and j >= p_t - window_left (window_left >= 0)
+//   o = softmax(s) . v,  lse = log(sum(exp(s)))
+// No kept key gives o = 0, lse = -inf.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <functional>
+#include <vector>
+
+#include "reference/attention_reference.hpp"
+#include "reference/decode_reference.hpp"  // rope_llama
+
+namespace aotinfer::reference {
+
+struct PrefillParams {
+  int num_qo_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  bool causal = false;
+  bool rope = false;
+  double sm_scale = 0;
+  double logits_soft_cap = 0;  // 0: off
+  int window_left = -1;        // -1: off
+  double rope_rcp_scale = 1;
+  double rope_rcp_theta = 1e-4;
+  std::function<double(double)> round_operand = [](double x) { return x; };
+};
+
+// Keys as the products see them: [kv_len][num_kv_heads][head_dim] in, rotated and rounded out.
+inline std::vector<double> prefill_keys(const PrefillParams& p, const std::vector<double>& k, std::int64_t kv_len) {
+  std::vector<double> out(k.size());
+  const int d = p.head_dim;
+  for (std::int64_t j = 0; j < kv_len; ++j)
+    for (int h = 0; h < p.num_kv_heads; ++h) {
+      const double* src = &k[(j * p.num_kv_heads + h) * d];
+      std::vector<double> x = p.rope ? rope_llama(src, d, double(j), p.rope_rcp_scale, p.rope_rcp_theta)
+                                     : std::vector<double>(src, src + d);
+      for (int e = 0; e < d; ++e) out[(j * p.num_kv_heads + h) * d + e] = p.round_operand(x[e]);
+    }
+  return out;
+}
+
+// The state of query token t, head h: q_row is its head_dim values; keys from prefill_keys,
+// values [kv_len][num_kv_heads][head_dim].
+inline State prefill_row(const PrefillParams& p, const double* q_row, std::int64_t t, std::int64_t qo_len,
+                         const std::vector<double>& keys, const std::vector<double>& values, std::int64_t kv_len, int h) {
+  const int d = p.head_dim, kv_head = h / (p.num_qo_heads / p.num_kv_heads);
+  const std::int64_t pos = kv_len - qo_len + t;
+  std::vector<double> q = p.rope ? rope_llama(q_row, d, double(pos), p.rope_rcp_scale, p.rope_rcp_theta)
+                                 : std::vector<double>(q_row, q_row + d);
+  for (double& x : q) x = p.round_operand(x);
+  std::vector<double> scores;
+  std::vector<std::int64_t> kept;  // key index of each score
+  for (std::int64_t j = 0; j < kv_len; ++j) {
+    if (p.causal && j > pos) break;
+    if (p.window_left >= 0 && j < pos - p.window_left) continue;
+    const double* key = &keys[(j * p.num_kv_heads + kv_head) * d];
+    double s = 0;
+    for (int e = 0; e < d; ++e) s += q[e] * key[e];
+    s *= p.sm_scale;
+    if (p.logits_soft_cap > 0) s = p.logits_soft_cap * std::tanh(s / p.logits_soft_cap);
+    scores.push_back(s);
+    kept.push_back(j);
+  }
+  // attend() without copying every value row: o = sum_j w_j v_j / sum_j w_j, w_j = exp(s_j - max).
+  State out{std::vector<double>(d, 0.0), -std::numeric_limits<double>::infinity()};
+  if (scores.empty()) return out;
+  double max = scores[0], sum = 0;
+  for (double s : scores) max = std::max(max, s);
+  for (std::size_t i = 0; i < scores.size(); ++i) {
+    const double w = std::exp(scores[i] - max);
+    sum += w;
+    const double* value = &values[(kept[i] * p.num_kv_heads + kv_head) * d];
+    for (int e = 0; e < d; ++e) out.v[e] += w * value[e];
+  }
+  for (double& x : out.v) x /= sum;
+  out.lse = max + std::log(sum);
+  return out;
+}
+
+}  // namespace aotinfer::reference

@@ -1,0 +1,721 @@
+// The prefill work partition (runtime/include/aotinfer/prefill_plan.hpp), on the CPU, against the
+// contract of templates/aotinfer/params/batch_prefill.h: packed rows R = t * group + g; CTA x
+// handles (request, packed rows [q_row, q_row + tile_rows) clipped to the request, keys
+// [kv_begin, kv_end)) for every KV head; split items write state
+// state[x] + (kv_head * rows + row) * state_stride[x]; merge output i combines states
+// merge_indptr[i] .. [i+1] into row merge_row[i] of o viewed as [total_q * num_qo_heads, head_dim].
+//
+// An independent checker (plan_problem) recomputes tiles, key extents under the causal rule
+// (key j visible to token t when j <= kv_len - qo_len + t), the wave and the smallest chunk, and
+// checks coverage, ordering, states, merge and padding. It runs on hand-made cases and on
+// fixed-seed random batches.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <cstdint>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "aotinfer/error.hpp"
+#include "aotinfer/prefill_plan.hpp"
+#include "unit/test_util.hpp"
+
+using namespace aotinfer;
+using Catch::Matchers::Contains;
+
+namespace {
+
+using V = std::vector<std::int32_t>;
+
+constexpr int kLargeRows = 128, kSmallRows = 64, kKvTile = 64;
+
+PrefillPlanLimits make_limits(int num_sms, int num_kv_heads, int group, bool causal, int large_ctas = 1, int small_ctas = 1,
+                              std::int32_t graph_work = 0) {
+  PrefillPlanLimits l;
+  l.num_sms = num_sms;
+  l.num_kv_heads = num_kv_heads;
+  l.num_qo_heads = num_kv_heads * group;
+  l.large = {kLargeRows, large_ctas};
+  l.small = {kSmallRows, small_ctas};
+  l.kv_tile_tokens = kKvTile;
+  l.causal = causal;
+  l.graph_work = graph_work;
+  return l;
+}
+
+V indptr_of(const V& qo_lens) {
+  V indptr{0};
+  for (std::int32_t len : qo_lens) indptr.push_back(indptr.back() + len);
+  return indptr;
+}
+
+std::string describe(const PrefillPlanLimits& l) {
+  std::ostringstream s;
+  s << "limits {num_sms " << l.num_sms << ", heads " << l.num_qo_heads << "/" << l.num_kv_heads << ", large "
+    << l.large.rows << "x" << l.large.ctas_per_sm << ", small " << l.small.rows << "x" << l.small.ctas_per_sm
+    << ", kv_tile_tokens " << l.kv_tile_tokens << ", causal " << l.causal << ", graph_work " << l.graph_work << "}";
+  return s.str();
+}
+
+std::string describe(const V& qo_indptr, const V& kv) {
+  std::ostringstream s;
+  s << kv.size() << " requests (qo_len/kv_len) {";
+  for (std::size_t i = 0; i + 1 < qo_indptr.size() && i < 60; ++i)
+    s << (i ? ", " : "") << qo_indptr[i + 1] - qo_indptr[i] << "/" << (i < kv.size() ? kv[i] : -1);
+  if (qo_indptr.size() > 61) s << ", ...";
+  s << "}";
+  return s.str();
+}
+
+std::string describe(const PrefillWorkPlan& p) {
+  std::ostringstream s;
+  s << "plan {large_tile " << p.large_tile << ", tile_rows " << p.tile_rows << ", split " << p.split << ", chunk_tokens "
+    << p.chunk_tokens << ", num_work " << p.num_work << ", padded_work " << p.padded_work << ", num_states "
+    << p.num_states << ", num_outputs " << p.num_outputs() << "}";
+  return s.str();
+}
+
+// True when `text` holds `n` as a whole number (a maximal run of digits).
+bool names_number(const std::string& text, long long n) {
+  const std::string digits = std::to_string(n);
+  for (std::size_t at = text.find(digits); at != std::string::npos; at = text.find(digits, at + 1)) {
+    const bool left = at == 0 || !std::isdigit(static_cast<unsigned char>(text[at - 1]));
+    const std::size_t end = at + digits.size();
+    const bool right = end == text.size() || !std::isdigit(static_cast<unsigned char>(text[end]));
+    if (left && right) return true;
+  }
+  return false;
+}
+
+Catch::Matchers::Generic::PredicateMatcher<std::string> NamesNumber(long long n) {
+  return Catch::Matchers::Predicate<std::string>([n](const std::string& s) { return names_number(s, n); },
+                                                 "names " + std::to_string(n));
+}
+
+// Runs f, which must throw Error(invalid_argument); returns its message.
+template <typename F>
+std::string invalid_argument_message(F&& f) {
+  const Error e = test::error_of(f);
+  INFO(e.what());
+  CHECK(e.code() == ErrorCode::invalid_argument);
+  return e.what();
+}
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+// A query tile as the contract describes it, recomputed here.
+struct Tile {
+  std::int32_t request, q_row, rows;
+  std::int64_t extent;  // keys its rows can see: one past the largest visible key of its last row
+};
+
+// The tiles of `rows` packed rows each, with their key extents under the mask.
+std::vector<Tile> expected_tiles(const V& qo_indptr, const V& kv, const PrefillPlanLimits& l, int rows) {
+  const std::int64_t group = l.num_qo_heads / l.num_kv_heads;
+  std::vector<Tile> tiles;
+  for (std::size_t i = 0; i < kv.size(); ++i) {
+    const std::int64_t qo = qo_indptr[i + 1] - qo_indptr[i], packed = qo * group;
+    for (std::int64_t row = 0; row < packed; row += rows) {
+      const std::int64_t valid = std::min<std::int64_t>(rows, packed - row);
+      std::int64_t extent = kv[i];
+      if (l.causal) {
+        // The last row of the tile belongs to the latest token; it sees keys j <= kv - qo + t.
+        const std::int64_t t = (row + valid - 1) / group;
+        extent = std::min<std::int64_t>(kv[i], kv[i] - qo + t + 1);
+      }
+      tiles.push_back({std::int32_t(i), std::int32_t(row), std::int32_t(valid), extent});
+    }
+  }
+  return tiles;
+}
+
+// Items of a chunk size, counted from scratch: ceil(extent / chunk), at least 1 per tile.
+std::int64_t items_for(const std::vector<Tile>& tiles, std::int64_t chunk) {
+  std::int64_t items = 0;
+  for (const Tile& t : tiles) items += std::max<std::int64_t>(1, ceil_div(t.extent, chunk));
+  return items;
+}
+
+std::int64_t wave_of(const PrefillPlanLimits& l, const PrefillTile& tile) {
+  return std::max<std::int64_t>(1, std::int64_t(l.num_sms) * tile.ctas_per_sm / l.num_kv_heads);
+}
+
+bool expect_large_tile(const V& qo_indptr, const PrefillPlanLimits& l) {
+  if (l.graph_work > 0) return true;
+  const std::int64_t batch = std::int64_t(qo_indptr.size()) - 1;
+  if (batch == 0) return true;  // nothing to run; either tile would do, the planner documents none
+  const double average = double(qo_indptr.back()) * (l.num_qo_heads / l.num_kv_heads) / double(batch);
+  return average > double(l.small.rows);
+}
+
+// Everything the contract promises about a plan; "" when all hold, else the first broken promise.
+std::string plan_problem(const V& qo_indptr, const V& kv, const PrefillPlanLimits& l, const PrefillWorkPlan& p) {
+  std::ostringstream why;
+  why << describe(p) << ": ";
+  auto fail = [&](const std::string& what) { return why.str() + what; };
+  const std::int64_t batch = std::int64_t(kv.size());
+  const std::int64_t group = l.num_qo_heads / l.num_kv_heads;
+  const std::int64_t kvh = l.num_kv_heads;
+  const bool graph = l.graph_work > 0;
+
+  // 1. The tile.
+  const bool large = expect_large_tile(qo_indptr, l);
+  if (batch > 0 || graph) {
+    if (p.large_tile != large) return fail(std::string("expected the ") + (large ? "large" : "small") + " tile");
+  }
+  const PrefillTile& tile = p.large_tile ? l.large : l.small;
+  if (p.tile_rows != tile.rows) return fail("tile_rows is not the chosen tile's rows");
+  const int rows = tile.rows;
+
+  // Sizes and padding.
+  if (p.num_work < 0 || p.num_work > p.padded_work) return fail("num_work outside [0, padded_work]");
+  if (graph ? p.padded_work != l.graph_work : p.padded_work != p.num_work)
+    return fail("padded_work is neither graph_work (graph mode) nor num_work");
+  for (const V* v : {&p.request, &p.q_row, &p.kv_begin, &p.kv_end, &p.state, &p.state_stride})
+    if (std::int64_t(v->size()) != p.padded_work) return fail("a work array does not hold padded_work entries");
+  for (std::int64_t x = p.num_work; x < p.padded_work; ++x)
+    if (p.kv_begin[x] != p.kv_end[x] || p.state[x] != -1)
+      return fail("padding item " + std::to_string(x) + " is not an empty direct item");
+
+  // 2. Tiles, and the items of each.
+  const std::vector<Tile> tiles = expected_tiles(qo_indptr, kv, l, rows);
+  std::vector<std::int64_t> tile_base(batch + 1, 0);
+  for (std::int64_t i = 0; i < batch; ++i)
+    tile_base[i + 1] = tile_base[i] + ceil_div(std::int64_t(qo_indptr[i + 1] - qo_indptr[i]) * group, rows);
+  std::vector<std::vector<std::int64_t>> items_of(tiles.size());
+  for (std::int64_t x = 0; x < p.num_work; ++x) {
+    const std::string item = "item " + std::to_string(x) + " (request " + std::to_string(p.request[x]) + ", q_row " +
+                             std::to_string(p.q_row[x]) + ", keys [" + std::to_string(p.kv_begin[x]) + ", " +
+                             std::to_string(p.kv_end[x]) + "), state " + std::to_string(p.state[x]) + "/" +
+                             std::to_string(p.state_stride[x]) + ")";
+    const std::int64_t r = p.request[x];
+    if (r < 0 || r >= batch) return fail(item + " names no request");
+    const std::int64_t packed = std::int64_t(qo_indptr[r + 1] - qo_indptr[r]) * group;
+    if (p.q_row[x] < 0 || p.q_row[x] % rows != 0 || p.q_row[x] >= packed)
+      return fail(item + ": q_row is not a tile_rows multiple inside the request's " + std::to_string(packed) + " packed rows");
+    const std::int64_t t = tile_base[r] + p.q_row[x] / rows;
+    if (p.kv_begin[x] < 0 || p.kv_begin[x] > p.kv_end[x]) return fail(item + ": bad key range");
+    if (p.kv_end[x] > tiles[t].extent)
+      return fail(item + ": covers keys beyond the tile's extent " + std::to_string(tiles[t].extent));
+    items_of[t].push_back(x);
+  }
+  for (std::int64_t x = 0; x + 1 < p.num_work; ++x)
+    if (p.kv_end[x] - p.kv_begin[x] < p.kv_end[x + 1] - p.kv_begin[x + 1])
+      return fail("items " + std::to_string(x) + " and " + std::to_string(x + 1) + " are not ordered by descending length");
+
+  // Exact coverage of [0, extent) per tile; chunk layout of split tiles.
+  const std::int64_t chunk = p.chunk_tokens;
+  if (p.split ? (chunk <= 0 || chunk % l.kv_tile_tokens != 0) : chunk != 0)
+    return fail("chunk_tokens is not a positive kv_tile_tokens multiple when split, or not 0 when unsplit");
+  bool some_split = false;
+  for (std::size_t t = 0; t < tiles.size(); ++t) {
+    const Tile& tl = tiles[t];
+    std::vector<std::int64_t>& its = items_of[t];
+    const std::string name = "tile (request " + std::to_string(tl.request) + ", q_row " + std::to_string(tl.q_row) +
+                             ", extent " + std::to_string(tl.extent) + ")";
+    if (its.empty()) return fail(name + " has no work item");
+    std::sort(its.begin(), its.end(), [&](std::int64_t a, std::int64_t b) { return p.kv_begin[a] < p.kv_begin[b]; });
+    std::int64_t covered = 0;
+    for (std::int64_t x : its) {
+      if (p.kv_begin[x] != covered)
+        return fail(name + ": an item begins at " + std::to_string(p.kv_begin[x]) + ", expected " + std::to_string(covered));
+      covered = p.kv_end[x];
+    }
+    if (covered != tl.extent) return fail(name + " is covered up to " + std::to_string(covered));
+    if (its.size() == 1) {
+      if (p.state[its[0]] != -1) return fail(name + " has one item, but its state is not -1");
+      if (p.split && tl.extent > chunk) return fail(name + " is longer than a chunk but not split");
+      continue;
+    }
+    some_split = true;
+    if (!p.split) return fail(name + " has several items in a plan that is not split");
+    for (std::size_t c = 0; c < its.size(); ++c) {
+      const std::int64_t x = its[c];
+      if (p.kv_begin[x] != std::int64_t(c) * chunk || p.kv_end[x] != std::min<std::int64_t>(tl.extent, (c + 1) * chunk))
+        return fail(name + ": chunk " + std::to_string(c) + " is not [c * chunk, min(extent, (c + 1) * chunk))");
+      if (p.state[x] < 0) return fail(name + ": split item " + std::to_string(x) + " has state -1");
+      if (p.state_stride[x] != std::int32_t(its.size()))
+        return fail(name + ": state_stride " + std::to_string(p.state_stride[x]) + " differs from its " +
+                    std::to_string(its.size()) + " chunks");
+    }
+  }
+  if (p.split && !some_split) return fail("split is set, but no tile is split");
+
+  // 3. The split decision and the chunk, from scratch.
+  const std::int64_t wave = wave_of(l, tile);
+  const std::int64_t num_tiles = std::int64_t(tiles.size());
+  std::int64_t longest = 0;
+  for (const Tile& t : tiles) longest = std::max(longest, t.extent);
+  std::int64_t best = 0;  // smallest kv_tile multiple below the longest extent whose items fit a wave
+  if (num_tiles < wave)
+    for (std::int64_t c = l.kv_tile_tokens; c < longest; c += l.kv_tile_tokens)
+      if (items_for(tiles, c) <= wave) {
+        best = c;
+        break;
+      }
+  if (best == 0) {
+    if (p.split) return fail("split although " + std::string(num_tiles >= wave ? "the tiles fill a wave" : "no shorter chunk fits a wave"));
+    if (p.num_work != num_tiles) return fail("an unsplit plan does not have one item per tile");
+  } else {
+    if (!p.split) return fail("not split, but chunks of " + std::to_string(best) + " keys fit a wave of " + std::to_string(wave));
+    if (chunk != best) return fail("chunk is not the smallest that fits a wave, which is " + std::to_string(best));
+    if (p.num_work > wave) return fail("split plan has more items than a wave of " + std::to_string(wave));
+    if (p.num_work != items_for(tiles, chunk)) return fail("num_work differs from the recount for the chunk");
+  }
+
+  // 5. States: every (tile, kv_head, row, chunk) of a split tile gets its own state in [0, num_states).
+  if (p.num_states < 0) return fail("negative num_states");
+  std::vector<std::int64_t> owner(p.num_states, -1);     // state -> (tile, kv_head, row) group
+  std::vector<std::int64_t> group_row, group_chunks;      // group -> o row, chunk count
+  std::vector<int> writes(std::size_t(qo_indptr.back()) * l.num_qo_heads, 0);  // o rows written
+  std::int64_t assigned = 0;
+  auto o_row = [&](const Tile& tl, std::int64_t kh, std::int64_t r) {
+    const std::int64_t packed = tl.q_row + r;
+    return (qo_indptr[tl.request] + packed / group) * l.num_qo_heads + kh * group + packed % group;
+  };
+  for (std::size_t t = 0; t < tiles.size(); ++t) {
+    const Tile& tl = tiles[t];
+    const std::vector<std::int64_t>& its = items_of[t];
+    for (std::int64_t kh = 0; kh < kvh; ++kh)
+      for (std::int64_t r = 0; r < tl.rows; ++r) {
+        if (its.size() == 1) {
+          ++writes[o_row(tl, kh, r)];
+          continue;
+        }
+        const std::int64_t g = std::int64_t(group_row.size());
+        group_row.push_back(o_row(tl, kh, r));
+        group_chunks.push_back(std::int64_t(its.size()));
+        for (std::int64_t x : its) {
+          const std::int64_t s = std::int64_t(p.state[x]) + (kh * tl.rows + r) * p.state_stride[x];
+          if (s < 0 || s >= p.num_states)
+            return fail("state of item " + std::to_string(x) + ", kv_head " + std::to_string(kh) + ", row " +
+                        std::to_string(r) + " is " + std::to_string(s) + ", outside [0, num_states)");
+          if (owner[s] != -1) return fail("state " + std::to_string(s) + " is written twice");
+          owner[s] = g;
+          ++assigned;
+        }
+      }
+  }
+  if (assigned != p.num_states) return fail(std::to_string(assigned) + " states are written, num_states says otherwise");
+
+  // The merge: each (tile, kv_head, row) group is exactly one output's state range.
+  if (p.merge_indptr.size() != p.merge_row.size() + 1) return fail("merge_indptr does not hold num_outputs + 1 entries");
+  if (p.merge_indptr.front() != 0 || p.merge_indptr.back() != p.num_states) return fail("merge_indptr does not span [0, num_states]");
+  std::vector<bool> merged(group_row.size(), false);
+  for (std::int64_t i = 0; i < p.num_outputs(); ++i) {
+    const std::int64_t b = p.merge_indptr[i], e = p.merge_indptr[i + 1];
+    if (e <= b) return fail("merge_indptr is not increasing at " + std::to_string(i));
+    const std::int64_t g = owner[b];
+    for (std::int64_t s = b; s < e; ++s)
+      if (owner[s] != g) return fail("merge output " + std::to_string(i) + " combines states of different rows");
+    if (e - b != group_chunks[g]) return fail("merge output " + std::to_string(i) + " misses some chunks of its row");
+    if (merged[g]) return fail("a split row is merged twice");
+    merged[g] = true;
+    if (p.merge_row[i] != group_row[g])
+      return fail("merge output " + std::to_string(i) + " goes to row " + std::to_string(p.merge_row[i]) + ", expected " +
+                  std::to_string(group_row[g]));
+    ++writes[group_row[g]];
+  }
+  if (std::count(merged.begin(), merged.end(), false) != 0) return fail("a split row has no merge output");
+  if (std::set<std::int32_t>(p.merge_row.begin(), p.merge_row.end()).size() != p.merge_row.size())
+    return fail("merge_row holds a row twice");
+  for (std::size_t row = 0; row < writes.size(); ++row)
+    if (writes[row] != 1) return fail("o row " + std::to_string(row) + " is written " + std::to_string(writes[row]) + " times");
+  return "";
+}
+
+// Plans and checks, with a fresh plan and a reused one (which must not keep stale entries).
+void check_plan(const V& qo_indptr, const V& kv, const PrefillPlanLimits& l, PrefillWorkPlan& plan) {
+  INFO(describe(l) << ", " << describe(qo_indptr, kv));
+  plan_prefill_work(qo_indptr, kv, l, plan);
+  REQUIRE(plan_problem(qo_indptr, kv, l, plan) == "");
+  PrefillWorkPlan fresh;
+  plan_prefill_work(qo_indptr, kv, l, fresh);
+  REQUIRE(fresh.num_work == plan.num_work);
+  REQUIRE(fresh.padded_work == plan.padded_work);
+  REQUIRE(fresh.request == plan.request);
+  REQUIRE(fresh.q_row == plan.q_row);
+  REQUIRE(fresh.kv_begin == plan.kv_begin);
+  REQUIRE(fresh.kv_end == plan.kv_end);
+  REQUIRE(fresh.state == plan.state);
+  REQUIRE(fresh.state_stride == plan.state_stride);
+  REQUIRE(fresh.merge_indptr == plan.merge_indptr);
+  REQUIRE(fresh.merge_row == plan.merge_row);
+}
+
+PrefillPlanLimits random_limits(std::mt19937& rng) {
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  const int groups[] = {1, 2, 3, 4, 5, 6, 7, 8, 16};
+  return make_limits(uniform(0, 1) ? 132 : 8, uniform(1, 8), groups[uniform(0, 8)], uniform(0, 1) == 1, uniform(1, 3),
+                     uniform(1, 3));
+}
+
+// A random batch of up to max_batch requests and max_total_q query tokens in all.
+void random_batch(std::mt19937& rng, bool causal, int max_batch, int max_total_q, V& qo_indptr, V& kv) {
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  const int kind = uniform(0, 3);
+  const bool short_batch = uniform(0, 2) == 0;  // short prompts: the small tile
+  const bool keyless = !causal && uniform(0, 3) == 0;  // some requests without keys
+  const int batch = kind == 0 ? uniform(0, std::min(3, max_batch)) : kind == 1 ? uniform(1, std::min(8, max_batch)) : uniform(1, max_batch);
+  qo_indptr.assign(1, 0);
+  kv.clear();
+  for (int i = 0; i < batch; ++i) {
+    const int left = max_total_q - qo_indptr.back();
+    int qo = short_batch || uniform(0, 3) == 0 ? uniform(0, 40) : uniform(0, 600);
+    if (uniform(0, 9) == 0) qo = 0;
+    qo = std::min(qo, left);
+    int k = keyless && uniform(0, 2) == 0 ? 0 : uniform(0, 5000);
+    if (causal) k = uniform(0, 3) == 0 ? qo : uniform(qo, 5000);  // a prompt from scratch, or with a prefix
+    qo_indptr.push_back(qo_indptr.back() + qo);
+    kv.push_back(k);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("lengths_from_indptr: differences of a non-decreasing indptr starting at 0", "[prefill_plan]") {
+  CHECK(lengths_from_indptr(V{0, 3, 3, 10}, "qo_indptr") == V{3, 0, 7});
+  CHECK(lengths_from_indptr(V{0}, "qo_indptr").empty());
+  CHECK(lengths_from_indptr(V{0, 0, 0}, "qo_indptr") == V{0, 0});
+
+  std::string msg = invalid_argument_message([] { lengths_from_indptr(V{}, "kv_indptr"); });
+  CHECK_THAT(msg, Contains("kv_indptr"));
+  msg = invalid_argument_message([] { lengths_from_indptr(V{1, 3, 5}, "kv_indptr"); });
+  CHECK_THAT(msg, Contains("kv_indptr") && NamesNumber(1));
+  // Entry 3 (8) is below entry 2 (9); no value in the array is 3.
+  msg = invalid_argument_message([] { lengths_from_indptr(V{0, 4, 9, 8, 12}, "kv_indptr"); });
+  CHECK_THAT(msg, Contains("kv_indptr") && NamesNumber(3));
+}
+
+TEST_CASE("plan_prefill_work refuses bad batches, naming the problem", "[prefill_plan]") {
+  PrefillWorkPlan plan;
+  const PrefillPlanLimits causal = make_limits(132, 2, 4, true);
+  SECTION("causal request with more queries than keys") {
+    // Request 2 has 7 queries and 5 keys; no other number in the batch is 2.
+    const std::string msg = invalid_argument_message([&] { plan_prefill_work(V{0, 3, 7, 14}, V{10, 10, 5}, causal, plan); });
+    CHECK_THAT(msg, Contains("request") && NamesNumber(2) && Contains("causal"));
+    // The same batch is fine without the mask.
+    PrefillPlanLimits plain = causal;
+    plain.causal = false;
+    check_plan(V{0, 3, 7, 14}, V{10, 10, 5}, plain, plan);
+  }
+  SECTION("qo_indptr not starting at 0") {
+    const std::string msg = invalid_argument_message([&] { plan_prefill_work(V{5, 8, 9}, V{10, 10}, causal, plan); });
+    CHECK_THAT(msg, Contains("qo_indptr") && NamesNumber(5));
+  }
+  SECTION("qo_indptr decreasing") {
+    const std::string msg = invalid_argument_message([&] { plan_prefill_work(V{0, 4, 9, 8, 12}, V{10, 10, 10, 10}, causal, plan); });
+    CHECK_THAT(msg, Contains("qo_indptr") && Contains("decrease") && NamesNumber(3));
+  }
+  SECTION("empty qo_indptr") {
+    const std::string msg = invalid_argument_message([&] { plan_prefill_work(V{}, V{}, causal, plan); });
+    CHECK_THAT(msg, Contains("qo_indptr"));
+  }
+  SECTION("kv_lengths size differing from the batch") {
+    std::string msg = invalid_argument_message([&] { plan_prefill_work(V{0, 1, 2, 3}, V{10, 10}, causal, plan); });
+    CHECK_THAT(msg, NamesNumber(3) && NamesNumber(2));
+    msg = invalid_argument_message([&] { plan_prefill_work(V{0, 1}, V{10, 10, 10, 10, 10}, causal, plan); });
+    CHECK_THAT(msg, NamesNumber(1) && NamesNumber(5));
+  }
+}
+
+TEST_CASE("plan_prefill_work and prefill_capacity refuse unset limits", "[prefill_plan]") {
+  PrefillWorkPlan plan;
+  const PrefillPlanLimits good = make_limits(132, 2, 4, false);
+  std::vector<PrefillPlanLimits> bad{PrefillPlanLimits{}};
+  for (int field = 0; field < 9; ++field) {
+    PrefillPlanLimits l = good;
+    switch (field) {
+      case 0: l.num_sms = 0; break;
+      case 1: l.num_kv_heads = 0; break;
+      case 2: l.num_qo_heads = 1; break;  // fewer query heads than KV heads
+      case 3: l.num_qo_heads = 7; break;  // not a multiple of 2
+      case 4: l.large.rows = 0; break;
+      case 5: l.large.ctas_per_sm = 0; break;
+      case 6: l.small.rows = 0; break;
+      case 7: l.small.ctas_per_sm = 0; break;
+      default: l.kv_tile_tokens = 0;
+    }
+    bad.push_back(l);
+  }
+  for (const PrefillPlanLimits& l : bad) {
+    INFO(describe(l));
+    std::string msg = invalid_argument_message([&] { plan_prefill_work(V{0, 10}, V{100}, l, plan); });
+    CHECK_THAT(msg, Contains("limits"));
+    msg = invalid_argument_message([&] { prefill_capacity(1000, 4, l); });
+    CHECK_THAT(msg, Contains("limits"));
+  }
+  plan_prefill_work(V{0, 10}, V{100}, good, plan);  // the good limits pass
+  CHECK(plan.num_work >= 1);
+}
+
+TEST_CASE("plan_prefill_work picks the large tile when the average packed length exceeds the small tile", "[prefill_plan]") {
+  PrefillWorkPlan plan;
+  struct Case {
+    int group;
+    V qo_lens;
+    bool large;
+  };
+  const std::vector<Case> cases{
+      {1, {64, 64}, false},         // average 64, not above 64
+      {1, {65, 64}, true},          // average 64.5
+      {1, {200, 0, 0, 0}, false},   // empty requests count in the average: 50
+      {1, {200, 0, 0}, true},       // 66.7
+      {4, {16, 16}, false},         // packed 64 each
+      {4, {16, 17}, true},          // packed 64 and 68
+      {16, {5}, true},              // packed 80
+      {16, {4, 4, 4}, false},       // packed 64 each
+      {8, {1, 1, 1, 1, 1, 60}, true},  // packed 8 x 5 + 480: average 86.7
+      {8, {1, 1, 1, 1, 1, 1, 1, 50}, false},  // (7 + 50) * 8 / 8 = 57
+  };
+  for (const Case& c : cases) {
+    for (bool graph : {false, true}) {
+      V kv;
+      for (std::int32_t len : c.qo_lens) kv.push_back(len + 300);
+      PrefillPlanLimits l = make_limits(132, 2, c.group, true);
+      if (graph) {
+        l.graph_work = 1;  // marks graph mode for prefill_capacity, as BatchPrefill does
+        l.graph_work = std::int32_t(prefill_capacity(1000, 10, l).work);
+      }
+      INFO("group " << c.group << ", graph " << graph);
+      check_plan(indptr_of(c.qo_lens), kv, l, plan);
+      CHECK(plan.large_tile == (c.large || graph));
+      CHECK(plan.tile_rows == (c.large || graph ? kLargeRows : kSmallRows));
+    }
+  }
+}
+
+TEST_CASE("plan_prefill_work splits only when the tiles leave a wave unfilled, with the smallest chunk that fits", "[prefill_plan]") {
+  PrefillWorkPlan plan;
+  SECTION("one long tile: chunks of 640 keys make 8 items for a wave of 8") {
+    const PrefillPlanLimits l = make_limits(8, 1, 1, false);  // large tile wave: 8 * 1 / 1
+    check_plan(V{0, 128}, V{5000}, l, plan);
+    REQUIRE(plan.split);
+    CHECK(plan.chunk_tokens == 640);  // 576 would need ceil(5000 / 576) = 9 items
+    CHECK(plan.num_work == 8);
+    CHECK(plan.num_states == 128 * 8);
+    CHECK(plan.num_outputs() == 128);
+  }
+  SECTION("tiles that already fill a wave are not split") {
+    const PrefillPlanLimits l = make_limits(8, 1, 1, false);
+    check_plan(V{0, 1024}, V{5000}, l, plan);  // 8 tiles of 128 rows
+    CHECK_FALSE(plan.split);
+    CHECK(plan.num_work == 8);
+    CHECK(plan.num_states == 0);
+    CHECK(plan.num_outputs() == 0);
+    CHECK(std::count(plan.state.begin(), plan.state.end(), -1) == 8);
+  }
+  SECTION("the wave divides by the KV heads") {
+    const PrefillPlanLimits l = make_limits(8, 4, 1, false, 2);  // wave 8 * 2 / 4 = 4
+    check_plan(V{0, 256}, V{5000}, l, plan);                     // 2 tiles: 2 < 4, split in 2 each
+    REQUIRE(plan.split);
+    CHECK(plan.chunk_tokens == 2560);
+    CHECK(plan.num_work == 4);
+    check_plan(V{0, 384}, V{5000}, l, plan);  // 3 tiles: a split doubles them, beyond the wave
+    CHECK_FALSE(plan.split);
+    CHECK(plan.num_work == 3);
+    check_plan(V{0, 512}, V{5000}, l, plan);  // 4 tiles fill the wave
+    CHECK_FALSE(plan.split);
+    CHECK(plan.num_work == 4);
+  }
+  SECTION("causal extents: the first tile sees half the keys") {
+    const PrefillPlanLimits l = make_limits(132, 1, 1, true);
+    check_plan(V{0, 256}, V{256}, l, plan);
+    REQUIRE(plan.split);
+    CHECK(plan.chunk_tokens == 64);
+    CHECK(plan.num_work == 6);  // 128 keys in 2 chunks + 256 keys in 4 chunks
+    for (std::int32_t x = 0; x < plan.num_work; ++x) CHECK(plan.kv_end[x] - plan.kv_begin[x] == 64);
+  }
+  SECTION("short keys are not split below one KV tile") {
+    const PrefillPlanLimits l = make_limits(132, 1, 1, false);
+    check_plan(V{0, 100, 200}, V{64, 30}, l, plan);
+    CHECK_FALSE(plan.split);
+    CHECK(plan.chunk_tokens == 0);
+  }
+  SECTION("GQA: the merge rows of a split request are its o rows, query head kv_head * group + g") {
+    // group 2, 2 KV heads: wave 8 * 1 / 2 = 4. Tiles: request 0 (6 packed rows, 4000 keys) and
+    // request 1 (4 packed rows, 10 keys): chunks of 1344 keys give 3 + 1 = 4 items.
+    const PrefillPlanLimits l = make_limits(8, 2, 2, false);
+    check_plan(V{0, 3, 5}, V{4000, 10}, l, plan);
+    REQUIRE(plan.split);
+    CHECK(plan.chunk_tokens == 1344);
+    CHECK(plan.num_work == 4);
+    CHECK(plan.num_states == 3 * 6 * 2);
+    V rows = plan.merge_row;
+    std::sort(rows.begin(), rows.end());
+    V expected(12);
+    for (int i = 0; i < 12; ++i) expected[i] = i;  // request 0: 3 tokens x 4 query heads
+    CHECK(rows == expected);
+    CHECK(plan.request[3] == 1);  // the short item runs last
+    CHECK(plan.kv_end[3] == 10);
+    CHECK(plan.state[3] == -1);
+  }
+}
+
+TEST_CASE("plan_prefill_work edge cases: empty batch, empty requests, no keys", "[prefill_plan]") {
+  PrefillWorkPlan plan;
+  for (bool causal : {false, true}) {
+    const PrefillPlanLimits l = make_limits(132, 2, 4, causal);
+    INFO("causal " << causal);
+    check_plan(V{0}, V{}, l, plan);
+    CHECK(plan.num_work == 0);
+    CHECK(plan.padded_work == 0);
+    CHECK(plan.num_states == 0);
+    CHECK(plan.merge_indptr == V{0});
+    CHECK(plan.num_outputs() == 0);
+
+    // Requests with no queries get no items; the others are planned as usual.
+    check_plan(V{0, 0, 5, 5}, V{100, 3000, 0}, l, plan);
+    CHECK(plan.num_work >= 1);
+    for (std::int32_t x = 0; x < plan.num_work; ++x) CHECK(plan.request[x] == 1);
+
+    // Only empty requests: nothing to run.
+    check_plan(V{0, 0, 0}, V{0, 70}, l, plan);
+    CHECK(plan.num_work == 0);
+
+    // Queries with no keys: causal needs qo_len 0 then; without the mask the tile still gets
+    // one item, with an empty range, writing o directly.
+    check_plan(V{0, 0}, V{0}, l, plan);
+    CHECK(plan.num_work == 0);
+  }
+  const PrefillPlanLimits l = make_limits(8, 1, 1, false);  // wave 8
+  check_plan(V{0, 3}, V{0}, l, plan);
+  REQUIRE(plan.num_work == 1);
+  CHECK(plan.kv_begin[0] == 0);
+  CHECK(plan.kv_end[0] == 0);
+  CHECK(plan.state[0] == -1);
+  CHECK(plan.q_row[0] == 0);
+  // Also inside a split plan: the keyless request keeps its one empty direct item, last.
+  check_plan(V{0, 3, 131}, V{0, 5000}, l, plan);
+  REQUIRE(plan.split);
+  REQUIRE(plan.num_work == 8);
+  CHECK(plan.request[7] == 0);
+  CHECK(plan.kv_begin[7] == plan.kv_end[7]);
+  CHECK(plan.state[7] == -1);
+  // Causal qo_len == kv_len: the first token sees one key.
+  const PrefillPlanLimits c = make_limits(132, 1, 1, true);
+  check_plan(V{0, 1}, V{1}, c, plan);
+  REQUIRE(plan.num_work == 1);
+  CHECK(plan.kv_end[0] == 1);
+}
+
+TEST_CASE("plan_prefill_work property: exact coverage, minimal chunks, states and merge (fixed-seed random batches)",
+          "[prefill_plan]") {
+  std::mt19937 rng(20240611u);
+  PrefillWorkPlan plan;  // reused on purpose: plans must not keep stale entries
+  int split = 0, unsplit = 0, small = 0, large = 0, causal_split = 0, empty_items = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const PrefillPlanLimits l = random_limits(rng);
+    V qo_indptr, kv;
+    random_batch(rng, l.causal, trial % 3 == 0 ? 40 : 12, 1 << 20, qo_indptr, kv);
+    INFO("trial " << trial);
+    check_plan(qo_indptr, kv, l, plan);
+    (plan.split ? split : unsplit)++;
+    (plan.large_tile ? large : small)++;
+    causal_split += plan.split && l.causal;
+    for (std::int32_t x = 0; x < plan.num_work; ++x) empty_items += plan.kv_begin[x] == plan.kv_end[x];
+  }
+  // The generator reaches every branch.
+  INFO("split " << split << ", unsplit " << unsplit << ", small " << small << ", large " << large << ", causal split "
+                << causal_split << ", empty items " << empty_items);
+  CHECK(split >= 30);
+  CHECK(unsplit >= 30);
+  CHECK(small >= 20);
+  CHECK(large >= 30);
+  CHECK(causal_split >= 10);
+  CHECK(empty_items >= 5);
+}
+
+TEST_CASE("plan_prefill_work in CUDA-graph mode: the large tile, graph_work items, empty padding", "[prefill_plan]") {
+  std::mt19937 rng(777u);
+  PrefillWorkPlan plan;
+  int padded = 0, split = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    PrefillPlanLimits l = random_limits(rng);
+    const int max_batch = std::uniform_int_distribution<int>(1, 24)(rng);
+    const int max_total_q = std::uniform_int_distribution<int>(1, 4000)(rng);
+    l.graph_work = 1;  // marks graph mode for prefill_capacity: the large tile only
+    const PrefillCapacity cap = prefill_capacity(max_total_q, max_batch, l);
+    l.graph_work = std::int32_t(cap.work) + (trial % 3 == 0 ? std::uniform_int_distribution<int>(1, 40)(rng) : 0);
+    V qo_indptr, kv;
+    random_batch(rng, l.causal, max_batch, max_total_q, qo_indptr, kv);
+    INFO("trial " << trial << ", max_total_q " << max_total_q << ", max_batch " << max_batch);
+    check_plan(qo_indptr, kv, l, plan);  // checks padded_work == graph_work and empty padding
+    REQUIRE(plan.large_tile);
+    REQUIRE(plan.padded_work == l.graph_work);
+    for (std::int32_t x = plan.num_work; x < plan.padded_work; ++x) {
+      REQUIRE(plan.kv_begin[x] == plan.kv_end[x]);
+      REQUIRE(plan.state[x] == -1);
+    }
+    padded += plan.num_work < plan.padded_work;
+    split += plan.split;
+  }
+  CHECK(padded >= 100);
+  CHECK(split >= 10);
+
+  // A batch that needs more items than the grid holds is refused: 8 unsplittable tiles (64
+  // keys, one KV tile) for a grid of 4.
+  const PrefillPlanLimits l = make_limits(132, 1, 1, false, 1, 1, 4);
+  const std::string msg = invalid_argument_message([&] { plan_prefill_work(V{0, 1024}, V{64}, l, plan); });
+  CHECK_THAT(msg, Contains("grid") && NamesNumber(8) && NamesNumber(4));
+  // Exactly as many items as the grid holds is fine.
+  const PrefillPlanLimits fits = make_limits(132, 1, 1, false, 1, 1, 8);
+  check_plan(V{0, 1024}, V{64}, fits, plan);
+  CHECK(plan.num_work == 8);
+  CHECK(plan.padded_work == 8);
+}
+
+TEST_CASE("prefill_capacity bounds the items, states and outputs of every plan within (max_total_q, max_batch)",
+          "[prefill_plan]") {
+  std::mt19937 rng(4242u);
+  PrefillWorkPlan plan;
+  for (int trial = 0; trial < 300; ++trial) {
+    PrefillPlanLimits l = random_limits(rng);
+    const int max_batch = std::uniform_int_distribution<int>(1, 32)(rng);
+    const int max_total_q = std::uniform_int_distribution<int>(1, 5000)(rng);
+    const bool graph = trial % 2 == 1;
+    if (graph) {
+      l.graph_work = 1;  // marks graph mode for prefill_capacity: the large tile only
+      l.graph_work = std::int32_t(prefill_capacity(max_total_q, max_batch, l).work);
+    }
+    const PrefillCapacity cap2 = prefill_capacity(max_total_q, max_batch, l);
+    INFO("trial " << trial << ", " << describe(l) << ", max_total_q " << max_total_q << ", max_batch " << max_batch
+                  << ", capacity " << cap2.work << "/" << cap2.states << "/" << cap2.outputs);
+    for (int i = 0; i < 8; ++i) {
+      V qo_indptr, kv;
+      const std::int64_t group = l.num_qo_heads / l.num_kv_heads;
+      if (i == 0) {  // every request with one row more than a tile: the most partial tiles
+        const int per = int(std::max<std::int64_t>(1, (kLargeRows + 1 + group - 1) / group));
+        qo_indptr.assign(1, 0);
+        for (int r = 0; r < max_batch && qo_indptr.back() + per <= max_total_q; ++r) {
+          qo_indptr.push_back(qo_indptr.back() + per);
+          kv.push_back(l.causal ? per + 4000 : 4000);
+        }
+      } else if (i == 1) {  // one request with all the queries and few tiles: splits
+        qo_indptr = {0, max_total_q};
+        kv = {max_total_q + 5000};
+      } else if (i == 2) {  // max_batch short requests with long keys
+        qo_indptr.assign(1, 0);
+        for (int r = 0; r < max_batch; ++r) {
+          qo_indptr.push_back(qo_indptr.back() + (qo_indptr.back() < max_total_q ? 1 : 0));
+          kv.push_back(5000);
+        }
+      } else {
+        random_batch(rng, l.causal, max_batch, max_total_q, qo_indptr, kv);
+      }
+      INFO("case " << i << ", " << describe(qo_indptr, kv));
+      REQUIRE(qo_indptr.back() <= max_total_q);
+      REQUIRE(std::int64_t(kv.size()) <= max_batch);
+      plan_prefill_work(qo_indptr, kv, l, plan);
+      REQUIRE(plan_problem(qo_indptr, kv, l, plan) == "");
+      CHECK(plan.num_work <= cap2.work);
+      CHECK(plan.padded_work <= cap2.work);
+      CHECK(plan.num_states <= cap2.states);
+      CHECK(plan.num_outputs() <= cap2.outputs);
+    }
+  }
+}
