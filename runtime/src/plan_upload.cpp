@@ -6,7 +6,7 @@
 
 namespace aotinfer::detail {
 
-PlanUpload::PlanUpload() { check(driver().cuEventCreate(&copy_done_, CU_EVENT_DISABLE_TIMING), "cuEventCreate"); }
+PlanUpload::PlanUpload() = default;
 
 PlanUpload::~PlanUpload() {
   try {
@@ -32,6 +32,8 @@ char* PlanUpload::image(std::size_t bytes) {
 }
 
 void PlanUpload::send(void* device, std::size_t bytes, Stream stream) {
+  // Created on first use: the caller's context is current by then.
+  if (!copy_done_) check(driver().cuEventCreate(&copy_done_, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
   check(driver().cuMemcpyHtoDAsync(CUdeviceptr(device), staging_, bytes, stream), "copying the plan to the device");
   check(driver().cuEventRecord(copy_done_, stream), "cuEventRecord");
   copy_pending_ = true;

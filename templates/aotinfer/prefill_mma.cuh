@@ -75,13 +75,15 @@ struct PrefillMma {
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kWarpRows = 16 * kMmaQ;
   static constexpr int kRows = kWarps * kWarpRows;    // packed query rows per CTA
-  static constexpr int kKv = head_dim <= 128 ? 64 : 32;  // keys per stage
-  static constexpr int kStages = 2;
+  // Keys per stage: 32 where a 64-key S tile would not fit the registers beside O.
+  static constexpr int kKv = head_dim * kMmaQ <= 128 ? 64 : 32;
   static constexpr int kChunks = head_dim / 8;  // 16-byte chunks per row
   static constexpr int kRowBytes = head_dim * 2;
   static constexpr int kTileBytes = kKv * kRowBytes;  // K (or V) of one stage
   static constexpr int kStageBytes = 2 * kTileBytes;
   static constexpr int kQBytes = kRows * kRowBytes;
+  // Three stages where they fit beside q in the shared memory of two CTAs per SM, else two.
+  static constexpr int kStages = kQBytes + 3 * kStageBytes <= 96 * 1024 ? 3 : 2;
   static constexpr int kFreqOffset = kQBytes + kStages * kStageBytes;
   static constexpr int kSmemBytes = kFreqOffset + (kRope ? head_dim / 2 * 4 : 0);
   static constexpr int kKSteps = head_dim / 16;  // of Q K^T
@@ -89,7 +91,11 @@ struct PrefillMma {
   static constexpr int kDimTiles = head_dim / 8;  // n-tiles of O
   // q rows land by cp.async unless they must be rotated or converted on the way.
   static constexpr bool kQCopied = std::is_same_v<dtype_q, dtype_kv> && !kRope;
-  static_assert(head_dim % 64 == 0 && kKv * kChunks % kThreads == 0 && kRows * kChunks % kThreads == 0, "tile shape");
+  // KV loads: kThreadsPerKey threads share a key; an instruction of theirs covers consecutive
+  // chunks (whole 32-byte sectors), and a thread looks up one page per stage.
+  static constexpr int kThreadsPerKey = kThreads / kKv;
+  static constexpr int kChunksPerThread = kChunks / kThreadsPerKey;
+  static_assert(head_dim % 64 == 0 && kThreads % kKv == 0 && kRows * kChunks % kThreads == 0, "tile shape");
 
   static constexpr aotinfer_launch_info launch =
       make_launch_info<aotinfer_batch_prefill_params>(kThreads, kSmemBytes, kRows, kKv, head_dim);
@@ -100,16 +106,39 @@ struct PrefillMma {
     return row * kRowBytes + ((chunk ^ (row & 7)) << 4);
   }
 
-  // Keys [start, start + kKv) into a stage; keys >= end are zero-filled.
-  static __device__ __forceinline__ void load_kv(const KvRows<dtype_kv>& rows, char* stage, int start, int end) {
+  // The offsets one lane reads with ldmatrix: chunk chunk0 + 2 i + 8 b of row + 16 a is
+  // at(i) + a * 16 rows + b * 128 bytes, because the XOR of swizzle() touches the low three chunk
+  // bits only and row % 8 is the same for all a. Resolving the XOR once per thread keeps four
+  // offsets in registers instead of one per (row block, chunk) pair of the unrolled loops.
+  struct LaneOffsets {
+    int off[4];
+    __device__ __forceinline__ LaneOffsets(int row, int chunk0) {
 #pragma unroll
-    for (int i = 0; i < kKv * kChunks / kThreads; ++i) {
-      const int flat = i * kThreads + threadIdx.x, token = flat / kChunks, chunk = flat % kChunks;
-      const int pos = start + token;
-      const bool valid = pos < end;
-      const int64_t offset = valid ? rows.offset(pos) + chunk * 8 : 0;
-      cp_async_16(stage + swizzle(token, chunk), rows.k + offset, valid);
-      cp_async_16(stage + kTileBytes + swizzle(token, chunk), rows.v + offset, valid);
+      for (int i = 0; i < 4; ++i) off[i] = swizzle(row, chunk0 + 2 * i);
+    }
+    // Chunk 2 pair + chunk0 of row + 16 row_block.
+    __device__ __forceinline__ int at(int row_block, int pair) const {
+      return off[pair % 4] + row_block * 16 * kRowBytes + (pair / 4) * 128;
+    }
+  };
+
+  // Element offset of this thread's key of the stage starting at `start` (0 beyond `end`). Its
+  // page lookup is a global load; callers compute it a stage ahead so that it never stalls.
+  static __device__ __forceinline__ int64_t key_offset(const KvRows<dtype_kv>& rows, int start, int end) {
+    const int pos = start + int(threadIdx.x) / kThreadsPerKey;
+    return pos < end ? rows.offset(pos) : 0;
+  }
+
+  // Keys [start, start + kKv) into a stage; keys >= end are zero-filled.
+  static __device__ __forceinline__ void load_kv(const KvRows<dtype_kv>& rows, char* stage, int start, int end,
+                                                 int64_t offset) {
+    const int key = threadIdx.x / kThreadsPerKey, lane_of_key = threadIdx.x % kThreadsPerKey;
+    const bool valid = start + key < end;
+#pragma unroll
+    for (int i = 0; i < kChunksPerThread; ++i) {
+      const int chunk = i * kThreadsPerKey + lane_of_key;
+      cp_async_16(stage + swizzle(key, chunk), rows.k + offset + chunk * 8, valid);
+      cp_async_16(stage + kTileBytes + swizzle(key, chunk), rows.v + offset + chunk * 8, valid);
     }
   }
 
@@ -200,24 +229,14 @@ struct PrefillMma {
     }
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
-      if (s < num_tiles) load_kv(rows, stages + s * kStageBytes, begin + s * kKv, end);
+      if (s < num_tiles) load_kv(rows, stages + s * kStageBytes, begin + s * kKv, end, key_offset(rows, begin + s * kKv, end));
       cp_async_commit();
     }
+    int64_t ahead = key_offset(rows, begin + (kStages - 1) * kKv, end);  // of the next stage to load
 
-    // This thread's rows: m-tile m, half h is warp row 16 m + lane / 4 + 8 h. Their visible keys
-    // are [key_lo, key_hi] besides `end`.
-    int key_lo[kMmaQ][2], key_hi[kMmaQ][2];
-#pragma unroll
-    for (int m = 0; m < kMmaQ; ++m)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int t = (q_row + warp * kWarpRows + m * 16 + lane / 4 + 8 * h) / group;
-        key_hi[m][h] = mask == MaskMode::causal ? q_offset + t : INT_MAX;
-        key_lo[m][h] = sliding_window ? q_offset + t - p.window_left : INT_MIN;
-      }
-
-    // Scores in log2 units; the soft cap acts on the natural-unit score first.
-    const float score_scale = p.sm_scale * (soft_cap ? 1.f : kLog2e);
+    // Softmax in log2 units with one FFMA per score: p = exp2(x * scale - m * scale), where x is
+    // the raw product, or (soft cap) the capped score already in log2 units.
+    const float scale = soft_cap ? 1.f : p.sm_scale * kLog2e;
     float row_m[kMmaQ][2], row_l[kMmaQ][2];
     float o[kMmaQ][kDimTiles][4];
 #pragma unroll
@@ -227,13 +246,17 @@ struct PrefillMma {
 #pragma unroll
       for (int j = 0; j < kDimTiles; ++j) o[m][j][0] = o[m][j][1] = o[m][j][2] = o[m][j][3] = 0.f;
     }
+    const LaneOffsets q_lane(warp * kWarpRows + lane % 16, lane / 16);
+    const LaneOffsets k_lane((lane / 16) * 8 + lane % 8, (lane / 8) % 2);
+    const LaneOffsets v_lane(((lane / 8) % 2) * 8 + lane % 8, lane / 16);
     for (int tile = 0; tile < num_tiles; ++tile) {
       cp_async_wait<kStages - 2>();
       __syncthreads();  // this tile (and q) landed; everyone is done with the tile before it
       {
         const int next = tile + kStages - 1;
-        if (next < num_tiles) load_kv(rows, stages + (next % kStages) * kStageBytes, begin + next * kKv, end);
+        if (next < num_tiles) load_kv(rows, stages + (next % kStages) * kStageBytes, begin + next * kKv, end, ahead);
         cp_async_commit();
+        ahead = key_offset(rows, begin + (next + 1) * kKv, end);
       }
       char* k_s = stages + (tile % kStages) * kStageBytes;
       const char* v_s = k_s + kTileBytes;
@@ -252,12 +275,11 @@ struct PrefillMma {
       for (int kk = 0; kk < kKSteps; ++kk) {
         uint32_t a[kMmaQ][4];
 #pragma unroll
-        for (int m = 0; m < kMmaQ; ++m)
-          ldmatrix_x4(a[m], q_s + swizzle(warp * kWarpRows + m * 16 + lane % 16, kk * 2 + lane / 16));
+        for (int m = 0; m < kMmaQ; ++m) ldmatrix_x4(a[m], q_s + q_lane.at(m, kk));
 #pragma unroll
         for (int jj = 0; jj < kKv / 16; ++jj) {
           uint32_t b[4];
-          ldmatrix_x4(b, k_s + swizzle(jj * 16 + (lane / 16) * 8 + lane % 8, kk * 2 + (lane / 8) % 2));
+          ldmatrix_x4(b, k_s + k_lane.at(jj, kk));
 #pragma unroll
           for (int m = 0; m < kMmaQ; ++m) {
             mma_16816<dtype>(s[m][2 * jj], a[m], b[0], b[1]);
@@ -272,37 +294,44 @@ struct PrefillMma {
       // Element (m, j, e) is row (m, e / 2), key start + 8 j + 2 (lane % 4) + e % 2.
 #pragma unroll
       for (int m = 0; m < kMmaQ; ++m) {
+        int key_lo[2] = {INT_MIN, INT_MIN}, key_hi[2] = {INT_MAX, INT_MAX};  // keys rows (m, h) see
+        if (edge) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int t = (q_row + warp * kWarpRows + m * 16 + lane / 4 + 8 * h) / group;
+            if constexpr (mask == MaskMode::causal) key_hi[h] = q_offset + t;
+            if constexpr (sliding_window) key_lo[h] = q_offset + t - p.window_left;
+          }
+        }
         float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
         for (int j = 0; j < kKvTiles; ++j)
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            float x = s[m][j][e] * score_scale;
-            if constexpr (soft_cap) x = p.logits_soft_cap * tanhf(x / p.logits_soft_cap) * kLog2e;
+            float x = s[m][j][e];
+            if constexpr (soft_cap) x = p.logits_soft_cap * tanhf(x * p.sm_scale / p.logits_soft_cap) * kLog2e;
             if (edge) {
               const int pos = start + 8 * j + 2 * (lane % 4) + e % 2, h = e / 2;
-              if (pos >= end || pos > key_hi[m][h] || pos < key_lo[m][h]) x = -INFINITY;
+              if (pos >= end || pos > key_hi[h] || pos < key_lo[h]) x = -INFINITY;
             }
             s[m][j][e] = x;
             tile_max[e / 2] = fmaxf(tile_max[e / 2], x);
           }
-        float alpha[2];
+        float alpha[2], m_scaled[2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
           tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
           const float new_m = fmaxf(row_m[m][h], tile_max[h]);
-          alpha[h] = new_m == -INFINITY ? 1.f : exp2f(row_m[m][h] - new_m);
+          alpha[h] = new_m == -INFINITY ? 1.f : exp2f((row_m[m][h] - new_m) * scale);
           row_m[m][h] = new_m;
+          m_scaled[h] = new_m == -INFINITY ? 0.f : new_m * scale;  // masked scores stay -inf: p = 0
         }
-        // Row sums stay per thread (each lane holds a quarter of a row) until the epilogue.
 #pragma unroll
         for (int j = 0; j < kKvTiles; ++j)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const float mx = row_m[m][e / 2];
-            s[m][j][e] = mx == -INFINITY ? 0.f : exp2f(s[m][j][e] - mx);
-          }
+          for (int e = 0; e < 4; ++e) s[m][j][e] = exp2f(fmaf(s[m][j][e], scale, -m_scaled[e / 2]));
+        // Row sums stay per thread (each lane holds a quarter of a row) until the epilogue.
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           float sum = 0.f;
@@ -333,7 +362,7 @@ struct PrefillMma {
 #pragma unroll
         for (int j = 0; j < kDimTiles; j += 2) {
           uint32_t b[4];
-          ldmatrix_x4_trans(b, v_s + swizzle(jj * 16 + ((lane / 8) % 2) * 8 + lane % 8, j + lane / 16));
+          ldmatrix_x4_trans(b, v_s + v_lane.at(jj, j / 2));
 #pragma unroll
           for (int m = 0; m < kMmaQ; ++m) {
             mma_16816<dtype>(o[m][j], a[m], b[0], b[1]);
@@ -356,7 +385,7 @@ struct PrefillMma {
         l += __shfl_xor_sync(0xffffffffu, l, 1);
         l += __shfl_xor_sync(0xffffffffu, l, 2);
         const float inv = l > 0.f ? 1.f / l : 0.f;
-        const float lse = l > 0.f ? (row_m[m][h] + log2f(l)) * kLn2 : -INFINITY;
+        const float lse = l > 0.f ? (row_m[m][h] * scale + log2f(l)) * kLn2 : -INFINITY;
         const int row = warp * kWarpRows + m * 16 + lane / 4 + 8 * h;
         if (state_base < 0) {
 #pragma unroll

@@ -203,9 +203,11 @@ std::string plan_problem(const V& qo_indptr, const V& kv, const PrefillPlanLimit
       return fail(item + ": covers keys beyond the tile's extent " + std::to_string(tiles[t].extent));
     items_of[t].push_back(x);
   }
+  // Longest first, in units of KV tiles (items with as many tiles cost the same).
+  auto kv_tiles = [&](std::int64_t x) { return (p.kv_end[x] - p.kv_begin[x] + l.kv_tile_tokens - 1) / l.kv_tile_tokens; };
   for (std::int64_t x = 0; x + 1 < p.num_work; ++x)
-    if (p.kv_end[x] - p.kv_begin[x] < p.kv_end[x + 1] - p.kv_begin[x + 1])
-      return fail("items " + std::to_string(x) + " and " + std::to_string(x + 1) + " are not ordered by descending length");
+    if (kv_tiles(x) < kv_tiles(x + 1))
+      return fail("items " + std::to_string(x) + " and " + std::to_string(x + 1) + " are not ordered by descending KV tiles");
 
   // Exact coverage of [0, extent) per tile; chunk layout of split tiles.
   const std::int64_t chunk = p.chunk_tokens;

@@ -9,7 +9,8 @@
 //   3. splits the extents into chunks only when the tiles alone cannot fill one wave of CTAs,
 //      with the smallest KV-tile multiple for which the items fit in one wave (binary search:
 //      the item count falls monotonically as the chunk grows);
-//   4. orders items by descending extent, so the longest start first and the tail is short;
+//   4. orders items by descending number of KV tiles, so the longest start first and the tail
+//      is short;
 //   5. lays out the float states of split tiles and the merge that combines them.
 #pragma once
 #include <cstdint>

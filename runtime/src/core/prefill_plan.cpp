@@ -154,7 +154,15 @@ void plan_prefill_work(std::span<const std::int32_t> qo_indptr, std::span<const 
         plan.merge_indptr.push_back(plan.num_states);
       }
   }
-  std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.end - a.begin > b.end - b.begin; });
+  // Longest first, by a stable counting sort on the number of KV tiles (items with as many
+  // tiles cost the same): linear in the items, where a comparison sort dominated plan time.
+  std::vector<std::int32_t> first_of(max_chunk_tiles + 2, 0);  // first slot per tile count, descending
+  auto tiles_of = [&](const Item& it) { return std::int32_t(ceil_div(it.end - it.begin, l.kv_tile_tokens)); };
+  for (const Item& it : items) ++first_of[max_chunk_tiles - tiles_of(it) + 1];
+  for (std::size_t b = 1; b < first_of.size(); ++b) first_of[b] += first_of[b - 1];
+  std::vector<Item> sorted(items.size());
+  for (const Item& it : items) sorted[first_of[max_chunk_tiles - tiles_of(it)]++] = it;
+  items.swap(sorted);
 
   plan.num_work = std::int32_t(items.size());
   if (graph && plan.num_work > l.graph_work)
