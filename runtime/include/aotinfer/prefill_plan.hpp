@@ -60,6 +60,7 @@ struct PrefillWorkPlan {
   std::vector<std::int32_t> merge_indptr;  // [num_outputs + 1]
   std::vector<std::int32_t> merge_row;     // [num_outputs]
   std::int32_t num_outputs() const { return std::int32_t(merge_row.size()); }
+  std::vector<std::int32_t> scratch;  // reused by the planner between calls
 };
 
 // Lengths from an indptr array ([batch + 1], starting at 0, not decreasing); `what` names the

@@ -33,12 +33,6 @@ struct QueryTile {
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
-std::int64_t items_for_chunk(const std::vector<QueryTile>& tiles, std::int64_t chunk) {
-  std::int64_t items = 0;
-  for (const QueryTile& t : tiles) items += std::max<std::int64_t>(1, ceil_div(t.extent, chunk));
-  return items;
-}
-
 }  // namespace
 
 PrefillCapacity prefill_capacity(std::int64_t max_total_q, std::int32_t max_batch, const PrefillPlanLimits& l) {
@@ -96,29 +90,37 @@ void plan_prefill_work(std::span<const std::int32_t> qo_indptr, std::span<const 
   const PrefillTile& tile = plan.large_tile ? l.large : l.small;
   plan.tile_rows = tile.rows;
 
-  // 2. Tiles and their key extents.
-  std::vector<QueryTile> tiles;
-  std::int32_t longest = 0;
-  for (std::int32_t i = 0; i < batch; ++i) {
-    const std::int32_t packed = qo_lengths[i] * group, kv = kv_lengths[i];
-    for (std::int32_t row = 0; row < packed; row += tile.rows) {
-      const std::int32_t rows = std::min(tile.rows, packed - row);
-      const std::int32_t last_token = (row + rows - 1) / group;
-      const std::int32_t extent = l.causal ? std::min(kv, kv - qo_lengths[i] + last_token + 1) : kv;
-      tiles.push_back({i, row, rows, extent});
-      longest = std::max(longest, extent);
+  // 2. Tiles and their key extents, generated on demand (a plan may have thousands: no
+  // per-call allocations beyond the plan's own reused vectors).
+  auto for_each_tile = [&](auto&& visit) {
+    for (std::int32_t i = 0; i < batch; ++i) {
+      const std::int32_t packed = qo_lengths[i] * group, kv = kv_lengths[i];
+      for (std::int32_t row = 0; row < packed; row += tile.rows) {
+        const std::int32_t rows = std::min(tile.rows, packed - row);
+        const std::int32_t last_token = (row + rows - 1) / group;
+        const std::int32_t extent = l.causal ? std::min(kv, kv - qo_lengths[i] + last_token + 1) : kv;
+        visit(QueryTile{i, row, rows, extent});
+      }
     }
-  }
+  };
+  std::int64_t num_tiles = 0;
+  std::int32_t longest = 0;
+  for_each_tile([&](const QueryTile& t) { ++num_tiles, longest = std::max(longest, t.extent); });
 
   // 3. The chunk: the smallest multiple of the KV tile whose items fit in a wave.
   const std::int64_t wave = wave_items(l, tile);
   const std::int64_t max_chunk_tiles = std::max<std::int64_t>(1, ceil_div(longest, l.kv_tile_tokens));
+  auto items_for_chunk = [&](std::int64_t chunk) {
+    std::int64_t items = 0;
+    for_each_tile([&](const QueryTile& t) { items += std::max<std::int64_t>(1, ceil_div(t.extent, chunk)); });
+    return items;
+  };
   std::int64_t chunk_tiles = max_chunk_tiles;
-  if (std::int64_t(tiles.size()) < wave) {
+  if (num_tiles < wave) {
     std::int64_t lo = 1, hi = max_chunk_tiles;
     while (lo < hi) {
       const std::int64_t mid = (lo + hi) / 2;
-      if (items_for_chunk(tiles, mid * l.kv_tile_tokens) <= wave) hi = mid;
+      if (items_for_chunk(mid * l.kv_tile_tokens) <= wave) hi = mid;
       else lo = mid + 1;
     }
     chunk_tiles = lo;
@@ -126,45 +128,32 @@ void plan_prefill_work(std::span<const std::int32_t> qo_indptr, std::span<const 
   const std::int64_t chunk = chunk_tiles * l.kv_tile_tokens;
   plan.split = chunk_tiles < max_chunk_tiles;
   plan.chunk_tokens = plan.split ? std::int32_t(chunk) : 0;
-
-  // 4-5. Items, states and merge outputs.
-  struct Item {
-    std::int32_t request, q_row, begin, end, state, stride;
+  auto chunks_of = [&](const QueryTile& t) {
+    return plan.split ? std::int32_t(std::max<std::int64_t>(1, ceil_div(t.extent, chunk))) : 1;
   };
-  std::vector<Item> items;
-  plan.num_states = 0;
-  plan.merge_indptr.assign(1, 0);
-  plan.merge_row.clear();
-  for (const QueryTile& t : tiles) {
-    const std::int32_t chunks = plan.split ? std::int32_t(std::max<std::int64_t>(1, ceil_div(t.extent, chunk))) : 1;
-    if (chunks == 1) {
-      items.push_back({t.request, t.q_row, 0, t.extent, -1, 0});
-      continue;
-    }
-    const std::int32_t first_state = plan.num_states;
-    for (std::int32_t c = 0; c < chunks; ++c)
-      items.push_back({t.request, t.q_row, std::int32_t(c * chunk), std::int32_t(std::min<std::int64_t>(t.extent, (c + 1) * chunk)),
-                       first_state + c, chunks});
-    // State (kv_head, row, chunk) = first_state + (kv_head * rows + row) * chunks + chunk.
-    for (std::int32_t kv_head = 0; kv_head < l.num_kv_heads; ++kv_head)
-      for (std::int32_t r = 0; r < t.rows; ++r) {
-        const std::int32_t packed = t.q_row + r;
-        plan.merge_row.push_back((qo_indptr[t.request] + packed / group) * l.num_qo_heads + kv_head * group + packed % group);
-        plan.num_states += chunks;
-        plan.merge_indptr.push_back(plan.num_states);
-      }
-  }
-  // Longest first, by a stable counting sort on the number of KV tiles (items with as many
-  // tiles cost the same): linear in the items, where a comparison sort dominated plan time.
-  std::vector<std::int32_t> first_of(max_chunk_tiles + 2, 0);  // first slot per tile count, descending
-  auto tiles_of = [&](const Item& it) { return std::int32_t(ceil_div(it.end - it.begin, l.kv_tile_tokens)); };
-  for (const Item& it : items) ++first_of[max_chunk_tiles - tiles_of(it) + 1];
-  for (std::size_t b = 1; b < first_of.size(); ++b) first_of[b] += first_of[b - 1];
-  std::vector<Item> sorted(items.size());
-  for (const Item& it : items) sorted[first_of[max_chunk_tiles - tiles_of(it)]++] = it;
-  items.swap(sorted);
+  // Chunk c of a tile: keys [c * chunk, min(extent, (c + 1) * chunk)) (the whole extent unsplit).
+  auto chunk_end = [&](const QueryTile& t, std::int32_t c, std::int32_t chunks) {
+    return chunks == 1 ? t.extent : std::int32_t(std::min<std::int64_t>(t.extent, (c + 1) * chunk));
+  };
 
-  plan.num_work = std::int32_t(items.size());
+  // 4. Longest first: a stable counting sort on the number of KV tiles of each item (items with
+  // as many tiles cost the same). Pass one counts, pass two writes each item into its slot.
+  const std::int32_t kv_tile = l.kv_tile_tokens, most_tiles = std::int32_t(max_chunk_tiles);
+  auto bucket = [&](std::int32_t begin, std::int32_t end) {  // 0 = the most KV tiles (32-bit: divisions dominate)
+    return std::size_t(most_tiles - (end - begin + kv_tile - 1) / kv_tile);
+  };
+  std::vector<std::int32_t>& next_slot = plan.scratch;
+  next_slot.assign(std::size_t(max_chunk_tiles) + 2, 0);
+  std::int64_t num_work = 0;
+  for_each_tile([&](const QueryTile& t) {
+    const std::int32_t chunks = chunks_of(t);
+    for (std::int32_t c = 0; c < chunks; ++c) ++next_slot[bucket(std::int32_t(c * chunk), chunk_end(t, c, chunks)) + 1];
+    num_work += chunks;
+  });
+  for (std::size_t b = 1; b < next_slot.size(); ++b) next_slot[b] += next_slot[b - 1];
+
+  if (num_work > INT32_MAX) invalid("the batch needs more than 2^31 work items");
+  plan.num_work = std::int32_t(num_work);
   if (graph && plan.num_work > l.graph_work)
     invalid("this batch needs " + std::to_string(plan.num_work) + " work items; the CUDA-graph grid holds " +
             std::to_string(l.graph_work) + " (raise max_total_q or max_batch)");
@@ -175,14 +164,34 @@ void plan_prefill_work(std::span<const std::int32_t> qo_indptr, std::span<const 
   plan.kv_end.assign(plan.padded_work, 0);
   plan.state.assign(plan.padded_work, -1);
   plan.state_stride.assign(plan.padded_work, 0);
-  for (std::size_t i = 0; i < items.size(); ++i) {
-    plan.request[i] = items[i].request;
-    plan.q_row[i] = items[i].q_row;
-    plan.kv_begin[i] = items[i].begin;
-    plan.kv_end[i] = items[i].end;
-    plan.state[i] = items[i].state;
-    plan.state_stride[i] = items[i].stride;
-  }
+
+  // 5. Items, the states of split tiles and the merge outputs.
+  plan.num_states = 0;
+  plan.merge_indptr.assign(1, 0);
+  plan.merge_row.clear();
+  for_each_tile([&](const QueryTile& t) {
+    const std::int32_t chunks = chunks_of(t);
+    const std::int32_t first_state = chunks == 1 ? -1 : plan.num_states;
+    for (std::int32_t c = 0; c < chunks; ++c) {
+      const std::int32_t begin = std::int32_t(c * chunk), end = chunk_end(t, c, chunks);
+      const std::int32_t slot = next_slot[bucket(begin, end)]++;
+      plan.request[slot] = t.request;
+      plan.q_row[slot] = t.q_row;
+      plan.kv_begin[slot] = chunks == 1 ? 0 : begin;
+      plan.kv_end[slot] = end;
+      plan.state[slot] = chunks == 1 ? -1 : first_state + c;
+      plan.state_stride[slot] = chunks == 1 ? 0 : chunks;
+    }
+    if (chunks == 1) return;
+    // State (kv_head, row, chunk) = first_state + (kv_head * rows + row) * chunks + chunk.
+    for (std::int32_t kv_head = 0; kv_head < l.num_kv_heads; ++kv_head)
+      for (std::int32_t r = 0; r < t.rows; ++r) {
+        const std::int32_t packed = t.q_row + r;
+        plan.merge_row.push_back((qo_indptr[t.request] + packed / group) * l.num_qo_heads + kv_head * group + packed % group);
+        plan.num_states += chunks;
+        plan.merge_indptr.push_back(plan.num_states);
+      }
+  });
 }
 
 }  // namespace aotinfer
