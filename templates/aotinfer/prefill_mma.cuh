@@ -75,8 +75,9 @@ struct PrefillMma {
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kWarpRows = 16 * kMmaQ;
   static constexpr int kRows = kWarps * kWarpRows;    // packed query rows per CTA
-  // Keys per stage: 32 where a 64-key S tile would not fit the registers beside O.
-  static constexpr int kKv = head_dim * kMmaQ <= 128 ? 64 : 32;
+  // Keys per stage: 32 from head_dim 128 on, where a 64-key S tile would not fit the registers
+  // beside O in the 128-row tile (and measured faster in the 64-row tile too, docs/PERF.md).
+  static constexpr int kKv = head_dim <= 64 ? 64 : 32;
   static constexpr int kChunks = head_dim / 8;  // 16-byte chunks per row
   static constexpr int kRowBytes = head_dim * 2;
   static constexpr int kTileBytes = kKv * kRowBytes;  // K (or V) of one stage
