@@ -120,14 +120,7 @@ struct AOTINFER_FAMILY("batch_decode")
         float lo[8], hi[8];
         load8(reinterpret_cast<const dtype_kv*>(k_row) + d, lo);
         load8(reinterpret_cast<const dtype_kv*>(k_row) + d + head_dim / 2, hi);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          float sin, cos;
-          sincosf(float(pos) * freq_s[d + e], &sin, &cos);
-          const float rlo = lo[e] * cos - hi[e] * sin;
-          hi[e] = hi[e] * cos + lo[e] * sin;
-          lo[e] = rlo;
-        }
+        rope_rotate8(lo, hi, freq_s, d, pos);
 #pragma unroll
         for (int r = 0; r < kRows; ++r) {
           if (r >= rows) break;

@@ -15,6 +15,20 @@
 
 namespace aotinfer {
 
+// The entries of a prefill family over the KV source `KvRows`: the two query tiles.
+#define AOTINFER_PREFILL_ENTRIES(KvRows)                                                                        \
+  template <int kMmaQ>                                                                                          \
+  using Kernel =                                                                                                \
+      PrefillMma<dtype_q, dtype_kv, head_dim, dtype_o, mask, pos_encoding, sliding_window, soft_cap, KvRows, kMmaQ>; \
+  using Large = Kernel<head_dim <= 128 ? 2 : 1>;                                                                \
+  using Small = Kernel<1>;                                                                                      \
+                                                                                                                \
+  static constexpr aotinfer_launch_info prefill_launch = Large::launch;                                         \
+  AOTINFER_ENTRY static __device__ void prefill(const aotinfer_batch_prefill_params& p) { Large::run(p); }      \
+                                                                                                                \
+  static constexpr aotinfer_launch_info prefill_small_launch = Small::launch;                                   \
+  AOTINFER_ENTRY static __device__ void prefill_small(const aotinfer_batch_prefill_params& p) { Small::run(p); }
+
 template <typename dtype_q, int head_dim, MaskMode mask, typename dtype_kv = dtype_q, typename dtype_o = dtype_q,
           PosEncoding pos_encoding = PosEncoding::none, bool sliding_window = false, bool soft_cap = false>
 struct AOTINFER_FAMILY("batch_prefill_paged")
@@ -23,17 +37,7 @@ struct AOTINFER_FAMILY("batch_prefill_paged")
     AOTINFER_VALUES("dtype_kv", "f16", "bf16")
     AOTINFER_VALUES("dtype_o", "f16", "bf16")
     AOTINFER_VALUES("pos_encoding", "none", "rope_llama") batch_prefill_paged {
-  template <int kMmaQ>
-  using Kernel = PrefillMma<dtype_q, dtype_kv, head_dim, dtype_o, mask, pos_encoding, sliding_window, soft_cap,
-                            PagedKvRows, kMmaQ>;
-  using Large = Kernel<head_dim <= 128 ? 2 : 1>;
-  using Small = Kernel<1>;
-
-  static constexpr aotinfer_launch_info prefill_launch = Large::launch;
-  AOTINFER_ENTRY static __device__ void prefill(const aotinfer_batch_prefill_params& p) { Large::run(p); }
-
-  static constexpr aotinfer_launch_info prefill_small_launch = Small::launch;
-  AOTINFER_ENTRY static __device__ void prefill_small(const aotinfer_batch_prefill_params& p) { Small::run(p); }
+  AOTINFER_PREFILL_ENTRIES(PagedKvRows)
 };
 
 template <typename dtype_q, int head_dim, MaskMode mask, typename dtype_kv = dtype_q, typename dtype_o = dtype_q,
@@ -44,17 +48,9 @@ struct AOTINFER_FAMILY("batch_prefill_ragged")
     AOTINFER_VALUES("dtype_kv", "f16", "bf16")
     AOTINFER_VALUES("dtype_o", "f16", "bf16")
     AOTINFER_VALUES("pos_encoding", "none", "rope_llama") batch_prefill_ragged {
-  template <int kMmaQ>
-  using Kernel = PrefillMma<dtype_q, dtype_kv, head_dim, dtype_o, mask, pos_encoding, sliding_window, soft_cap,
-                            RaggedKvRows, kMmaQ>;
-  using Large = Kernel<head_dim <= 128 ? 2 : 1>;
-  using Small = Kernel<1>;
-
-  static constexpr aotinfer_launch_info prefill_launch = Large::launch;
-  AOTINFER_ENTRY static __device__ void prefill(const aotinfer_batch_prefill_params& p) { Large::run(p); }
-
-  static constexpr aotinfer_launch_info prefill_small_launch = Small::launch;
-  AOTINFER_ENTRY static __device__ void prefill_small(const aotinfer_batch_prefill_params& p) { Small::run(p); }
+  AOTINFER_PREFILL_ENTRIES(RaggedKvRows)
 };
+
+#undef AOTINFER_PREFILL_ENTRIES
 
 }  // namespace aotinfer

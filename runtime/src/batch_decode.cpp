@@ -6,6 +6,7 @@
 
 #include "aotinfer/params/merge_varlen.h"
 #include "driver.hpp"
+#include "plan_inputs.hpp"
 #include "plan_upload.hpp"
 
 namespace aotinfer {
@@ -17,8 +18,7 @@ namespace {
 
 [[noreturn]] void invalid(const std::string& what) { throw Error(ErrorCode::invalid_argument, "batch_decode: " + what); }
 
-constexpr std::size_t kAlign = 256;
-std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+using detail::align_up;
 
 // Where each array of the work partition lives in the int workspace. The layout depends only
 // on capacities, so in CUDA-graph mode every plan uses the same addresses.
@@ -124,15 +124,7 @@ void BatchDecode::plan(std::span<const std::int32_t> kv_indptr, std::span<const 
   const std::int32_t batch = std::int32_t(lengths.size());
   if (c.cuda_graph && batch > c.max_batch)
     invalid("batch " + std::to_string(batch) + " exceeds max_batch " + std::to_string(c.max_batch) + " of this CUDA-graph decode");
-  if (!kv_indices.empty()) {
-    const std::int32_t used = kv_indptr.back();
-    if (std::int64_t(kv_indices.size()) < used)
-      invalid("kv_indices has " + std::to_string(kv_indices.size()) + " entries; kv_indptr needs " + std::to_string(used));
-    for (std::int32_t i = 0; i < used; ++i)
-      if (kv_indices[i] < 0 || kv_indices[i] >= num_pages)
-        invalid("kv_indices[" + std::to_string(i) + "] = " + std::to_string(kv_indices[i]) + " is not a page of the pool (0.." +
-                std::to_string(num_pages - 1) + ")");
-  }
+  detail::check_page_ids("batch_decode", kv_indptr, kv_indices, num_pages);
 
   plan_decode_work(lengths, s.limits, s.work);
   const IntLayout layout = c.cuda_graph ? IntLayout(s.limits.graph_work, c.max_batch) : IntLayout(s.work.padded_work, batch);

@@ -8,6 +8,7 @@
 #include "aotinfer/params/batch_prefill.h"
 #include "aotinfer/params/merge_varlen.h"
 #include "driver.hpp"
+#include "plan_inputs.hpp"
 #include "plan_upload.hpp"
 
 namespace aotinfer {
@@ -16,8 +17,7 @@ namespace {
 
 [[noreturn]] void invalid(const std::string& what) { throw Error(ErrorCode::invalid_argument, "batch_prefill: " + what); }
 
-constexpr std::size_t kAlign = 256;
-std::size_t align_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+using detail::align_up;
 
 // Where each array of the plan lives in the int workspace. The layout depends only on
 // capacities, so in CUDA-graph mode every plan uses the same addresses.
@@ -138,15 +138,7 @@ void BatchPrefill::plan_paged(std::span<const std::int32_t> qo_indptr, std::span
   impl_->planned = false;
   if (c.kv_storage != KvStorage::paged) invalid("plan_paged() on a prefill configured for ragged KV (use plan_ragged)");
   const std::vector<std::int32_t> lengths = decode_kv_lengths(kv_indptr, kv_last_page_len, c.page_size);
-  if (!kv_indices.empty()) {
-    const std::int32_t used = kv_indptr.back();
-    if (std::int64_t(kv_indices.size()) < used)
-      invalid("kv_indices has " + std::to_string(kv_indices.size()) + " entries; kv_indptr needs " + std::to_string(used));
-    for (std::int32_t i = 0; i < used; ++i)
-      if (kv_indices[i] < 0 || kv_indices[i] >= num_pages)
-        invalid("kv_indices[" + std::to_string(i) + "] = " + std::to_string(kv_indices[i]) + " is not a page of the pool (0.." +
-                std::to_string(num_pages - 1) + ")");
-  }
+  detail::check_page_ids("batch_prefill", kv_indptr, kv_indices, num_pages);
   plan_lengths(qo_indptr, lengths, ws, stream);
 }
 

@@ -23,6 +23,19 @@ __device__ __forceinline__ float alibi_slope(int head, int num_heads) {
   return head < n ? exp2f(-8.f * float(head + 1) / float(n)) : exp2f(-4.f * float(2 * (head - n) + 1) / float(n));
 }
 
+// Llama RoPE ("rotate half") on 8 dimension pairs: lo[e] is dimension dim + e, hi[e] its partner
+// dim + e + head_dim / 2; both rotate by pos * freq[dim + e].
+__device__ __forceinline__ void rope_rotate8(float (&lo)[8], float (&hi)[8], const float* freq, int dim, int pos) {
+#pragma unroll
+  for (int e = 0; e < 8; ++e) {
+    float sin, cos;
+    sincosf(float(pos) * freq[dim + e], &sin, &cos);
+    const float rotated_lo = lo[e] * cos - hi[e] * sin;
+    hi[e] = hi[e] * cos + lo[e] * sin;
+    lo[e] = rotated_lo;
+  }
+}
+
 // 16 bytes global -> shared without passing through registers; `valid == false` writes zeros
 // (the source is not read), which keeps masked tokens finite.
 __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {

@@ -143,18 +143,6 @@ struct PrefillMma {
     }
   }
 
-  // Rotates x (lo half) and y (hi half) of 8 dimension pairs starting at `dim` by pos * freq.
-  static __device__ __forceinline__ void rotate8(float (&lo)[8], float (&hi)[8], const float* freq_s, int dim, int pos) {
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      float sin, cos;
-      sincosf(float(pos) * freq_s[dim + e], &sin, &cos);
-      const float rotated_lo = lo[e] * cos - hi[e] * sin;
-      hi[e] = hi[e] * cos + lo[e] * sin;
-      lo[e] = rotated_lo;
-    }
-  }
-
   // RoPE on the landed K tile, in place (keys >= end are zeros and stay zeros).
   static __device__ __forceinline__ void rotate_k(char* k_s, const float* freq_s, int start) {
     for (int u = threadIdx.x; u < kKv * kChunks / 2; u += kThreads) {
@@ -164,7 +152,7 @@ struct PrefillMma {
       float lo[8], hi[8];
       load8(lo_p, lo);
       load8(hi_p, hi);
-      rotate8(lo, hi, freq_s, chunk * 8, start + token);
+      rope_rotate8(lo, hi, freq_s, chunk * 8, start + token);
       store8(lo_p, lo);
       store8(hi_p, hi);
     }
@@ -222,7 +210,7 @@ struct PrefillMma {
           const dtype_q* src = q_source(row);
           load8(src + chunk * 8, lo);
           load8(src + chunk * 8 + head_dim / 2, hi);
-          if constexpr (kRope) rotate8(lo, hi, freq_s, chunk * 8, q_offset + (q_row + row) / group);
+          if constexpr (kRope) rope_rotate8(lo, hi, freq_s, chunk * 8, q_offset + (q_row + row) / group);
         }
         store8(reinterpret_cast<dtype*>(q_s + swizzle(row, chunk)), lo);
         store8(reinterpret_cast<dtype*>(q_s + swizzle(row, chunk + kChunks / 2)), hi);

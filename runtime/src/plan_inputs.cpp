@@ -1,0 +1,20 @@
+#include "plan_inputs.hpp"
+
+#include "aotinfer/error.hpp"
+
+namespace aotinfer::detail {
+
+void check_page_ids(const std::string& who, std::span<const std::int32_t> kv_indptr,
+                    std::span<const std::int32_t> kv_indices, std::int32_t num_pages) {
+  if (kv_indices.empty() || kv_indptr.empty()) return;
+  auto invalid = [&](const std::string& what) { throw Error(ErrorCode::invalid_argument, who + ": " + what); };
+  const std::int32_t used = kv_indptr.back();
+  if (std::int64_t(kv_indices.size()) < used)
+    invalid("kv_indices has " + std::to_string(kv_indices.size()) + " entries; kv_indptr needs " + std::to_string(used));
+  for (std::int32_t i = 0; i < used; ++i)
+    if (kv_indices[i] < 0 || kv_indices[i] >= num_pages)
+      invalid("kv_indices[" + std::to_string(i) + "] = " + std::to_string(kv_indices[i]) + " is not a page of the pool (0.." +
+              std::to_string(num_pages - 1) + ")");
+}
+
+}  // namespace aotinfer::detail

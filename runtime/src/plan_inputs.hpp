@@ -1,0 +1,20 @@
+// What the attention front-ends' plans share: workspace alignment and the check of page ids
+// against the pool. Internal.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace aotinfer::detail {
+
+// Arrays in the workspaces start at multiples of 256 bytes.
+constexpr std::size_t kWorkspaceAlign = 256;
+constexpr std::size_t align_up(std::size_t n) { return (n + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign; }
+
+// Throws Error(invalid_argument), prefixed with `who`, when kv_indices (if given) is shorter than
+// kv_indptr needs or names a page outside 0 .. num_pages - 1.
+void check_page_ids(const std::string& who, std::span<const std::int32_t> kv_indptr,
+                    std::span<const std::int32_t> kv_indices, std::int32_t num_pages);
+
+}  // namespace aotinfer::detail
