@@ -23,6 +23,26 @@ __device__ __forceinline__ float alibi_slope(int head, int num_heads) {
   return head < n ? exp2f(-8.f * float(head + 1) / float(n)) : exp2f(-4.f * float(2 * (head - n) + 1) / float(n));
 }
 
+// 2^x by the special-function unit alone (ex2.approx.ftz: ~2^-22 relative error, results below
+// 2^-126 flush to 0, which softmax weights can afford); exp2f adds range fix-ups around it.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// n / d for 0 <= n < 2^31 and a divisor fixed at run time, by one wide multiply and a shift
+// (Granlund-Montgomery): with l = ceil(log2 d), s = 31 + l and m = ceil(2^s / d), (n m) >> s is
+// exact because 2^s >= 2^31 d. Cheaper than the ~20-instruction integer division per use.
+struct FastDiv {
+  uint32_t m, s;
+  __device__ __forceinline__ explicit FastDiv(uint32_t d) {
+    s = 31 + (d > 1 ? 32 - __clz(d - 1) : 0);
+    m = uint32_t(((uint64_t(1) << s) + d - 1) / d);
+  }
+  __device__ __forceinline__ uint32_t operator()(uint32_t n) const { return uint32_t((uint64_t(n) * m) >> s); }
+};
+
 // Llama RoPE ("rotate half") on 8 dimension pairs: lo[e] is dimension dim + e, hi[e] its partner
 // dim + e + head_dim / 2; both rotate by pos * freq[dim + e].
 __device__ __forceinline__ void rope_rotate8(float (&lo)[8], float (&hi)[8], const float* freq, int dim, int pos) {

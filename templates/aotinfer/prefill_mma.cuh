@@ -27,9 +27,11 @@ struct PagedKvRows {
   const int32_t* pages;
   int64_t stride_page, stride_token;
   int page_size;
+  FastDiv page_of;  // key -> page index
   int length;
 
-  __device__ __forceinline__ PagedKvRows(const aotinfer_batch_prefill_params& p, int request, int kv_head) {
+  __device__ __forceinline__ PagedKvRows(const aotinfer_batch_prefill_params& p, int request, int kv_head)
+      : page_of(uint32_t(p.paged.page_size)) {
     const aotinfer_paged_kv& kv = p.paged;
     const int first = kv.indptr[request], num_pages = kv.indptr[request + 1] - first;
     k = static_cast<const T*>(kv.k_pages) + kv_head * kv.stride_head;
@@ -41,7 +43,8 @@ struct PagedKvRows {
     length = num_pages == 0 ? 0 : (num_pages - 1) * kv.page_size + kv.last_page_len[request];
   }
   __device__ __forceinline__ int64_t offset(int pos) const {
-    return int64_t(pages[pos / page_size]) * stride_page + int64_t(pos % page_size) * stride_token;
+    const int page = int(page_of(uint32_t(pos)));
+    return int64_t(pages[page]) * stride_page + int64_t(pos - page * page_size) * stride_token;
   }
 };
 
@@ -312,14 +315,14 @@ struct PrefillMma {
           tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
           tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
           const float new_m = fmaxf(row_m[m][h], tile_max[h]);
-          alpha[h] = new_m == -INFINITY ? 1.f : exp2f((row_m[m][h] - new_m) * scale);
+          alpha[h] = new_m == -INFINITY ? 1.f : fast_exp2((row_m[m][h] - new_m) * scale);
           row_m[m][h] = new_m;
           m_scaled[h] = new_m == -INFINITY ? 0.f : new_m * scale;  // masked scores stay -inf: p = 0
         }
 #pragma unroll
         for (int j = 0; j < kKvTiles; ++j)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) s[m][j][e] = exp2f(fmaf(s[m][j][e], scale, -m_scaled[e / 2]));
+          for (int e = 0; e < 4; ++e) s[m][j][e] = fast_exp2(fmaf(s[m][j][e], scale, -m_scaled[e / 2]));
         // Row sums stay per thread (each lane holds a quarter of a row) until the epilogue.
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
