@@ -63,12 +63,7 @@ struct BatchDecode::Impl {
 };
 
 BatchDecode::BatchDecode(const Package& package, const BatchDecodeConfig& c) : impl_(std::make_unique<Impl>()) {
-  if (c.num_kv_heads < 1 || c.num_qo_heads < 1)
-    invalid("head counts must be positive (num_qo_heads " + std::to_string(c.num_qo_heads) + ", num_kv_heads " +
-            std::to_string(c.num_kv_heads) + ")");
-  if (c.num_qo_heads % c.num_kv_heads != 0)
-    invalid("num_qo_heads (" + std::to_string(c.num_qo_heads) + ") must be a multiple of num_kv_heads (" +
-            std::to_string(c.num_kv_heads) + ")");
+  detail::check_head_counts("batch_decode", c.num_qo_heads, c.num_kv_heads);
   const int group = c.num_qo_heads / c.num_kv_heads;
   if (group > 64) invalid("the GQA group size num_qo_heads / num_kv_heads is " + std::to_string(group) + "; at most 64 is supported");
   if (c.page_size < 1) invalid("page_size must be >= 1, got " + std::to_string(c.page_size));

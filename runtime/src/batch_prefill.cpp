@@ -67,12 +67,7 @@ struct BatchPrefill::Impl {
 };
 
 BatchPrefill::BatchPrefill(const Package& package, const BatchPrefillConfig& c) : impl_(std::make_unique<Impl>()) {
-  if (c.num_kv_heads < 1 || c.num_qo_heads < 1)
-    invalid("head counts must be positive (num_qo_heads " + std::to_string(c.num_qo_heads) + ", num_kv_heads " +
-            std::to_string(c.num_kv_heads) + ")");
-  if (c.num_qo_heads % c.num_kv_heads != 0)
-    invalid("num_qo_heads (" + std::to_string(c.num_qo_heads) + ") must be a multiple of num_kv_heads (" +
-            std::to_string(c.num_kv_heads) + ")");
+  detail::check_head_counts("batch_prefill", c.num_qo_heads, c.num_kv_heads);
   if (c.kv_storage == KvStorage::paged && c.page_size < 1) invalid("page_size must be >= 1, got " + std::to_string(c.page_size));
   if (c.kv_storage == KvStorage::ragged && c.layout != KvLayout::nhd)
     invalid("ragged K/V are [total_kv, num_kv_heads, head_dim] (layout nhd); hnd applies to page pools only");

@@ -4,6 +4,16 @@
 
 namespace aotinfer::detail {
 
+void check_head_counts(const std::string& who, int num_qo_heads, int num_kv_heads) {
+  auto invalid = [&](const std::string& what) { throw Error(ErrorCode::invalid_argument, who + ": " + what); };
+  if (num_kv_heads < 1 || num_qo_heads < 1)
+    invalid("head counts must be positive (num_qo_heads " + std::to_string(num_qo_heads) + ", num_kv_heads " +
+            std::to_string(num_kv_heads) + ")");
+  if (num_qo_heads % num_kv_heads != 0)
+    invalid("num_qo_heads (" + std::to_string(num_qo_heads) + ") must be a multiple of num_kv_heads (" +
+            std::to_string(num_kv_heads) + ")");
+}
+
 void check_page_ids(const std::string& who, std::span<const std::int32_t> kv_indptr,
                     std::span<const std::int32_t> kv_indices, std::int32_t num_pages) {
   if (kv_indices.empty() || kv_indptr.empty()) return;

@@ -1,5 +1,5 @@
-// What the attention front-ends' plans share: workspace alignment and the check of page ids
-// against the pool. Internal.
+// What the attention front-ends share in checking their inputs and laying out workspaces.
+// Internal.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -11,6 +11,10 @@ namespace aotinfer::detail {
 // Arrays in the workspaces start at multiples of 256 bytes.
 constexpr std::size_t kWorkspaceAlign = 256;
 constexpr std::size_t align_up(std::size_t n) { return (n + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign; }
+
+// Throws Error(invalid_argument), prefixed with `who`, unless both counts are positive and
+// num_qo_heads is a multiple of num_kv_heads (the GQA group).
+void check_head_counts(const std::string& who, int num_qo_heads, int num_kv_heads);
 
 // Throws Error(invalid_argument), prefixed with `who`, when kv_indices (if given) is shorter than
 // kv_indptr needs or names a page outside 0 .. num_pages - 1.
