@@ -138,11 +138,15 @@ struct PrefillMma {
                                                  int64_t offset) {
     const int key = threadIdx.x / kThreadsPerKey, lane_of_key = threadIdx.x % kThreadsPerKey;
     const bool valid = start + key < end;
+    // One base address per tensor; the chunks are constant offsets from it.
+    const dtype_kv* k_src = rows.k + offset + lane_of_key * 8;
+    const dtype_kv* v_src = rows.v + offset + lane_of_key * 8;
+    char* k_dst = stage + key * kRowBytes;
 #pragma unroll
     for (int i = 0; i < kChunksPerThread; ++i) {
-      const int chunk = i * kThreadsPerKey + lane_of_key;
-      cp_async_16(stage + swizzle(key, chunk), rows.k + offset + chunk * 8, valid);
-      cp_async_16(stage + kTileBytes + swizzle(key, chunk), rows.v + offset + chunk * 8, valid);
+      const int at = ((i * kThreadsPerKey + lane_of_key) ^ (key & 7)) << 4;
+      cp_async_16(k_dst + at, k_src + i * kThreadsPerKey * 8, valid);
+      cp_async_16(k_dst + kTileBytes + at, v_src + i * kThreadsPerKey * 8, valid);
     }
   }
 
@@ -283,32 +287,44 @@ struct PrefillMma {
       // Masks only where the tile crosses an edge some row of the CTA can see.
       const bool edge = start + kKv > end || (mask == MaskMode::causal && start + kKv - 1 > q_offset + t_first) ||
                         (sliding_window && start < q_offset + t_last - p.window_left);
-      // Element (m, j, e) is row (m, e / 2), key start + 8 j + 2 (lane % 4) + e % 2.
+      // Element (m, j, e) is row (m, e / 2), key start + 8 j + 2 (lane % 4) + e % 2. The mask is a
+      // loop of its own behind a warp-uniform branch: interleaved with the max below, the
+      // compiler turned it into selects that every stage paid for.
+      if constexpr (soft_cap) {  // before the mask: a masked score must stay -inf
 #pragma unroll
-      for (int m = 0; m < kMmaQ; ++m) {
-        int key_lo[2] = {INT_MIN, INT_MIN}, key_hi[2] = {INT_MAX, INT_MAX};  // keys rows (m, h) see
-        if (edge) {
+        for (int m = 0; m < kMmaQ; ++m)
+#pragma unroll
+          for (int j = 0; j < kKvTiles; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              s[m][j][e] = p.logits_soft_cap * tanhf(s[m][j][e] * p.sm_scale / p.logits_soft_cap) * kLog2e;
+      }
+      if (edge) {
+#pragma unroll
+        for (int m = 0; m < kMmaQ; ++m) {
+          int key_lo[2] = {INT_MIN, INT_MIN}, key_hi[2] = {INT_MAX, INT_MAX};  // keys rows (m, h) see
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int t = (q_row + warp * kWarpRows + m * 16 + lane / 4 + 8 * h) / group;
             if constexpr (mask == MaskMode::causal) key_hi[h] = q_offset + t;
             if constexpr (sliding_window) key_lo[h] = q_offset + t - p.window_left;
           }
-        }
-        float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-        for (int j = 0; j < kKvTiles; ++j)
+          for (int j = 0; j < kKvTiles; ++j)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            float x = s[m][j][e];
-            if constexpr (soft_cap) x = p.logits_soft_cap * tanhf(x * p.sm_scale / p.logits_soft_cap) * kLog2e;
-            if (edge) {
+            for (int e = 0; e < 4; ++e) {
               const int pos = start + 8 * j + 2 * (lane % 4) + e % 2, h = e / 2;
-              if (pos >= end || pos > key_hi[h] || pos < key_lo[h]) x = -INFINITY;
+              if (pos >= end || pos > key_hi[h] || pos < key_lo[h]) s[m][j][e] = -INFINITY;
             }
-            s[m][j][e] = x;
-            tile_max[e / 2] = fmaxf(tile_max[e / 2], x);
-          }
+        }
+      }
+#pragma unroll
+      for (int m = 0; m < kMmaQ; ++m) {
+        float tile_max[2] = {fmaxf(s[m][0][0], s[m][0][1]), fmaxf(s[m][0][2], s[m][0][3])};
+#pragma unroll
+        for (int j = 1; j < kKvTiles; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) tile_max[e / 2] = fmaxf(tile_max[e / 2], s[m][j][e]);
         float alpha[2], m_scaled[2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
