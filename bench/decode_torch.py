@@ -5,6 +5,7 @@ import json
 import sys
 
 import torch
+from torch_timing import median_us
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 rows = [json.loads(line) for line in open(sys.argv[1])]
@@ -13,15 +14,6 @@ ours = {(r["kv"], r["batch"], r["kv_len"]): r for r in rows if "kv" in r}
 plans = [r for r in rows if "plan_batch" in r]
 l2 = torch.cuda.get_device_properties(0).L2_cache_size
 
-def median_us(fn, iters=30, warmup=5):
-    for _ in range(warmup):
-        fn(0)
-    times = []
-    for i in range(iters):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record(); fn(i); stop.record(); stop.synchronize()
-        times.append(start.elapsed_time(stop) * 1e3)
-    return sorted(times)[len(times) // 2]
 
 def peer_us(batch, kv_len, backend):
     qo, kvh, d = 32, 8, 128
@@ -33,7 +25,7 @@ def peer_us(batch, kv_len, backend):
     try:
         with sdpa_kernel([backend]):
             return median_us(lambda i: torch.nn.functional.scaled_dot_product_attention(
-                q, ks[i % sets], vs[i % sets], enable_gqa=True))
+                q, ks[i % sets], vs[i % sets], enable_gqa=True), iters=30)
     except RuntimeError as e:
         return None
     finally:

@@ -6,6 +6,7 @@ import json
 import sys
 
 import torch
+from torch_timing import median_us
 from torch.nn.attention import SDPBackend, sdpa_kernel
 import torch.nn.functional as F
 
@@ -15,15 +16,6 @@ ours = {(r["kv"], r["causal"], r["batch"], r["len"], r["kv_heads"]): r for r in 
 plans = [r for r in rows if "plan_batch" in r]
 
 
-def median_us(fn, iters=20, warmup=3):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(iters):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record(); fn(); stop.record(); stop.synchronize()
-        times.append(start.elapsed_time(stop) * 1e3)
-    return sorted(times)[len(times) // 2]
 
 
 def peer_us(batch, length, kv_heads, causal, backend):
@@ -34,12 +26,12 @@ def peer_us(batch, length, kv_heads, causal, backend):
     try:
         with sdpa_kernel([backend]):
             try:
-                return median_us(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=kv_heads != qo))
+                return median_us(lambda i: F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=kv_heads != qo), iters=20, warmup=3)
             except RuntimeError:
                 if kv_heads == qo:
                     raise
                 kr, vr = k.repeat_interleave(qo // kv_heads, 1), v.repeat_interleave(qo // kv_heads, 1)
-                return median_us(lambda: F.scaled_dot_product_attention(q, kr, vr, is_causal=causal))
+                return median_us(lambda i: F.scaled_dot_product_attention(q, kr, vr, is_causal=causal), iters=20, warmup=3)
     except RuntimeError:
         return None
     finally:

@@ -124,12 +124,7 @@ void BatchDecode::plan(std::span<const std::int32_t> kv_indptr, std::span<const 
   plan_decode_work(lengths, s.limits, s.work);
   const IntLayout layout = c.cuda_graph ? IntLayout(s.limits.graph_work, c.max_batch) : IntLayout(s.work.padded_work, batch);
   const std::size_t need_float = s.work.split ? float_bytes(s.work.padded_work, c) : 0;
-  if (!ws.int_buffer || ws.int_bytes < layout.bytes)
-    invalid("the int workspace has " + std::to_string(ws.int_bytes) + " bytes; this plan needs " + std::to_string(layout.bytes) +
-            " (size it with workspace_sizes)");
-  if (need_float > 0 && (!ws.float_buffer || ws.float_bytes < need_float))
-    invalid("the float workspace has " + std::to_string(ws.float_bytes) + " bytes; this plan needs " + std::to_string(need_float) +
-            " (size it with workspace_sizes)");
+  detail::check_workspace("batch_decode", ws, layout.bytes, need_float);
 
   // Fill the pinned image of the int workspace, then one async copy.
   char* image = s.upload.image(layout.bytes);

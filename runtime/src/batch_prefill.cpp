@@ -165,12 +165,7 @@ void BatchPrefill::plan_lengths(std::span<const std::int32_t> qo_indptr, std::sp
   if (s.work.num_states > states || (c.cuda_graph && s.work.num_outputs() > s.graph_capacity.outputs))
     invalid("internal: the plan exceeds the CUDA-graph capacity");
   const std::size_t need_float = states > 0 ? float_bytes(states, c.head_dim) : 0;
-  if (!ws.int_buffer || ws.int_bytes < layout.bytes)
-    invalid("the int workspace has " + std::to_string(ws.int_bytes) + " bytes; this plan needs " + std::to_string(layout.bytes) +
-            " (size it with workspace_sizes)");
-  if (need_float > 0 && (!ws.float_buffer || ws.float_bytes < need_float))
-    invalid("the float workspace has " + std::to_string(ws.float_bytes) + " bytes; this plan needs " + std::to_string(need_float) +
-            " (size it with workspace_sizes)");
+  detail::check_workspace("batch_prefill", ws, layout.bytes, need_float);
 
   char* image = s.upload.image(layout.bytes);
   const std::int32_t counts[2] = {s.work.num_work, s.work.num_outputs()};

@@ -14,6 +14,16 @@ void check_head_counts(const std::string& who, int num_qo_heads, int num_kv_head
             std::to_string(num_kv_heads) + ")");
 }
 
+void check_workspace(const std::string& who, const Workspace& ws, std::size_t int_bytes, std::size_t float_bytes) {
+  auto invalid = [&](const std::string& what) { throw Error(ErrorCode::invalid_argument, who + ": " + what); };
+  if (!ws.int_buffer || ws.int_bytes < int_bytes)
+    invalid("the int workspace has " + std::to_string(ws.int_bytes) + " bytes; this plan needs " + std::to_string(int_bytes) +
+            " (size it with workspace_sizes)");
+  if (float_bytes > 0 && (!ws.float_buffer || ws.float_bytes < float_bytes))
+    invalid("the float workspace has " + std::to_string(ws.float_bytes) + " bytes; this plan needs " +
+            std::to_string(float_bytes) + " (size it with workspace_sizes)");
+}
+
 void check_page_ids(const std::string& who, std::span<const std::int32_t> kv_indptr,
                     std::span<const std::int32_t> kv_indices, std::int32_t num_pages) {
   if (kv_indices.empty() || kv_indptr.empty()) return;

@@ -6,6 +6,8 @@
 #include <span>
 #include <string>
 
+#include "aotinfer/attention.hpp"
+
 namespace aotinfer::detail {
 
 // Arrays in the workspaces start at multiples of 256 bytes.
@@ -15,6 +17,10 @@ constexpr std::size_t align_up(std::size_t n) { return (n + kWorkspaceAlign - 1)
 // Throws Error(invalid_argument), prefixed with `who`, unless both counts are positive and
 // num_qo_heads is a multiple of num_kv_heads (the GQA group).
 void check_head_counts(const std::string& who, int num_qo_heads, int num_kv_heads);
+
+// Throws Error(invalid_argument), prefixed with `who`, when the workspace lacks the int bytes
+// or (when float_bytes > 0) the float bytes a plan needs.
+void check_workspace(const std::string& who, const Workspace& ws, std::size_t int_bytes, std::size_t float_bytes);
 
 // Throws Error(invalid_argument), prefixed with `who`, when kv_indices (if given) is shorter than
 // kv_indptr needs or names a page outside 0 .. num_pages - 1.
