@@ -8,6 +8,7 @@
 #include "driver.hpp"
 #include "plan_inputs.hpp"
 #include "plan_upload.hpp"
+#include "tensor_checks.hpp"
 
 namespace aotinfer {
 
@@ -58,6 +59,7 @@ struct BatchDecode::Impl {
   DecodeWorkPlan work;
   IntLayout layout{0, 0};
   Workspace workspace;
+  detail::PlannedShape shape;  // what described tensors are checked against
 
   detail::PlanUpload upload;
 };
@@ -88,6 +90,7 @@ BatchDecode::BatchDecode(const Package& package, const BatchDecodeConfig& c) : i
     invalid("variant " + impl_->decode.uri() + " is built for head_dim " + std::to_string(info.tile[2]) + ", the config says " +
             std::to_string(c.head_dim));
   impl_->row_groups = (group + int(info.tile[0]) - 1) / int(info.tile[0]);
+  impl_->shape.device = detail::current_device_ordinal();
   impl_->limits.num_sms = detail::current_device_sm_count();
   impl_->limits.ctas_per_sm = impl_->decode.max_active_ctas_per_sm();
   impl_->limits.ctas_per_item = c.num_kv_heads * impl_->row_groups;
@@ -140,7 +143,15 @@ void BatchDecode::plan(std::span<const std::int32_t> kv_indptr, std::span<const 
   s.batch = batch;
   s.layout = layout;
   s.workspace = ws;
+  s.shape.batch = s.shape.q_rows = batch;
+  s.shape.kv_entries = kv_indptr.back();
+  s.shape.num_pages = kv_indices.empty() ? 0 : num_pages;
   s.planned = true;
+}
+
+void BatchDecode::run(const aotinfer_batch_decode_tensors& t, const aotinfer_attention_scalars& s, Stream stream) const {
+  if (!impl_->planned) invalid("run() needs a successful plan() first");
+  run(detail::decode_run_args(impl_->config, impl_->shape, t, s), stream);
 }
 
 void BatchDecode::run(const DecodeRunArgs& a, Stream stream) const {
@@ -153,6 +164,8 @@ void BatchDecode::run(const DecodeRunArgs& a, Stream stream) const {
     invalid("q, k_pages, v_pages, kv_indptr, kv_indices, kv_last_page_len and o must not be null");
   for (auto [name, ptr] : {std::pair{"q", a.q}, {"k_pages", a.k_pages}, {"v_pages", a.v_pages}, {"o", a.o}})
     if (reinterpret_cast<std::uintptr_t>(ptr) % 16 != 0) invalid(std::string(name) + " must be 16-byte aligned (the kernel moves 16-byte vectors)");
+  if (a.kv_stride_page < 0 || a.kv_stride_page * std::int64_t(dtype_size(c.dtype_kv)) % 16 != 0)
+    invalid("kv_stride_page must be a non-negative multiple of 16 bytes, got " + std::to_string(a.kv_stride_page) + " elements");
   if (c.soft_cap && !(a.logits_soft_cap > 0)) invalid("a soft_cap variant needs logits_soft_cap > 0");
   if (c.sliding_window && a.window_left < 0) invalid("a sliding_window variant needs window_left >= 0");
   if (s.batch == 0) return;
@@ -168,7 +181,7 @@ void BatchDecode::run(const DecodeRunArgs& a, Stream stream) const {
   p.kv.indptr = a.kv_indptr;
   p.kv.indices = a.kv_indices;
   p.kv.last_page_len = a.kv_last_page_len;
-  p.kv.stride_page = page * heads * dim;
+  p.kv.stride_page = a.kv_stride_page != 0 ? a.kv_stride_page : page * heads * dim;
   p.kv.stride_token = c.layout == KvLayout::nhd ? heads * dim : dim;
   p.kv.stride_head = c.layout == KvLayout::nhd ? dim : page * dim;
   p.kv.page_size = c.page_size;

@@ -10,6 +10,7 @@
 #include "driver.hpp"
 #include "plan_inputs.hpp"
 #include "plan_upload.hpp"
+#include "tensor_checks.hpp"
 
 namespace aotinfer {
 
@@ -63,6 +64,7 @@ struct BatchPrefill::Impl {
   IntLayout layout{0, 0};
   std::int64_t state_capacity = 0;
   Workspace workspace;
+  detail::PlannedShape shape;  // what described tensors are checked against
   detail::PlanUpload upload;
 };
 
@@ -96,6 +98,7 @@ BatchPrefill::BatchPrefill(const Package& package, const BatchPrefillConfig& c) 
   if (int(info.tile[2]) != c.head_dim)
     invalid("variant " + s.large.uri() + " is built for head_dim " + std::to_string(info.tile[2]) + ", the config says " +
             std::to_string(c.head_dim));
+  s.shape.device = detail::current_device_ordinal();
   s.limits.num_sms = detail::current_device_sm_count();
   s.limits.num_kv_heads = c.num_kv_heads;
   s.limits.num_qo_heads = c.num_qo_heads;
@@ -135,6 +138,8 @@ void BatchPrefill::plan_paged(std::span<const std::int32_t> qo_indptr, std::span
   const std::vector<std::int32_t> lengths = decode_kv_lengths(kv_indptr, kv_last_page_len, c.page_size);
   detail::check_page_ids("batch_prefill", kv_indptr, kv_indices, num_pages);
   plan_lengths(qo_indptr, lengths, ws, stream);
+  impl_->shape.kv_entries = kv_indptr.back();
+  impl_->shape.num_pages = kv_indices.empty() ? 0 : num_pages;
 }
 
 void BatchPrefill::plan_ragged(std::span<const std::int32_t> qo_indptr, std::span<const std::int32_t> kv_indptr,
@@ -143,6 +148,8 @@ void BatchPrefill::plan_ragged(std::span<const std::int32_t> qo_indptr, std::spa
   if (impl_->config.kv_storage != KvStorage::ragged)
     invalid("plan_ragged() on a prefill configured for paged KV (use plan_paged)");
   plan_lengths(qo_indptr, lengths_from_indptr(kv_indptr, "kv_indptr"), ws, stream);
+  impl_->shape.kv_entries = kv_indptr.back();
+  impl_->shape.num_pages = 0;
 }
 
 void BatchPrefill::plan_lengths(std::span<const std::int32_t> qo_indptr, std::span<const std::int32_t> kv_lengths,
@@ -183,10 +190,17 @@ void BatchPrefill::plan_lengths(std::span<const std::int32_t> qo_indptr, std::sp
 
   s.batch = batch;
   s.total_q = total_q;
+  s.shape.batch = batch;
+  s.shape.q_rows = total_q;
   s.layout = layout;
   s.state_capacity = states;
   s.workspace = ws;
   s.planned = true;
+}
+
+void BatchPrefill::run(const aotinfer_batch_prefill_tensors& t, const aotinfer_attention_scalars& s, Stream stream) const {
+  if (!impl_->planned) invalid("run() needs a successful plan first");
+  run(detail::prefill_run_args(impl_->config, impl_->shape, t, s), stream);
 }
 
 void BatchPrefill::run(const PrefillRunArgs& a, Stream stream) const {
@@ -204,6 +218,8 @@ void BatchPrefill::run(const PrefillRunArgs& a, Stream stream) const {
   for (auto [name, ptr] : {std::pair{"q", a.q}, {"k", a.k}, {"v", a.v}, {"o", static_cast<const void*>(a.o)}})
     if (reinterpret_cast<std::uintptr_t>(ptr) % 16 != 0)
       invalid(std::string(name) + " must be 16-byte aligned (the kernel moves 16-byte vectors)");
+  if (a.kv_stride < 0 || a.kv_stride * std::int64_t(dtype_size(c.dtype_kv)) % 16 != 0)
+    invalid("kv_stride must be a non-negative multiple of 16 bytes, got " + std::to_string(a.kv_stride) + " elements");
   if (c.soft_cap && !(a.logits_soft_cap > 0)) invalid("a soft_cap variant needs logits_soft_cap > 0");
   if (c.sliding_window && a.window_left < 0) invalid("a sliding_window variant needs window_left >= 0");
   if (s.work.padded_work == 0) return;  // no query tokens
@@ -222,7 +238,7 @@ void BatchPrefill::run(const PrefillRunArgs& a, Stream stream) const {
     p.paged.indptr = a.kv_indptr;
     p.paged.indices = a.kv_indices;
     p.paged.last_page_len = a.kv_last_page_len;
-    p.paged.stride_page = page * heads * dim;
+    p.paged.stride_page = a.kv_stride != 0 ? a.kv_stride : page * heads * dim;
     p.paged.stride_token = c.layout == KvLayout::nhd ? heads * dim : dim;
     p.paged.stride_head = c.layout == KvLayout::nhd ? dim : page * dim;
     p.paged.page_size = c.page_size;
@@ -231,7 +247,7 @@ void BatchPrefill::run(const PrefillRunArgs& a, Stream stream) const {
     p.ragged.k = a.k;
     p.ragged.v = a.v;
     p.ragged.indptr = a.kv_indptr;
-    p.ragged.stride_token = heads * dim;
+    p.ragged.stride_token = a.kv_stride != 0 ? a.kv_stride : heads * dim;
     p.ragged.stride_head = dim;
     p.ragged.num_kv_heads = c.num_kv_heads;
   }

@@ -9,6 +9,8 @@
 #include "aotinfer/batch_prefill.hpp"
 #include "aotinfer/merge_state.hpp"
 #include "aotinfer/package.hpp"
+#include "driver.hpp"
+#include "tensor_checks.hpp"
 
 struct aotinfer_package {
   aotinfer::Package package;
@@ -53,6 +55,13 @@ aotinfer::DType dtype_arg(const char* name, const char* what) {
     throw aotinfer::Error(aotinfer::ErrorCode::invalid_argument,
                           std::string(what) + ": unknown dtype '" + (name ? name : "(null)") + "' (f16, bf16, e4m3, e5m2, f32, i32)");
   return *type;
+}
+
+aotinfer::KvLayout layout_arg(const char* name) {
+  const std::string layout = name ? name : "nhd";
+  if (layout != "nhd" && layout != "hnd")
+    throw aotinfer::Error(aotinfer::ErrorCode::invalid_argument, "layout must be \"nhd\" or \"hnd\", got \"" + layout + "\"");
+  return layout == "nhd" ? aotinfer::KvLayout::nhd : aotinfer::KvLayout::hnd;
 }
 
 aotinfer_status null_argument(const char* what) {
@@ -122,6 +131,27 @@ aotinfer_status aotinfer_append_paged_kv(const aotinfer_package* package, const 
   });
 }
 
+aotinfer_status aotinfer_merge_state_tensors_run(const aotinfer_package* package, const aotinfer_merge_state_tensors* t,
+                                                 void* stream) {
+  if (!package) return null_argument("package");
+  if (!t) return null_argument("tensors");
+  return guarded([&] {
+    const auto call = aotinfer::detail::merge_state_call(*t, aotinfer::detail::current_device_ordinal);
+    aotinfer::MergeState(package->package, call.dtype, call.head_dim).run(call.params, static_cast<aotinfer::Stream>(stream));
+  });
+}
+
+aotinfer_status aotinfer_append_paged_kv_tensors_run(const aotinfer_package* package,
+                                                     const aotinfer_append_paged_kv_tensors* t, const char* layout,
+                                                     void* stream) {
+  if (!package) return null_argument("package");
+  if (!t) return null_argument("tensors");
+  return guarded([&] {
+    const auto call = aotinfer::detail::append_paged_kv_call(*t, layout_arg(layout), aotinfer::detail::current_device_ordinal);
+    aotinfer::AppendPagedKv(package->package, call.dtype, call.head_dim).run(call.params, static_cast<aotinfer::Stream>(stream));
+  });
+}
+
 aotinfer_status aotinfer_batch_decode_create(const aotinfer_package* package, const aotinfer_batch_decode_config* c,
                                              aotinfer_batch_decode** out) {
   if (!package || !c || !out) return null_argument("package, config and out");
@@ -136,9 +166,7 @@ aotinfer_status aotinfer_batch_decode_create(const aotinfer_package* package, co
     config.num_qo_heads = c->num_qo_heads;
     config.num_kv_heads = c->num_kv_heads;
     config.page_size = c->page_size;
-    const std::string layout = c->layout ? c->layout : "nhd";
-    if (layout != "nhd" && layout != "hnd") invalid("layout must be \"nhd\" or \"hnd\", got \"" + layout + "\"");
-    config.layout = layout == "nhd" ? aotinfer::KvLayout::nhd : aotinfer::KvLayout::hnd;
+    config.layout = layout_arg(c->layout);
     const std::string pos = c->pos_encoding ? c->pos_encoding : "none";
     if (pos == "none") config.pos_encoding = aotinfer::PosEncoding::none;
     else if (pos == "rope_llama") config.pos_encoding = aotinfer::PosEncoding::rope_llama;
@@ -206,6 +234,13 @@ aotinfer_status aotinfer_batch_decode_run(const aotinfer_batch_decode* decode, c
   });
 }
 
+aotinfer_status aotinfer_batch_decode_tensors_run(const aotinfer_batch_decode* decode,
+                                                  const aotinfer_batch_decode_tensors* tensors,
+                                                  const aotinfer_attention_scalars* scalars, void* stream) {
+  if (!decode || !tensors || !scalars) return null_argument("decode, tensors and scalars");
+  return guarded([&] { decode->decode.run(*tensors, *scalars, static_cast<aotinfer::Stream>(stream)); });
+}
+
 aotinfer_status aotinfer_batch_prefill_create(const aotinfer_package* package, const aotinfer_batch_prefill_config* c,
                                               aotinfer_batch_prefill** out) {
   if (!package || !c || !out) return null_argument("package, config and out");
@@ -224,9 +259,7 @@ aotinfer_status aotinfer_batch_prefill_create(const aotinfer_package* package, c
       invalid("kv_storage must be \"paged\" or \"ragged\", got \"" + storage + "\"");
     config.kv_storage = storage == "paged" ? aotinfer::KvStorage::paged : aotinfer::KvStorage::ragged;
     config.page_size = c->page_size;
-    const std::string layout = c->layout ? c->layout : "nhd";
-    if (layout != "nhd" && layout != "hnd") invalid("layout must be \"nhd\" or \"hnd\", got \"" + layout + "\"");
-    config.layout = layout == "nhd" ? aotinfer::KvLayout::nhd : aotinfer::KvLayout::hnd;
+    config.layout = layout_arg(c->layout);
     const std::string mask = c->mask ? c->mask : "causal";
     if (mask != "none" && mask != "causal") invalid("mask must be \"none\" or \"causal\", got \"" + mask + "\"");
     config.mask = mask == "causal" ? aotinfer::MaskMode::causal : aotinfer::MaskMode::none;
@@ -316,6 +349,13 @@ aotinfer_status aotinfer_batch_prefill_run(const aotinfer_batch_prefill* prefill
     args.window_left = a->window_left;
     prefill->prefill.run(args, static_cast<aotinfer::Stream>(stream));
   });
+}
+
+aotinfer_status aotinfer_batch_prefill_tensors_run(const aotinfer_batch_prefill* prefill,
+                                                   const aotinfer_batch_prefill_tensors* tensors,
+                                                   const aotinfer_attention_scalars* scalars, void* stream) {
+  if (!prefill || !tensors || !scalars) return null_argument("prefill, tensors and scalars");
+  return guarded([&] { prefill->prefill.run(*tensors, *scalars, static_cast<aotinfer::Stream>(stream)); });
 }
 
 }  // extern "C"

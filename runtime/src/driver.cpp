@@ -90,6 +90,13 @@ CUcontext current_context() {
 
 namespace aotinfer::detail {
 
+int current_device_ordinal() {
+  current_context();
+  CUdevice device = 0;
+  check(driver().cuCtxGetDevice(&device), "cuCtxGetDevice");
+  return int(device);
+}
+
 int current_device_sm_count() {
   current_context();
   CUdevice device = 0;

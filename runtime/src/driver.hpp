@@ -33,6 +33,9 @@ void check(CUresult result, const std::string& what);
 // (what the CUDA runtime and PyTorch use, so modules are shared with them).
 CUcontext current_context();
 
+// The ordinal of the current context's device (what PyTorch calls cuda:N).
+int current_device_ordinal();
+
 // The multiprocessor count of the current context's device.
 int current_device_sm_count();
 

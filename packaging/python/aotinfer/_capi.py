@@ -1,5 +1,11 @@
-"""ctypes bindings of the runtime's C API (aotinfer/aotinfer.h). Internal."""
+"""ctypes bindings of the runtime's C API (aotinfer/aotinfer.h). Internal.
+
+The structs mirrored here are checked on import against the layout the library reports
+(aotinfer_abi_layout), so a header change cannot silently shift a field: a mismatch is an
+ImportError naming the struct and field. The per-call entry points are reached through _ext.c,
+which is compiled against the header itself."""
 import ctypes
+import json
 import os
 
 _here = os.path.dirname(os.path.abspath(__file__))
@@ -7,23 +13,7 @@ _library = os.environ.get("AOTINFER_LIBRARY") or os.path.join(_here, "libaotinfe
 lib = ctypes.CDLL(_library)
 
 c_int32, c_size, c_void, c_char = ctypes.c_int32, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_char_p
-c_float, c_int32_p, c_float_p = ctypes.c_float, ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_float)
-
-
-class MergeStateParams(ctypes.Structure):
-    _fields_ = [("v_a", c_void), ("s_a", c_void), ("v_b", c_void), ("s_b", c_void),
-                ("v_out", c_void), ("s_out", c_void), ("rows", ctypes.c_int64)]
-
-
-class PagedKv(ctypes.Structure):
-    _fields_ = [("k_pages", c_void), ("v_pages", c_void), ("indptr", c_void), ("indices", c_void),
-                ("last_page_len", c_void), ("stride_page", ctypes.c_int64), ("stride_token", ctypes.c_int64),
-                ("stride_head", ctypes.c_int64), ("page_size", c_int32), ("num_kv_heads", c_int32)]
-
-
-class AppendParams(ctypes.Structure):
-    _fields_ = [("k", c_void), ("v", c_void), ("k_stride_token", ctypes.c_int64), ("v_stride_token", ctypes.c_int64),
-                ("batch_indices", c_void), ("positions", c_void), ("kv", PagedKv), ("nnz", ctypes.c_int64)]
+c_int32_p = ctypes.POINTER(ctypes.c_int32)
 
 
 class DecodeConfig(ctypes.Structure):
@@ -33,14 +23,6 @@ class DecodeConfig(ctypes.Structure):
                 ("cuda_graph", c_int32), ("max_batch", c_int32)]
 
 
-class DecodeRunArgs(ctypes.Structure):
-    _fields_ = [("batch", c_int32), ("q", c_void), ("k_pages", c_void), ("v_pages", c_void),
-                ("kv_indptr", c_void), ("kv_indices", c_void), ("kv_last_page_len", c_void), ("o", c_void),
-                ("lse", c_void), ("q_positions", c_void), ("sm_scale", c_float), ("logits_soft_cap", c_float),
-                ("rope_scale", c_float), ("rope_theta", c_float), ("k_scale", c_float), ("v_scale", c_float),
-                ("window_left", c_int32)]
-
-
 class PrefillConfig(ctypes.Structure):
     _fields_ = [("dtype_q", c_char), ("dtype_kv", c_char), ("dtype_o", c_char), ("head_dim", c_int32),
                 ("num_qo_heads", c_int32), ("num_kv_heads", c_int32), ("kv_storage", c_char), ("page_size", c_int32),
@@ -48,11 +30,8 @@ class PrefillConfig(ctypes.Structure):
                 ("soft_cap", c_int32), ("cuda_graph", c_int32), ("max_batch", c_int32), ("max_total_q", ctypes.c_int64)]
 
 
-class PrefillRunArgs(ctypes.Structure):
-    _fields_ = [("batch", c_int32), ("total_q", ctypes.c_int64), ("q", c_void), ("qo_indptr", c_void), ("k", c_void),
-                ("v", c_void), ("kv_indptr", c_void), ("kv_indices", c_void), ("kv_last_page_len", c_void),
-                ("o", c_void), ("lse", c_void), ("sm_scale", c_float), ("logits_soft_cap", c_float),
-                ("rope_scale", c_float), ("rope_theta", c_float), ("window_left", c_int32)]
+# C struct name -> its mirror.
+MIRRORS = {"aotinfer_batch_decode_config": DecodeConfig, "aotinfer_batch_prefill_config": PrefillConfig}
 
 
 def _declare(name, restype, *argtypes):
@@ -61,20 +40,18 @@ def _declare(name, restype, *argtypes):
 
 
 _status = ctypes.c_int
+_declare("aotinfer_abi_layout", c_char)
 _declare("aotinfer_last_error", c_char)
 _declare("aotinfer_package_open", _status, c_char, ctypes.POINTER(c_void))
 _declare("aotinfer_package_close", None, c_void)
 _declare("aotinfer_package_variant_count", c_size, c_void)
 _declare("aotinfer_package_variant_uri", c_char, c_void, c_size)
 _declare("aotinfer_package_find", _status, c_void, c_char)
-_declare("aotinfer_merge_state", _status, c_void, c_char, ctypes.c_int, ctypes.POINTER(MergeStateParams), c_void)
-_declare("aotinfer_append_paged_kv", _status, c_void, c_char, ctypes.c_int, ctypes.POINTER(AppendParams), c_void)
 _declare("aotinfer_batch_decode_create", _status, c_void, ctypes.POINTER(DecodeConfig), ctypes.POINTER(c_void))
 _declare("aotinfer_batch_decode_destroy", None, c_void)
 _declare("aotinfer_batch_decode_workspace_sizes", _status, c_void, c_int32, ctypes.POINTER(c_size), ctypes.POINTER(c_size))
 _declare("aotinfer_batch_decode_plan", _status, c_void, c_int32_p, c_int32, c_int32_p, c_int32_p, c_int32, c_int32,
          c_void, c_size, c_void, c_size, c_void)
-_declare("aotinfer_batch_decode_run", _status, c_void, ctypes.POINTER(DecodeRunArgs), c_void)
 _declare("aotinfer_batch_prefill_create", _status, c_void, ctypes.POINTER(PrefillConfig), ctypes.POINTER(c_void))
 _declare("aotinfer_batch_prefill_destroy", None, c_void)
 _declare("aotinfer_batch_prefill_workspace_sizes", _status, c_void, ctypes.c_int64, c_int32, ctypes.POINTER(c_size),
@@ -83,4 +60,32 @@ _declare("aotinfer_batch_prefill_plan_paged", _status, c_void, c_int32_p, c_int3
          c_int32, c_int32, c_void, c_size, c_void, c_size, c_void)
 _declare("aotinfer_batch_prefill_plan_ragged", _status, c_void, c_int32_p, c_int32_p, c_int32, c_void, c_size, c_void,
          c_size, c_void)
-_declare("aotinfer_batch_prefill_run", _status, c_void, ctypes.POINTER(PrefillRunArgs), c_void)
+
+
+def entry_address(name):
+    """The address of a C API function, for _ext.c."""
+    return ctypes.cast(getattr(lib, name), c_void).value
+
+
+def layout_mismatches():
+    """Differences between the mirrors above and the library's structs, as readable lines."""
+    reported = json.loads(lib.aotinfer_abi_layout().decode())
+    problems = []
+    for c_name, mirror in MIRRORS.items():
+        want = reported.get(c_name)
+        if want is None:
+            problems.append(f"{c_name}: not reported by {_library}")
+            continue
+        if ctypes.sizeof(mirror) != want["size"]:
+            problems.append(f"{c_name}: {want['size']} bytes in the library, {ctypes.sizeof(mirror)} in _capi.py")
+        mirrored = {name: getattr(mirror, name).offset for name, _ in mirror._fields_}
+        for field in sorted(set(want["fields"]) | set(mirrored)):
+            if want["fields"].get(field) != mirrored.get(field):
+                problems.append(f"{c_name}.{field}: offset {want['fields'].get(field)} in the library, "
+                                f"{mirrored.get(field)} in _capi.py")
+    return problems
+
+
+_problems = layout_mismatches()
+if _problems:
+    raise ImportError(f"aotinfer: {_library} does not match this Python layer's C structs:\n  " + "\n  ".join(_problems))

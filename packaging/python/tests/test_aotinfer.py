@@ -1,10 +1,11 @@
-"""The Python layer without a GPU: package queries, errors, tensor borrowing, argument checks.
-Run against an installed wheel whose package is specs/ci.json's (tests/python_wheel.sh)."""
+"""The Python layer without a GPU: package queries, errors, how tensors are described, argument
+checks that need no driver, and the C struct mirrors. Run against an installed wheel whose
+package is specs/ci.json's (tests/python_wheel.sh)."""
 import ctypes
 import unittest
 
 import aotinfer
-from aotinfer._tensor import view
+from aotinfer import _capi, _tensor
 
 
 class FakeCudaArray:
@@ -45,15 +46,38 @@ class PackageTest(unittest.TestCase):
 
 class TensorTest(unittest.TestCase):
     def test_cuda_array_interface(self):
-        t = view(FakeCudaArray((4, 8, 128)))
-        self.assertEqual((t.shape, t.strides, t.dtype, t.on_gpu), ((4, 8, 128), (1024, 128, 1), "f16", True))
-        self.assertTrue(t.is_contiguous())
+        t = _tensor.tensor(FakeCudaArray((4, 8, 128)))
+        self.assertEqual((t.ptr, t.shape, t.strides, t.dtype, t.on_gpu),
+                         (0x7000_0000_0000, (4, 8, 128), (1024, 128, 1), _tensor.F16, True))
+
+    def test_an_unknown_dtype_keeps_its_name(self):
+        t = _tensor.tensor(FakeCudaArray((3,), "<f8"))
+        self.assertEqual((t.dtype, t.dtype_name), (_tensor.OTHER, "<f8"))
 
     def test_rejects_what_is_not_a_gpu_array(self):
         with self.assertRaises(TypeError) as e:
-            view([1, 2, 3], "q")
+            _tensor.tensor([1, 2, 3], "q")
         self.assertIn("q:", str(e.exception))
         self.assertIn("__dlpack__", str(e.exception))
+
+
+class AbiTest(unittest.TestCase):
+    def test_the_mirrors_match_the_library(self):
+        self.assertEqual(_capi.layout_mismatches(), [])
+
+    def test_a_shifted_field_is_caught(self):
+        class Shifted(ctypes.Structure):  # a field the header does not have, ahead of the others
+            _fields_ = [("added", ctypes.c_void_p)] + _capi.DecodeConfig._fields_
+        saved = dict(_capi.MIRRORS)
+        try:
+            _capi.MIRRORS["aotinfer_batch_decode_config"] = Shifted
+            problems = _capi.layout_mismatches()
+        finally:
+            _capi.MIRRORS.clear()
+            _capi.MIRRORS.update(saved)
+        self.assertIn("aotinfer_batch_decode_config.added: offset None in the library, 0 in _capi.py", problems)
+        self.assertIn("aotinfer_batch_decode_config.dtype_q: offset 0 in the library, 8 in _capi.py", problems)
+        self.assertTrue(any("bytes in the library" in p for p in problems), problems)
 
 
 class FrontEndTest(unittest.TestCase):
@@ -63,6 +87,28 @@ class FrontEndTest(unittest.TestCase):
         with self.assertRaises(aotinfer.InvalidArgument) as e:
             aotinfer.merge_state(pkg, v, s, FakeCudaArray((16, 64)), s, v)
         self.assertIn("v_b", str(e.exception))
+
+    def test_each_argument_is_checked_before_the_driver_is_needed(self):
+        pkg = aotinfer.Package()
+        v, s = FakeCudaArray((16, 128)), FakeCudaArray((16,), "<f4")
+        cases = [
+            ((FakeCudaArray((16, 128), "<f4"), s, v, s, v), "v_a: expected dtype f16 or bf16, got f32"),
+            ((v, FakeCudaArray((16,), "<f2"), v, s, v), "s_a: expected dtype f32, got f16"),
+            ((v, s, v, s, FakeCudaArray((15, 128))), "v_out: expected shape [16, 128] (rows, head_dim), got [15, 128]"),
+            ((v, s, v, FakeCudaArray((16, 1), "<f4"), v), "s_b: expected shape [16] (rows), got [16, 1]"),
+            ((v, s, v, s, FakeCudaArray((16, 128), ptr=0x7000_0000_0002)), "v_out: data must be 16-byte aligned"),
+            ((FakeCudaArray((1, 2, 3, 4, 128)), s, v, s, v), "v_a: has 5 dimensions"),
+        ]
+        for args, message in cases:
+            with self.subTest(message=message):
+                with self.assertRaises(aotinfer.InvalidArgument) as e:
+                    aotinfer.merge_state(pkg, *args)
+                self.assertIn(message, str(e.exception))
+
+    def test_plan_reads_host_metadata_only(self):
+        with self.assertRaises(aotinfer.InvalidArgument) as e:
+            aotinfer._int32_array(FakeCudaArray((5,), "<i4"), "kv_indptr")
+        self.assertIn("kv_indptr: plan() reads host metadata", str(e.exception))
 
     def test_without_a_driver_the_error_is_clear(self):
         if _has_driver():

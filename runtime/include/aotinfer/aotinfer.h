@@ -9,6 +9,7 @@
 
 #include "aotinfer/params/append_paged_kv.h"
 #include "aotinfer/params/merge_state.h"
+#include "aotinfer/tensor.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -54,6 +55,15 @@ aotinfer_status aotinfer_merge_state(const aotinfer_package* package, const char
 /* append_paged_kv for the cache dtype ("f16", "bf16", "e4m3", "e5m2") and head_dim. */
 aotinfer_status aotinfer_append_paged_kv(const aotinfer_package* package, const char* dtype, int head_dim,
                                          const aotinfer_append_paged_kv_params* params, void* stream);
+
+/* The same two ops from described tensors (aotinfer/tensor.h), each checked before anything is
+ * launched; the variant is chosen by the tensors' dtype and head_dim. layout: "nhd" | "hnd"
+ * (NULL: "nhd"). */
+aotinfer_status aotinfer_merge_state_tensors_run(const aotinfer_package* package, const aotinfer_merge_state_tensors* tensors,
+                                                 void* stream);
+aotinfer_status aotinfer_append_paged_kv_tensors_run(const aotinfer_package* package,
+                                                     const aotinfer_append_paged_kv_tensors* tensors, const char* layout,
+                                                     void* stream);
 
 /* Batch decode over a paged KV cache (see aotinfer/batch_decode.hpp for the plan/run contract). */
 typedef struct aotinfer_batch_decode aotinfer_batch_decode;
@@ -105,8 +115,13 @@ aotinfer_status aotinfer_batch_decode_plan(aotinfer_batch_decode* decode, const 
                                            const int32_t* kv_last_page_len, const int32_t* kv_indices,
                                            int32_t num_indices, int32_t num_pages, void* float_workspace,
                                            size_t float_bytes, void* int_workspace, size_t int_bytes, void* stream);
+/* Raw pointers: checks nulls and alignment only; device, dtype and sizes are the caller's contract. */
 aotinfer_status aotinfer_batch_decode_run(const aotinfer_batch_decode* decode,
                                           const aotinfer_batch_decode_run_args* args, void* stream);
+/* Described tensors, each checked against the config and the last plan before any launch. */
+aotinfer_status aotinfer_batch_decode_tensors_run(const aotinfer_batch_decode* decode,
+                                                  const aotinfer_batch_decode_tensors* tensors,
+                                                  const aotinfer_attention_scalars* scalars, void* stream);
 
 /* Batch prefill over a paged or ragged KV cache (see aotinfer/batch_prefill.hpp for the plan/run
  * contract, aotinfer/params/batch_prefill.h for the semantics: query token t of a request sits at
@@ -172,8 +187,17 @@ aotinfer_status aotinfer_batch_prefill_plan_ragged(aotinfer_batch_prefill* prefi
                                                    const int32_t* kv_indptr, int32_t batch, void* float_workspace,
                                                    size_t float_bytes, void* int_workspace, size_t int_bytes,
                                                    void* stream);
+/* Raw pointers: checks nulls and alignment only; device, dtype and sizes are the caller's contract. */
 aotinfer_status aotinfer_batch_prefill_run(const aotinfer_batch_prefill* prefill,
                                            const aotinfer_batch_prefill_run_args* args, void* stream);
+/* Described tensors, each checked against the config and the last plan before any launch. */
+aotinfer_status aotinfer_batch_prefill_tensors_run(const aotinfer_batch_prefill* prefill,
+                                                   const aotinfer_batch_prefill_tensors* tensors,
+                                                   const aotinfer_attention_scalars* scalars, void* stream);
+
+/* The layout of every struct of this header as JSON, {"struct": {"size": n, "fields":
+ * {"field": offset, ...}}, ...}: bindings in other languages compare their mirrors with it. */
+const char* aotinfer_abi_layout(void);
 
 #ifdef __cplusplus
 }

@@ -24,6 +24,7 @@
 #include "aotinfer/dtype.hpp"
 #include "aotinfer/package.hpp"
 #include "aotinfer/params/batch_decode.h"
+#include "aotinfer/tensor.h"
 
 namespace aotinfer {
 
@@ -49,6 +50,7 @@ struct DecodeRunArgs {
   const void* q = nullptr;                       // [batch, num_qo_heads, head_dim]
   void* k_pages = nullptr;                       // page pools in config.layout
   void* v_pages = nullptr;
+  std::int64_t kv_stride_page = 0;               // elements between pages of both pools; 0: one page
   const std::int32_t* kv_indptr = nullptr;       // device copies of what plan() saw
   const std::int32_t* kv_indices = nullptr;
   const std::int32_t* kv_last_page_len = nullptr;
@@ -84,7 +86,12 @@ class BatchDecode {
 
   // Launches for the last plan. Throws Error(invalid_argument) without launching when no plan
   // was made, args.batch differs from it, or a required pointer is null or not 16-byte aligned.
+  // What pointers cannot tell (device, dtype, sizes of the arrays) is the caller's contract.
   void run(const DecodeRunArgs& args, Stream stream) const;
+
+  // The same from described tensors (aotinfer/tensor.h): each is checked against the config
+  // and the last plan (device, dtype, shape, strides, alignment) before anything is launched.
+  void run(const aotinfer_batch_decode_tensors& tensors, const aotinfer_attention_scalars& scalars, Stream stream) const;
 
   const DecodeWorkPlan& work_plan() const;
   const BatchDecodeConfig& config() const;

@@ -27,6 +27,7 @@
 #include "aotinfer/dtype.hpp"
 #include "aotinfer/package.hpp"
 #include "aotinfer/prefill_plan.hpp"
+#include "aotinfer/tensor.h"
 
 namespace aotinfer {
 
@@ -59,6 +60,7 @@ struct PrefillRunArgs {
   const std::int32_t* qo_indptr = nullptr;  // device copies of what plan saw
   const void* k = nullptr;    // paged: the page pools in config.layout; ragged: [total_kv, heads, dim]
   const void* v = nullptr;
+  std::int64_t kv_stride = 0;  // elements between pages (paged) or tokens (ragged) of k and v; 0: packed
   const std::int32_t* kv_indptr = nullptr;         // paged: pages; ragged: tokens
   const std::int32_t* kv_indices = nullptr;        // paged only
   const std::int32_t* kv_last_page_len = nullptr;  // paged only
@@ -95,7 +97,12 @@ class BatchPrefill {
 
   // Launches for the last plan. Throws Error(invalid_argument) without launching when no plan
   // was made, batch or total_q differ from it, or a required pointer is null or misaligned.
+  // What pointers cannot tell (device, dtype, sizes of the arrays) is the caller's contract.
   void run(const PrefillRunArgs& args, Stream stream) const;
+
+  // The same from described tensors (aotinfer/tensor.h): each is checked against the config
+  // and the last plan (device, dtype, shape, strides, alignment) before anything is launched.
+  void run(const aotinfer_batch_prefill_tensors& tensors, const aotinfer_attention_scalars& scalars, Stream stream) const;
 
   const PrefillWorkPlan& work_plan() const;
   const PrefillPlanLimits& limits() const;

@@ -1,0 +1,257 @@
+// The checks every described tensor goes through before a launch (runtime/src/tensor_checks.hpp),
+// on the CPU: a correct set passes and becomes the right launch arguments; each class of mistake
+// (dtype, shape against the config and the plan, device, strides, alignment, scalars) is refused
+// with a message naming the argument, what was expected and what was given.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tensor_checks.hpp"
+#include "unit/test_util.hpp"
+
+using namespace aotinfer;
+using aotinfer::test::error_of;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// A described tensor at a fake, well-aligned device address (nothing is dereferenced).
+aotinfer_tensor tensor(aotinfer_dtype dtype, std::vector<std::int64_t> shape, std::uintptr_t address = 0x7f0000000000) {
+  aotinfer_tensor t{};
+  t.data = reinterpret_cast<void*>(address);
+  t.ndim = int(shape.size());
+  t.dtype = dtype;
+  t.device_type = AOTINFER_DEVICE_CUDA;
+  t.device_id = 0;
+  std::int64_t step = 1;
+  for (int i = t.ndim - 1; i >= 0; --i) {
+    t.shape[i] = shape[i];
+    t.strides[i] = step;
+    step *= shape[i];
+  }
+  return t;
+}
+
+int device_zero() { return 0; }
+int no_device_expected() {
+  FAIL("the current device was asked for although no GPU tensor needed it");
+  return 0;
+}
+
+struct DecodeCase {
+  BatchDecodeConfig config;  // bf16, hd128, 32/8 heads, page 16, nhd
+  detail::PlannedShape plan{3, 3, 10, 40, 0};
+  aotinfer_batch_decode_tensors t{};
+  aotinfer_attention_scalars scalars{};
+
+  DecodeCase() {
+    t.q = tensor(AOTINFER_BF16, {3, 32, 128});
+    t.o = tensor(AOTINFER_BF16, {3, 32, 128}, 0x7f0000100000);
+    t.k_pages = tensor(AOTINFER_BF16, {40, 16, 8, 128}, 0x7f0001000000);
+    t.v_pages = tensor(AOTINFER_BF16, {40, 16, 8, 128}, 0x7f0002000000);
+    t.kv_indptr = tensor(AOTINFER_I32, {4});
+    t.kv_indices = tensor(AOTINFER_I32, {10});
+    t.kv_last_page_len = tensor(AOTINFER_I32, {3});
+  }
+  std::string error() { return error_of([&] { detail::decode_run_args(config, plan, t, scalars); }).what(); }
+};
+
+}  // namespace
+
+TEST_CASE("decode tensors that fit become the launch arguments", "[tensor_checks]") {
+  DecodeCase c;
+  DecodeRunArgs a = detail::decode_run_args(c.config, c.plan, c.t, c.scalars);
+  CHECK(a.batch == 3);
+  CHECK(a.q == c.t.q.data);
+  CHECK(a.o == c.t.o.data);
+  CHECK(a.k_pages == c.t.k_pages.data);
+  CHECK(a.kv_stride_page == 16 * 8 * 128);
+  CHECK(a.lse == nullptr);
+  CHECK(a.rope_theta == 1e4f);
+  CHECK(a.k_scale == 1.f);
+
+  // K and V interleaved in one [pages, 2, page_size, heads, dim] tensor: a double page stride.
+  for (aotinfer_tensor* pool : {&c.t.k_pages, &c.t.v_pages}) pool->strides[0] = 2 * 16 * 8 * 128;
+  c.t.v_pages.data = static_cast<char*>(c.t.k_pages.data) + 16 * 8 * 128 * 2;
+  CHECK(detail::decode_run_args(c.config, c.plan, c.t, c.scalars).kv_stride_page == 2 * 16 * 8 * 128);
+
+  c.t.lse = tensor(AOTINFER_F32, {3, 32});
+  c.t.q_positions = tensor(AOTINFER_I32, {3});
+  CHECK(detail::decode_run_args(c.config, c.plan, c.t, c.scalars).lse == c.t.lse.data);
+}
+
+TEST_CASE("each kind of bad decode tensor is refused, naming it", "[tensor_checks]") {
+  DecodeCase c;
+  SECTION("float16 q for a bf16 decode") {
+    c.t.q.dtype = AOTINFER_F16;
+    CHECK_THAT(c.error(), Contains("batch_decode.run: q: expected dtype bf16, got f16"));
+  }
+  SECTION("a dtype aotinfer does not know, by the caller's name") {
+    c.t.o.dtype = AOTINFER_DTYPE_OTHER;
+    std::snprintf(c.t.o.dtype_name, sizeof c.t.o.dtype_name, "float64");
+    CHECK_THAT(c.error(), Contains("o: expected dtype bf16, got float64"));
+  }
+  SECTION("o with too few rows") {
+    c.t.o.shape[0] = 2;
+    CHECK_THAT(c.error(), Contains("o: expected shape [3, 32, 128] (batch, num_qo_heads, head_dim), got [2, 32, 128]"));
+  }
+  SECTION("q with the wrong head_dim") {
+    c.t.q = tensor(AOTINFER_BF16, {3, 32, 64});
+    CHECK_THAT(c.error(), Contains("q: expected shape [3, 32, 128]"));
+  }
+  SECTION("a KV pool left on the CPU") {
+    c.t.k_pages.device_type = AOTINFER_DEVICE_CPU;
+    CHECK_THAT(c.error(), Contains("k_pages: is in the CPU"));
+  }
+  SECTION("pinned host memory") {
+    c.t.kv_indptr.device_type = AOTINFER_DEVICE_CUDA_HOST;
+    CHECK_THAT(c.error(), Contains("kv_indptr: is in pinned host memory"));
+  }
+  SECTION("another GPU than the plan's") {
+    c.t.v_pages.device_id = 1;
+    CHECK_THAT(c.error(), Contains("v_pages: is on cuda:1 but the kernels run on cuda:0"));
+  }
+  SECTION("a transposed q") {
+    std::swap(c.t.q.strides[1], c.t.q.strides[2]);
+    CHECK_THAT(c.error(), Contains("q: must be contiguous"));
+  }
+  SECTION("a misaligned q") {
+    c.t.q.data = static_cast<char*>(c.t.q.data) + 2;
+    CHECK_THAT(c.error(), Contains("q: data must be 16-byte aligned"));
+  }
+  SECTION("lse of the wrong dtype") {
+    c.t.lse = tensor(AOTINFER_BF16, {3, 32});
+    CHECK_THAT(c.error(), Contains("lse: expected dtype f32, got bf16"));
+  }
+  SECTION("kv_indptr of the wrong length") {
+    c.t.kv_indptr = tensor(AOTINFER_I32, {3});
+    CHECK_THAT(c.error(), Contains("kv_indptr: expected shape [4] (batch + 1), got [3]"));
+  }
+  SECTION("kv_indices shorter than the plan's pages") {
+    c.t.kv_indices = tensor(AOTINFER_I32, {9});
+    CHECK_THAT(c.error(), Contains("kv_indices: expected shape [>= 10]"));
+  }
+  SECTION("int64 metadata") {
+    c.t.kv_last_page_len.dtype = AOTINFER_DTYPE_OTHER;
+    std::snprintf(c.t.kv_last_page_len.dtype_name, sizeof c.t.kv_last_page_len.dtype_name, "int64");
+    CHECK_THAT(c.error(), Contains("kv_last_page_len: expected dtype i32, got int64"));
+  }
+  SECTION("a pool with fewer pages than the plan's page ids reach") {
+    c.t.k_pages.shape[0] = 39;
+    CHECK_THAT(c.error(), Contains("k_pages: expected shape [>= 40, 16, 8, 128]"));
+  }
+  SECTION("a pool in the other layout") {
+    c.t.k_pages = tensor(AOTINFER_BF16, {40, 8, 16, 128}, 0x7f0001000000);
+    CHECK_THAT(c.error(), Contains("(pages, page_size, num_kv_heads, head_dim)"));
+  }
+  SECTION("K and V pools with different page strides") {
+    c.t.v_pages.strides[0] *= 2;
+    CHECK_THAT(c.error(), Contains("v_pages: its page stride"));
+  }
+  SECTION("a missing required tensor") {
+    c.t.kv_indices.data = nullptr;
+    CHECK_THAT(c.error(), Contains("kv_indices: is required"));
+  }
+  SECTION("a soft_cap variant without a cap") {
+    c.config.soft_cap = true;
+    CHECK_THAT(c.error(), Contains("logits_soft_cap"));
+  }
+}
+
+TEST_CASE("prefill tensors: ragged K/V may be views of a fused tensor; q/o need the planned rows", "[tensor_checks]") {
+  BatchPrefillConfig config;
+  config.kv_storage = KvStorage::ragged;
+  const detail::PlannedShape plan{2, 100, 300, 0, 0};
+  aotinfer_batch_prefill_tensors t{};
+  t.q = tensor(AOTINFER_BF16, {128, 32, 128});
+  t.o = tensor(AOTINFER_BF16, {128, 32, 128});
+  // k and v: slices of a [300, 32 + 8 + 8, 128] fused QKV tensor.
+  t.k = tensor(AOTINFER_BF16, {300, 8, 128});
+  t.v = tensor(AOTINFER_BF16, {300, 8, 128}, 0x7f0000000000 + 8 * 128 * 2);
+  t.k.strides[0] = t.v.strides[0] = 48 * 128;
+  t.qo_indptr = tensor(AOTINFER_I32, {3});
+  t.kv_indptr = tensor(AOTINFER_I32, {3});
+  const aotinfer_attention_scalars scalars{};
+  PrefillRunArgs a = detail::prefill_run_args(config, plan, t, scalars);
+  CHECK(a.kv_stride == 48 * 128);
+  CHECK(a.total_q == 100);
+
+  t.q.shape[0] = t.o.shape[0] = 99;
+  CHECK_THAT(error_of([&] { detail::prefill_run_args(config, plan, t, scalars); }).what(),
+             Contains("batch_prefill.run: q: expected shape [>= 100, 32, 128] (total_q, num_qo_heads, head_dim), got [99, 32, 128]"));
+  t.q.shape[0] = t.o.shape[0] = 128;
+  t.k.shape[0] = 299;
+  CHECK_THAT(error_of([&] { detail::prefill_run_args(config, plan, t, scalars); }).what(), Contains("k: expected shape [>= 300"));
+  t.k.shape[0] = 300;
+  t.k.strides[2] = 2;
+  CHECK_THAT(error_of([&] { detail::prefill_run_args(config, plan, t, scalars); }).what(),
+             Contains("k: must be contiguous past its first dimension"));
+  t.k.strides[2] = 1;
+  t.k.strides[0] = t.v.strides[0] = 48 * 128 + 1;  // rows 2 bytes off the 16-byte grid
+  CHECK_THAT(error_of([&] { detail::prefill_run_args(config, plan, t, scalars); }).what(),
+             Contains("k: the first dimension's stride must be a multiple of 16 bytes"));
+}
+
+TEST_CASE("paged prefill checks its pools and page table", "[tensor_checks]") {
+  BatchPrefillConfig config;  // paged, nhd, page 16, bf16 hd128 32/8
+  config.layout = KvLayout::hnd;
+  const detail::PlannedShape plan{1, 20, 4, 0, 0};
+  aotinfer_batch_prefill_tensors t{};
+  t.q = tensor(AOTINFER_BF16, {20, 32, 128});
+  t.o = tensor(AOTINFER_BF16, {20, 32, 128});
+  t.k = tensor(AOTINFER_BF16, {6, 8, 16, 128});
+  t.v = tensor(AOTINFER_BF16, {6, 8, 16, 128});
+  t.qo_indptr = tensor(AOTINFER_I32, {2});
+  t.kv_indptr = tensor(AOTINFER_I32, {2});
+  t.kv_indices = tensor(AOTINFER_I32, {4});
+  t.kv_last_page_len = tensor(AOTINFER_I32, {1});
+  const aotinfer_attention_scalars scalars{};
+  CHECK(detail::prefill_run_args(config, plan, t, scalars).kv_stride == 8 * 16 * 128);
+  t.kv_last_page_len.data = nullptr;
+  CHECK_THAT(error_of([&] { detail::prefill_run_args(config, plan, t, scalars); }).what(), Contains("kv_last_page_len: is required"));
+}
+
+TEST_CASE("merge_state and append_paged_kv pick their variant from the tensors and check the rest", "[tensor_checks]") {
+  aotinfer_merge_state_tensors m{};
+  m.v_a = tensor(AOTINFER_F16, {5, 4, 64});
+  m.v_b = tensor(AOTINFER_F16, {5, 4, 64});
+  m.v_out = tensor(AOTINFER_F16, {5, 4, 64});
+  m.s_a = tensor(AOTINFER_F32, {5, 4});
+  m.s_b = tensor(AOTINFER_F32, {5, 4});
+  const auto call = detail::merge_state_call(m, device_zero);
+  CHECK(call.dtype == DType::f16);
+  CHECK(call.head_dim == 64);
+  CHECK(call.params.rows == 20);
+  CHECK(call.params.s_out == nullptr);
+
+  m.s_b.shape[1] = 5;
+  CHECK_THAT(error_of([&] { detail::merge_state_call(m, device_zero); }).what(),
+             Contains("merge_state: s_b: expected shape [5, 4] (tokens, heads), got [5, 5]"));
+  // A CPU tensor is refused before the current device is ever needed (no driver required).
+  m.v_a.device_type = AOTINFER_DEVICE_CPU;
+  CHECK_THAT(error_of([&] { detail::merge_state_call(m, no_device_expected); }).what(), Contains("v_a: is in the CPU"));
+
+  aotinfer_append_paged_kv_tensors a{};
+  a.k_pages = tensor(AOTINFER_E4M3, {9, 8, 16, 128});
+  a.v_pages = tensor(AOTINFER_E4M3, {9, 8, 16, 128});
+  a.k = tensor(AOTINFER_E4M3, {1, 8, 128});
+  a.k.strides[0] = 3;  // meaningless for one token
+  a.v = tensor(AOTINFER_E4M3, {1, 8, 128});
+  a.batch_indices = tensor(AOTINFER_I32, {1});
+  a.positions = tensor(AOTINFER_I32, {1});
+  a.kv_indptr = tensor(AOTINFER_I32, {3});
+  a.kv_indices = tensor(AOTINFER_I32, {7});
+  a.kv_last_page_len = tensor(AOTINFER_I32, {2});
+  const auto append = detail::append_paged_kv_call(a, KvLayout::hnd, device_zero);
+  CHECK(append.dtype == DType::e4m3);
+  CHECK(append.head_dim == 128);
+  CHECK(append.params.kv.page_size == 16);
+  CHECK(append.params.kv.num_kv_heads == 8);
+  CHECK(append.params.kv.stride_head == 16 * 128);
+  CHECK(append.params.k_stride_token == 8 * 128);
+  a.v.dtype = AOTINFER_BF16;
+  CHECK_THAT(error_of([&] { detail::append_paged_kv_call(a, KvLayout::hnd, device_zero); }).what(),
+             Contains("append_paged_kv: v: expected dtype e4m3, got bf16"));
+}
