@@ -52,14 +52,9 @@ for pkg in "${packages[@]}"; do
   fi
 done
 
-# The Python wheel with PyTorch (a wheel built elsewhere and carried in dist/, if any).
-wheel=$(ls dist/aotinfer-*.whl 2>/dev/null | head -1 || true)
-if [ -n "$wheel" ] && python3 -c "import torch" 2>/dev/null; then
-  echo "== Python wheel with PyTorch: $wheel"
-  rm -rf /tmp/aotinfer-site
-  python3 -m pip install --quiet --no-index --no-deps --target /tmp/aotinfer-site "$wheel"
-  (cd /tmp && PYTHONPATH=/tmp/aotinfer-site PYTHONUNBUFFERED=1 python3 "$root/packaging/python/tests/gpu_torch.py") 2>&1 \
-    | tee "$out/python.log" || status=1
+# The Python layer with PyTorch (a wheel built elsewhere and carried in dist/, if any).
+if ls dist/aotinfer-*.whl > /dev/null 2>&1; then
+  bash tests/gpu/python.sh $([ $bench = 1 ] || echo --no-bench) || status=1
 fi
 
 if [ $bench = 1 ]; then

@@ -160,7 +160,7 @@ TEST_CASE("each kind of bad decode tensor is refused, naming it", "[tensor_check
   }
 }
 
-TEST_CASE("prefill tensors: ragged K/V may be views of a fused tensor; q/o need the planned rows", "[tensor_checks]") {
+TEST_CASE("prefill tensors: ragged K/V may be views of a fused tensor, q and o need the planned rows", "[tensor_checks]") {
   BatchPrefillConfig config;
   config.kv_storage = KvStorage::ragged;
   const detail::PlannedShape plan{2, 100, 300, 0, 0};

@@ -1,0 +1,109 @@
+"""Host time per call of the Python layer: how long one call keeps the CPU before it returns.
+
+Each op runs on a tiny shape (its kernel takes a few microseconds) in loops of CALLS calls with no
+synchronisation inside; host time per call = loop wall time / CALLS, median of ROUNDS loops. The
+same is measured for one torch.nn.functional.scaled_dot_product_attention call on a tiny shape
+(the cost of any PyTorch op), and for the FlashInfer-compatible wrappers. Run on a GPU machine
+after `pip install aotinfer-*.whl` (default package)."""
+import statistics
+import sys
+import time
+
+import torch
+
+import aotinfer
+
+CALLS, ROUNDS = 200, 25
+dev, bf16 = "cuda", torch.bfloat16
+
+
+def host_us(call):
+    for _ in range(50):
+        call()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(ROUNDS):
+        start = time.perf_counter()
+        for _ in range(CALLS):
+            call()
+        samples.append((time.perf_counter() - start) / CALLS * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(samples)
+
+
+def i32(xs):
+    return torch.tensor(xs, device=dev, dtype=torch.int32)
+
+
+pkg = aotinfer.Package()
+hq, hk, dim, page = 32, 8, 128, 16
+rows = []
+
+# SDPA on one query token against 16 keys.
+sq = torch.randn(1, hq, 1, dim, device=dev, dtype=bf16)
+sk = torch.randn(1, hq, 16, dim, device=dev, dtype=bf16)
+sdpa = host_us(lambda: torch.nn.functional.scaled_dot_product_attention(sq, sk, sk))
+rows.append(("torch SDPA, 1 query x 16 keys (peer)", sdpa))
+
+# Decode: one request of 16 tokens (one page).
+k_pages = torch.randn(4, page, hk, dim, device=dev, dtype=bf16)
+v_pages = torch.randn_like(k_pages)
+decode = aotinfer.BatchDecode(pkg, hq, hk, dim, page)
+fb, ib = decode.workspace_sizes(1)
+fws, iws = torch.empty(fb, device=dev, dtype=torch.uint8), torch.empty(ib, device=dev, dtype=torch.uint8)
+decode.plan([0, 1], [16], fws, iws)
+d_indptr, d_indices, d_last = i32([0, 1]), i32([2]), i32([16])
+q = torch.randn(1, hq, dim, device=dev, dtype=bf16)
+o = torch.empty_like(q)
+rows.append(("BatchDecode.run, 1 x 16 tokens",
+             host_us(lambda: decode.run(q, k_pages, v_pages, d_indptr, d_indices, d_last, o))))
+
+# Prefill: one request of 16 query tokens over 16 keys, ragged.
+pq = torch.randn(16, hq, dim, device=dev, dtype=bf16)
+pk, pv = torch.randn(16, hk, dim, device=dev, dtype=bf16), torch.randn(16, hk, dim, device=dev, dtype=bf16)
+po = torch.empty_like(pq)
+prefill = aotinfer.BatchPrefill(pkg, hq, hk, dim, kv_storage="ragged")
+fb, ib = prefill.workspace_sizes(16, 1)
+pf, pi = torch.empty(fb, device=dev, dtype=torch.uint8), torch.empty(ib, device=dev, dtype=torch.uint8)
+prefill.plan([0, 16], [0, 16], pf, pi)
+d_qo = i32([0, 16])
+rows.append(("BatchPrefill.run, 16 x 16 tokens", host_us(lambda: prefill.run(pq, pk, pv, d_qo, d_qo, po))))
+
+# merge_state: 16 rows.
+v_a, v_b = torch.randn(16, dim, device=dev, dtype=bf16), torch.randn(16, dim, device=dev, dtype=bf16)
+s_a, s_b = torch.randn(16, device=dev), torch.randn(16, device=dev)
+v_out, s_out = torch.empty_like(v_a), torch.empty_like(s_a)
+rows.append(("merge_state, 16 rows", host_us(lambda: aotinfer.merge_state(pkg, v_a, s_a, v_b, s_b, v_out, s_out))))
+
+# append_paged_kv: one token.
+nk, nv = torch.randn(1, hk, dim, device=dev, dtype=bf16), torch.randn(1, hk, dim, device=dev, dtype=bf16)
+bi, pos = i32([0]), i32([15])
+rows.append(("append_paged_kv, 1 token",
+             host_us(lambda: aotinfer.append_paged_kv(pkg, nk, nv, bi, pos, k_pages, v_pages, d_indptr, d_indices, d_last))))
+
+# The FlashInfer-compatible wrappers on the same shapes.
+try:
+    from aotinfer import flashinfer as fi
+except ImportError as e:  # the compat layer is optional for this table
+    print(f"(aotinfer.flashinfer not importable: {e})")
+    fi = None
+if fi is not None:
+    wrapper = fi.BatchDecodeWithPagedKVCacheWrapper(torch.empty(128 << 20, device=dev, dtype=torch.uint8))
+    wrapper.plan(d_indptr, d_indices, d_last, hq, hk, dim, page, q_data_type=bf16)
+    rows.append(("flashinfer.BatchDecodeWithPagedKVCacheWrapper.run (out given)",
+                 host_us(lambda: wrapper.run(q, (k_pages, v_pages), out=o))))
+    rows.append(("flashinfer.BatchDecodeWithPagedKVCacheWrapper.run (allocates out)",
+                 host_us(lambda: wrapper.run(q, (k_pages, v_pages)))))
+    ragged = fi.BatchPrefillWithRaggedKVCacheWrapper(torch.empty(128 << 20, device=dev, dtype=torch.uint8))
+    ragged.plan(d_qo, d_qo, hq, hk, dim, causal=True, q_data_type=bf16)
+    rows.append(("flashinfer.BatchPrefillWithRaggedKVCacheWrapper.run (out given)",
+                 host_us(lambda: ragged.run(pq, pk, pv, out=po))))
+
+torch.cuda.synchronize()
+print(f"\nHost time per call (median of {ROUNDS} loops of {CALLS} calls), {torch.cuda.get_device_name()}")
+print(f"| op | us/call | vs SDPA call |\n|---|---|---|")
+for name, us in rows:
+    print(f"| {name} | {us:.1f} | {us / sdpa:.2f}x |")
+worst = max(us for name, us in rows if "peer" not in name and "allocates" not in name)
+print(f"slowest aotinfer call: {worst:.1f} us (target <= 10)")
+sys.exit(0)

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The Python layer on a GPU machine with PyTorch: installs the wheel carried in dist/ (built
+# elsewhere with the default package) and runs every Python GPU check, then the host-overhead
+# benchmark. Usage: tests/gpu/python.sh [--no-bench]. Logs go to $OUT (or build-gpu/out).
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+out=${OUT:-$root/build-gpu/out}
+mkdir -p "$out"
+wheel=$(ls "$root"/dist/aotinfer-*.whl 2>/dev/null | head -1)
+[ -n "$wheel" ] || { echo "no wheel in dist/: build one with packaging/stage_wheel.sh and carry dist/"; exit 1; }
+python3 -c "import torch" 2>/dev/null || { echo "PyTorch is not installed: nothing to check"; exit 1; }
+site=/tmp/aotinfer-site
+rm -rf "$site"
+python3 -m pip install --quiet --no-index --no-deps --target "$site" "$wheel" || exit 1
+status=0
+tests=$root/packaging/python/tests
+for script in gpu_torch.py gpu_checks.py gpu_flashinfer.py gpu_torch_ops.py gpu_transformers.py; do
+  [ -f "$tests/$script" ] || continue
+  echo "== $script ($wheel)"
+  # From /tmp so that the installed wheel is imported, not the source tree.
+  (cd /tmp && PYTHONPATH=$site PYTHONUNBUFFERED=1 timeout 300 python3 "$tests/$script") 2>&1 | tee "$out/${script%.py}.log" || status=1
+done
+if [ "${1:-}" != "--no-bench" ]; then
+  echo "== Python host overhead"
+  (cd /tmp && PYTHONPATH=$site PYTHONUNBUFFERED=1 python3 "$root/bench/python_overhead.py") 2>&1 | tee "$out/python_overhead.log" || status=1
+fi
+echo "== Python GPU checks finished with status $status"
+exit $status
