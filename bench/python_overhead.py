@@ -99,6 +99,17 @@ if fi is not None:
     rows.append(("flashinfer.BatchPrefillWithRaggedKVCacheWrapper.run (out given)",
                  host_us(lambda: ragged.run(pq, pk, pv, out=po))))
 
+# FlashInfer itself, when it is importable (source .peers/flashinfer_env.sh): the same decode.
+try:
+    import flashinfer as peer
+except ImportError:
+    peer = None
+if peer is not None:
+    peer_decode = peer.BatchDecodeWithPagedKVCacheWrapper(torch.empty(128 << 20, device=dev, dtype=torch.uint8), "NHD")
+    peer_decode.plan(d_indptr, d_indices, d_last, hq, hk, dim, page, q_data_type=bf16, kv_data_type=bf16)
+    rows.append((f"FlashInfer {peer.__version__} BatchDecodeWithPagedKVCacheWrapper.run (out given, peer)",
+                 host_us(lambda: peer_decode.run(q, (k_pages, v_pages), out=o))))
+
 torch.cuda.synchronize()
 print(f"\nHost time per call (median of {ROUNDS} loops of {CALLS} calls), {torch.cuda.get_device_name()}")
 print(f"| op | us/call | vs SDPA call |\n|---|---|---|")

@@ -22,7 +22,10 @@ for script in gpu_torch.py gpu_checks.py gpu_flashinfer.py gpu_torch_ops.py gpu_
 done
 if [ "${1:-}" != "--no-bench" ]; then
   echo "== Python host overhead"
-  (cd /tmp && PYTHONPATH=$site PYTHONUNBUFFERED=1 python3 "$root/bench/python_overhead.py") 2>&1 | tee "$out/python_overhead.log" || status=1
+  # FlashInfer as the same-run peer when its bundle was carried in .peers/ (a copy of ../shared/peers).
+  peer_env=$root/.peers/flashinfer_env.sh
+  (cd /tmp && { [ -f "$peer_env" ] && source "$peer_env"; true; } && PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} \
+    PYTHONUNBUFFERED=1 python3 "$root/bench/python_overhead.py") 2>&1 | tee "$out/python_overhead.log" || status=1
 fi
 echo "== Python GPU checks finished with status $status"
 exit $status
