@@ -1,7 +1,10 @@
 #include "aotinfer/aotinfer.h"
 
+#include <map>
+#include <mutex>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "aotinfer/append_paged_kv.hpp"
@@ -12,9 +15,30 @@
 #include "driver.hpp"
 #include "tensor_checks.hpp"
 
+// The merge_state / append_paged_kv front-ends of one (context, dtype, head_dim), made on first
+// use: a call then costs a map lookup instead of a variant search.
+template <typename FrontEnd>
+class FrontEnds {
+ public:
+  const FrontEnd& get(const aotinfer::Package& package, aotinfer::DType dtype, int head_dim) {
+    const Key key{aotinfer::detail::current_context(), dtype, head_dim};
+    std::lock_guard lock(mutex_);
+    auto it = made_.find(key);
+    if (it == made_.end()) it = made_.emplace(key, FrontEnd(package, dtype, head_dim)).first;
+    return it->second;  // map nodes stay put
+  }
+
+ private:
+  using Key = std::tuple<CUcontext, aotinfer::DType, int>;
+  std::mutex mutex_;
+  std::map<Key, FrontEnd> made_;
+};
+
 struct aotinfer_package {
   aotinfer::Package package;
   std::vector<std::string> uris;
+  mutable FrontEnds<aotinfer::MergeState> merges{};  // a cache: the package stays logically const
+  mutable FrontEnds<aotinfer::AppendPagedKv> appends{};
 };
 
 struct aotinfer_batch_decode {
@@ -137,7 +161,7 @@ aotinfer_status aotinfer_merge_state_tensors_run(const aotinfer_package* package
   if (!t) return null_argument("tensors");
   return guarded([&] {
     const auto call = aotinfer::detail::merge_state_call(*t, aotinfer::detail::current_device_ordinal);
-    aotinfer::MergeState(package->package, call.dtype, call.head_dim).run(call.params, static_cast<aotinfer::Stream>(stream));
+    package->merges.get(package->package, call.dtype, call.head_dim).run(call.params, static_cast<aotinfer::Stream>(stream));
   });
 }
 
@@ -148,7 +172,7 @@ aotinfer_status aotinfer_append_paged_kv_tensors_run(const aotinfer_package* pac
   if (!t) return null_argument("tensors");
   return guarded([&] {
     const auto call = aotinfer::detail::append_paged_kv_call(*t, layout_arg(layout), aotinfer::detail::current_device_ordinal);
-    aotinfer::AppendPagedKv(package->package, call.dtype, call.head_dim).run(call.params, static_cast<aotinfer::Stream>(stream));
+    package->appends.get(package->package, call.dtype, call.head_dim).run(call.params, static_cast<aotinfer::Stream>(stream));
   });
 }
 

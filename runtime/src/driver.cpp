@@ -61,8 +61,7 @@ const Driver& driver() {
   return instance;
 }
 
-void check(CUresult result, const std::string& what) {
-  if (result == CUDA_SUCCESS) return;
+void fail(CUresult result, const std::string& what) {
   const char* name = nullptr;
   const char* text = nullptr;
   driver().cuGetErrorName(result, &name);

@@ -26,8 +26,16 @@ struct Driver {
 // The process-wide driver (libcuda.so.1), opened and initialised once.
 const Driver& driver();
 
-// Throws Error(cuda_error) "<what>: <CUDA error name>: <description>" unless result is success.
-void check(CUresult result, const std::string& what);
+// Throws Error(cuda_error) "<what>: <CUDA error name>: <description>".
+[[noreturn]] void fail(CUresult result, const std::string& what);
+
+// fail() unless result is success; the message is only made into a string on failure.
+inline void check(CUresult result, const char* what) {
+  if (result != CUDA_SUCCESS) fail(result, what);
+}
+inline void check(CUresult result, const std::string& what) {
+  if (result != CUDA_SUCCESS) fail(result, what);
+}
 
 // The calling thread's context; when it has none, device 0's primary context is made current
 // (what the CUDA runtime and PyTorch use, so modules are shared with them).

@@ -245,9 +245,10 @@ void Kernel::launch(Grid grid, const void* params, std::size_t params_size, Stre
                                                  "-byte params struct, got " + std::to_string(params_size) +
                                                  " bytes: the runtime and the package disagree on the kernel ABI");
   void* args[] = {const_cast<void*>(params)};
-  check(driver().cuLaunchKernel(function_, grid.x, grid.y, grid.z, info_.block[0], info_.block[1], info_.block[2],
-                                info_.dynamic_smem_bytes, stream, args, nullptr),
-        "launching " + uri_ + "/" + entry_);
+  const CUresult result = driver().cuLaunchKernel(function_, grid.x, grid.y, grid.z, info_.block[0], info_.block[1],
+                                                  info_.block[2], info_.dynamic_smem_bytes, stream, args, nullptr);
+  // The message is built only on failure: this is every run()'s path.
+  if (result != CUDA_SUCCESS) check(result, "launching " + uri_ + "/" + entry_);
 }
 
 int Kernel::max_active_ctas_per_sm() const {

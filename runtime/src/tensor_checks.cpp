@@ -51,13 +51,13 @@ std::string device_text(std::int32_t type, std::int32_t id) {
 
 class Checker {
  public:
-  Checker(std::string op, int device) : op_(std::move(op)), device_(device) {}
+  Checker(const char* op, int device) : op_(op), device_(device) {}
   // The device asked of `resolve` when a GPU tensor first needs it: a CPU tensor is refused
   // even where no driver can be loaded.
-  Checker(std::string op, DeviceQuery resolve) : op_(std::move(op)), resolve_(resolve) {}
+  Checker(const char* op, DeviceQuery resolve) : op_(op), resolve_(resolve) {}
 
   [[noreturn]] void fail(const char* name, const std::string& what) const {
-    throw Error(ErrorCode::invalid_argument, op_ + ": " + name + ": " + what);
+    throw Error(ErrorCode::invalid_argument, std::string(op_) + ": " + name + ": " + what);
   }
 
   bool present(const aotinfer_tensor& t) const { return t.data != nullptr; }
@@ -87,16 +87,19 @@ class Checker {
 
  private:
   void shape(const aotinfer_tensor& t, const char* name, std::initializer_list<Dim> dims) const {
-    std::string expected = "[", meanings = "(";
     bool fits = t.ndim == int(dims.size());
+    for (int i = 0; fits && i < t.ndim; ++i) {
+      const Dim& d = dims.begin()[i];
+      fits = d.at_least ? t.shape[i] >= d.size : t.shape[i] == d.size;
+    }
+    if (fits) return;  // the message is built only for a refusal: this runs on every call
+    std::string expected = "[", meanings = "(";
     int i = 0;
     for (const Dim& d : dims) {
       expected += (i ? ", " : "") + std::string(d.at_least ? ">= " : "") + std::to_string(d.size);
-      meanings += (i ? ", " : "") + std::string(d.meaning);
-      if (fits && (d.at_least ? t.shape[i] < d.size : t.shape[i] != d.size)) fits = false;
-      ++i;
+      meanings += (i++ ? ", " : "") + std::string(d.meaning);
     }
-    if (!fits) fail(name, "expected shape " + expected + "] " + meanings + "), got " + shape_text(t));
+    fail(name, "expected shape " + expected + "] " + meanings + "), got " + shape_text(t));
   }
 
   void layout(const aotinfer_tensor& t, const char* name, Packing packing, std::int64_t elem, int align) const {
@@ -126,7 +129,7 @@ class Checker {
     return device_;
   }
 
-  std::string op_;
+  const char* op_;
   mutable int device_ = -1;
   DeviceQuery resolve_ = nullptr;
 };

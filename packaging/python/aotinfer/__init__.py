@@ -162,7 +162,7 @@ def _int32_array(values, name):
     """Host metadata as (pointer-like, length, keepalive): a contiguous int32 CPU tensor or array
     is passed as it is; lists and other sequences are copied."""
     if values is None:
-        return None, 0
+        return None, 0, None
     if hasattr(values, "__dlpack__") or hasattr(values, "__cuda_array_interface__"):
         t = _tensor.tensor(values, name)
         if t.on_gpu:

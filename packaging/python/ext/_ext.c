@@ -46,11 +46,12 @@ static PyObject *s_is_cuda, *s_data_ptr, *s_dtype, *s_shape, *s_stride, *s_get_d
 static int describe(PyObject* obj, const char* name, aotinfer_tensor* t, int* torch_device);
 
 static int int64s(PyObject* seq, int64_t* out, int n) {
+  const int tuple = PyTuple_Check(seq); /* torch.Size and stride(): borrowed items, no new references */
   for (int i = 0; i < n; ++i) {
-    PyObject* item = PySequence_GetItem(seq, i);
+    PyObject* item = tuple ? PyTuple_GetItem(seq, i) : PySequence_GetItem(seq, i);
     if (!item) return -1;
     out[i] = PyLong_AsLongLong(item);
-    Py_DECREF(item);
+    if (!tuple) Py_DECREF(item);
     if (out[i] == -1 && PyErr_Occurred()) return -1;
   }
   return 0;
@@ -207,9 +208,8 @@ static PyObject* decode_run(PyObject* Py_UNUSED(self), PyObject* const* args, Py
   if (PyErr_Occurred() || describe_all(args + 1, names, 9, &t.q, &torch_device) || scalars_arg(args + 10, &s) ||
       stream_arg(args[17], torch_device, &stream))
     return NULL;
-  int status;
-  Py_BEGIN_ALLOW_THREADS status = S.decode(handle, &t, &s, stream);
-  Py_END_ALLOW_THREADS return PyLong_FromLong(status);
+  /* The GIL is kept: a launch takes microseconds, less than releasing and taking it back. */
+  return PyLong_FromLong(S.decode(handle, &t, &s, stream));
 }
 
 /* prefill_run(handle, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_last_page_len, o, lse,
@@ -226,9 +226,7 @@ static PyObject* prefill_run(PyObject* Py_UNUSED(self), PyObject* const* args, P
   if (PyErr_Occurred() || describe_all(args + 1, names, 9, &t.q, &torch_device) || scalars_arg(args + 10, &s) ||
       stream_arg(args[17], torch_device, &stream))
     return NULL;
-  int status;
-  Py_BEGIN_ALLOW_THREADS status = S.prefill(handle, &t, &s, stream);
-  Py_END_ALLOW_THREADS return PyLong_FromLong(status);
+  return PyLong_FromLong(S.prefill(handle, &t, &s, stream));
 }
 
 /* merge_state(package, v_a, s_a, v_b, s_b, v_out, s_out, stream) -> status */
@@ -242,9 +240,7 @@ static PyObject* merge_state(PyObject* Py_UNUSED(self), PyObject* const* args, P
   if (PyErr_Occurred() || describe_all(args + 1, names, 6, &t.v_a, &torch_device) ||
       stream_arg(args[7], torch_device, &stream))
     return NULL;
-  int status;
-  Py_BEGIN_ALLOW_THREADS status = S.merge(package, &t, stream);
-  Py_END_ALLOW_THREADS return PyLong_FromLong(status);
+  return PyLong_FromLong(S.merge(package, &t, stream));
 }
 
 /* append_paged_kv(package, k, v, batch_indices, positions, k_pages, v_pages, kv_indptr,
@@ -260,9 +256,7 @@ static PyObject* append_paged_kv(PyObject* Py_UNUSED(self), PyObject* const* arg
   if (PyErr_Occurred() || describe_all(args + 1, names, 9, &t.k, &torch_device) ||
       stream_arg(args[11], torch_device, &stream))
     return NULL;
-  int status;
-  Py_BEGIN_ALLOW_THREADS status = S.append(package, &t, layout, stream);
-  Py_END_ALLOW_THREADS return PyLong_FromLong(status);
+  return PyLong_FromLong(S.append(package, &t, layout, stream));
 }
 
 /* tensor(obj, name) -> (data, dtype, device_type, device_id, shape, strides, dtype_name): what
