@@ -1,0 +1,198 @@
+"""FlashInfer arguments -> aotinfer configurations, in plain Python (no torch, no driver).
+
+Everything aotinfer does not serve is refused here, before a tensor or the GPU is touched:
+NotImplementedError naming the argument, its value and what is served. Tensors are only looked
+at for their .shape and .dtype attributes (CUDA-graph buffers), so stand-in objects do."""
+import math
+
+DTYPES = {"float16": "f16", "half": "f16", "bfloat16": "bf16", "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
+TORCH_NAMES = {"f16": "float16", "bf16": "bfloat16", "e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2"}
+LAYOUTS = {"NHD": "nhd", "HND": "hnd"}
+BACKENDS = ("auto", "fa2", "fa3")  # accepted and ignored: aotinfer runs its own kernels for all three
+DECODE_POSITIONS = {"NONE": "none", "ROPE_LLAMA": "rope_llama", "ALIBI": "alibi"}
+PREFILL_POSITIONS = {"NONE": "none", "ROPE_LLAMA": "rope_llama"}
+_SPLIT = "aotinfer's planner chooses the KV split itself"
+_ITEMS = "multi-item scoring is not served"
+_PREBUILT = "aotinfer serves the variants of its prebuilt kernel package"
+
+
+def show(value):
+    """A value for a message; tensors by type only (their repr would copy them to the host)."""
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return repr(value)
+    return str(value) if type(value).__name__ == "dtype" else f"<{type(value).__name__}>"
+
+
+def refuse(where, name, value, served):
+    raise NotImplementedError(f"aotinfer.flashinfer {where}: {name}={show(value)} is not supported; {served}")
+
+
+def defaults_only(where, checks):
+    """checks: (name, value, default, what is served) each; any value but the default is refused."""
+    for name, value, default, served in checks:
+        if (value is not None) if default is None else (value != default):
+            refuse(where, name, value, served)
+
+
+def dtype(where, name, value, allowed):
+    """aotinfer's name ("f16", ...) of a torch.dtype or of its name as FlashInfer accepts it ("float16")."""
+    if isinstance(value, str):
+        text = value
+    elif type(value).__name__ == "dtype":  # torch.dtype, whose str() is "torch.float16"
+        text = str(value)
+    else:
+        raise TypeError(f"aotinfer.flashinfer {where}: {name} must be a torch.dtype or its name, "
+                        f"got {type(value).__name__}")
+    short = DTYPES.get(text[6:] if text.startswith("torch.") else text)
+    if short not in allowed:
+        refuse(where, name, value, "served: " + ", ".join(f"torch.{TORCH_NAMES[a]}" for a in allowed))
+    return short
+
+
+def layout(where, kv_layout, layouts=("NHD", "HND")):
+    """aotinfer's name of a FlashInfer kv_layout."""
+    if kv_layout not in layouts:
+        refuse(where, "kv_layout", kv_layout, "served: " + ", ".join(map(repr, layouts)))
+    return LAYOUTS[kv_layout]
+
+
+def constructor(where, kv_layout, backend, jit_args=None, jit_kwargs=None, variant_owns_mask=False,
+                layouts=("NHD", "HND")):
+    """The constructors' checks; returns aotinfer's layout name."""
+    name = layout(where, kv_layout, layouts)
+    if backend not in BACKENDS:
+        refuse(where, "backend", backend, 'served: "auto", "fa2", "fa3" (each runs aotinfer\'s kernels)')
+    defaults_only(where, [("jit_args", jit_args, None, _PREBUILT), ("jit_kwargs", jit_kwargs, None, _PREBUILT),
+                          ("variant_owns_mask", variant_owns_mask, False, "masks are causal or none")])
+    return name
+
+
+def graph_batch(where, sized, unsized=()):
+    """FlashInfer's checks of CUDA-graph buffers. sized: (name, buffer, extra) with
+    len(buffer) == batch + extra (the first one gives the batch); unsized: (name, buffer).
+    aotinfer reads int32 metadata. Returns the batch size."""
+    batch = None
+    for name, buffer, extra in list(sized) + [(n, b, None) for n, b in unsized]:
+        if buffer is None:
+            raise ValueError(f"aotinfer.flashinfer {where}: {name} must be a torch.Tensor in cudagraph mode")
+        if not str(getattr(buffer, "dtype", "")).endswith("int32"):
+            refuse(where, f"{name}.dtype", str(getattr(buffer, "dtype", None)), "CUDA-graph buffers are torch.int32")
+        if extra is None:
+            continue
+        length = int(buffer.shape[0])
+        if batch is None:
+            batch = length - extra
+        elif length != batch + extra:
+            raise ValueError(f"aotinfer.flashinfer {where}: {name} must have {batch + extra} entries "
+                             f"(batch size {batch} + {extra}), got {length}")
+    return batch
+
+
+def features(where, pos_encoding_mode, window_left, logits_soft_cap, positions):
+    """((pos_encoding, sliding_window, soft_cap) variant axes, (cap, window_left) run values)."""
+    if pos_encoding_mode not in positions:
+        refuse(where, "pos_encoding_mode", pos_encoding_mode, "served: " + ", ".join(map(repr, positions)))
+    if isinstance(window_left, bool) or not isinstance(window_left, int) or window_left < -1:
+        refuse(where, "window_left", window_left, "served: -1 (no window) or a window of >= 0 keys")
+    cap = float(logits_soft_cap) if logits_soft_cap is not None and logits_soft_cap > 0 else 0.0
+    return (positions[pos_encoding_mode], window_left >= 0, cap > 0), (cap, window_left)
+
+
+def scalars(head_dim, sm_scale, rope_scale, rope_theta, cap, window_left):
+    """The run arguments FlashInfer fixes at plan time: (sm_scale, cap, rope_scale, rope_theta, window_left)."""
+    return (1.0 / math.sqrt(head_dim) if sm_scale is None else float(sm_scale), cap,
+            1.0 if rope_scale is None else float(rope_scale), 1e4 if rope_theta is None else float(rope_theta),
+            window_left)
+
+
+def decode_plan(num_qo_heads, num_kv_heads, head_dim, page_size, pos_encoding_mode="NONE", window_left=-1,
+                logits_soft_cap=None, q_data_type="float16", kv_data_type=None, o_data_type=None, data_type=None,
+                sm_scale=None, rope_scale=None, rope_theta=None, block_tables=None, seq_lens=None,
+                fixed_split_size=None, disable_split_kv=False, q_len_per_req=1, window_right=0, is_causal=None):
+    """BatchDecodeWithPagedKVCacheWrapper.plan's arguments -> (aotinfer.BatchDecode keyword
+    arguments, variant features, run scalars)."""
+    where = "BatchDecodeWithPagedKVCacheWrapper.plan"
+    defaults_only(where, [
+        ("block_tables", block_tables, None, "pages come from indptr/indices/last_page_len"),
+        ("seq_lens", seq_lens, None, "KV lengths come from indptr and last_page_len"),
+        ("fixed_split_size", fixed_split_size, None, _SPLIT),
+        ("disable_split_kv", disable_split_kv, False, _SPLIT),
+        ("q_len_per_req", q_len_per_req, 1,
+         "decode serves one query token per request "
+         "(BatchPrefillWithPagedKVCacheWrapper with causal=True serves more)"),
+        ("window_right", window_right, 0, "decode has no keys right of the query"),
+    ])
+    if is_causal:
+        refuse(where, "is_causal", is_causal, "one query token per request needs no mask")
+    if data_type is not None:  # FlashInfer 0.7 fills only the types left as None
+        q_data_type = data_type if q_data_type is None else q_data_type
+        kv_data_type = data_type if kv_data_type is None else kv_data_type
+    q = dtype(where, "q_data_type", q_data_type, ("f16", "bf16"))
+    kv = q if kv_data_type is None else dtype(where, "kv_data_type", kv_data_type, ("f16", "bf16", "e4m3", "e5m2"))
+    o = q if o_data_type is None else dtype(where, "o_data_type", o_data_type, ("f16", "bf16"))
+    feats, (cap, window) = features(where, pos_encoding_mode, window_left, logits_soft_cap, DECODE_POSITIONS)
+    config = dict(num_qo_heads=int(num_qo_heads), num_kv_heads=int(num_kv_heads), head_dim=int(head_dim),
+                  page_size=int(page_size), dtype_q=q, dtype_kv=kv, dtype_o=o, pos_encoding=feats[0],
+                  sliding_window=feats[1], soft_cap=feats[2])
+    return config, feats, scalars(head_dim, sm_scale, rope_scale, rope_theta, cap, window)
+
+
+def prefill_plan(where, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo=None, custom_mask=None,
+                 packed_custom_mask=None, causal=False, pos_encoding_mode="NONE", use_fp16_qk_reduction=False,
+                 sm_scale=None, window_left=-1, logits_soft_cap=None, rope_scale=None, rope_theta=None,
+                 q_data_type="float16", kv_data_type=None, o_data_type=None, prefix_len_ptr=None,
+                 token_pos_in_items_ptr=None, token_pos_in_items_len=0, max_item_len_ptr=None, seq_lens=None,
+                 seq_lens_q=None, block_tables=None, fixed_split_size=None, disable_split_kv=False, v_indptr=None,
+                 o_indptr=None):
+    """The prefill wrappers' plan arguments -> (aotinfer.BatchPrefill keyword arguments, variant
+    features, run scalars). The wrappers take FlashInfer's hints (max_token_per_sequence,
+    max_sequence_kv, uniform_q_len) and ignore them, as FlashInfer's fa2/fa3 backends do."""
+    if head_dim_vo is not None and head_dim_vo != head_dim_qk:
+        refuse(where, "head_dim_vo", head_dim_vo, f"V and O have head_dim_qk ({head_dim_qk}) dimensions")
+    defaults_only(where, [
+        ("custom_mask", custom_mask, None, "masks are causal=True or causal=False"),
+        ("packed_custom_mask", packed_custom_mask, None, "masks are causal=True or causal=False"),
+        ("use_fp16_qk_reduction", use_fp16_qk_reduction, False, "scores accumulate in fp32"),
+        ("prefix_len_ptr", prefix_len_ptr, None, _ITEMS),
+        ("token_pos_in_items_ptr", token_pos_in_items_ptr, None, _ITEMS),
+        ("token_pos_in_items_len", token_pos_in_items_len, 0, _ITEMS),
+        ("max_item_len_ptr", max_item_len_ptr, None, _ITEMS),
+        ("seq_lens", seq_lens, None, "KV lengths come from the indptr arrays"),
+        ("seq_lens_q", seq_lens_q, None, "query lengths come from qo_indptr"),
+        ("block_tables", block_tables, None, "pages come from the CSR arrays"),
+        ("fixed_split_size", fixed_split_size, None, _SPLIT),
+        ("disable_split_kv", disable_split_kv, False, _SPLIT),
+        ("v_indptr", v_indptr, None, "V shares kv_indptr"),
+        ("o_indptr", o_indptr, None, "the output shares qo_indptr"),
+    ])
+    q = dtype(where, "q_data_type", q_data_type, ("f16", "bf16"))
+    kv = q if kv_data_type is None else dtype(where, "kv_data_type", kv_data_type, ("f16", "bf16"))
+    o = q if o_data_type is None else dtype(where, "o_data_type", o_data_type, ("f16", "bf16"))
+    feats, (cap, window) = features(where, pos_encoding_mode, window_left, logits_soft_cap, PREFILL_POSITIONS)
+    feats += ("causal" if causal else "none",)
+    config = dict(num_qo_heads=int(num_qo_heads), num_kv_heads=int(num_kv_heads), head_dim=int(head_dim_qk),
+                  dtype_q=q, dtype_kv=kv, dtype_o=o, mask=feats[3], pos_encoding=feats[0], sliding_window=feats[1],
+                  soft_cap=feats[2])
+    return config, feats, scalars(head_dim_qk, sm_scale, rope_scale, rope_theta, cap, window)
+
+
+def unserved(where, args, **named):
+    """run()'s slow path, taken only when one of these is set: refuses *args or the first
+    named argument that is not None (sinks, kv_cache_sf, ...)."""
+    if args:
+        refuse(where, "*args", args, "custom-kernel arguments are not served")
+    for name, value in named.items():
+        if value is not None:
+            refuse(where, name, value, "not served")
+
+
+def lse_options(where, lse_base, lse_layout):
+    if lse_base not in ("log2", "ln"):
+        raise ValueError(f'aotinfer.flashinfer {where}: lse_base must be "log2" or "ln", got {lse_base!r}')
+    if lse_layout not in ("NH", "HN"):
+        raise ValueError(f'aotinfer.flashinfer {where}: lse_layout must be "NH" or "HN", got {lse_layout!r}')
+
+
+def window_changed(where, window_left, planned):
+    raise ValueError(f"aotinfer.flashinfer {where}: window_left={window_left} differs from plan()'s {planned}; "
+                     "plan again with it (the window is fixed at plan time)")

@@ -1,0 +1,117 @@
+"""FlashInfer's BatchDecodeWithPagedKVCacheWrapper over aotinfer.BatchDecode."""
+import functools
+
+from .. import BatchDecode
+from . import _args, _base
+
+_NAME = "BatchDecodeWithPagedKVCacheWrapper"
+_PLAN, _RUN, _FORWARD = _NAME + ".plan", _NAME + ".run", _NAME + ".forward"
+
+
+class BatchDecodeWithPagedKVCacheWrapper(_base.Wrapper):
+    """Decode (one query token per request) over a paged KV cache, plan once per batch, run once
+    per layer. package= (keyword only, aotinfer's addition) picks the kernel package; default
+    the shared aotinfer.Package()."""
+
+    def __init__(self, float_workspace_buffer, kv_layout="NHD", use_cuda_graph=False, use_tensor_cores=False,
+                 paged_kv_indptr_buffer=None, paged_kv_indices_buffer=None, paged_kv_last_page_len_buffer=None,
+                 backend="auto", jit_args=None, *, package=None):
+        self._layout = _args.constructor(_NAME, kv_layout, backend, jit_args)
+        self._fixed_batch_size = 0
+        if use_cuda_graph:
+            self._fixed_batch_size = _args.graph_batch(
+                _NAME, [("paged_kv_last_page_len_buffer", paged_kv_last_page_len_buffer, 0),
+                        ("paged_kv_indptr_buffer", paged_kv_indptr_buffer, 1)],
+                [("paged_kv_indices_buffer", paged_kv_indices_buffer)])
+        self._setup(float_workspace_buffer, kv_layout, use_cuda_graph, package)
+        self._use_tensor_cores = use_tensor_cores  # accepted; aotinfer picks its decode kernel itself
+        self._backend = backend
+        self._paged_kv_indptr_buf = paged_kv_indptr_buffer
+        self._paged_kv_indices_buf = paged_kv_indices_buffer
+        self._paged_kv_last_page_len_buf = paged_kv_last_page_len_buffer
+
+    @property
+    def use_tensor_cores(self):
+        return self._use_tensor_cores
+
+    def plan(self, indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim, page_size,
+             pos_encoding_mode="NONE", window_left=-1, logits_soft_cap=None, q_data_type="float16",
+             kv_data_type=None, o_data_type=None, data_type=None, sm_scale=None, rope_scale=None, rope_theta=None,
+             non_blocking=True, block_tables=None, seq_lens=None, fixed_split_size=None, disable_split_kv=False,
+             q_len_per_req=1, *, window_right=0, is_causal=None):
+        """indptr [batch + 1], indices [indptr[-1]], last_page_len [batch] (int32, on any device)."""
+        config, features, scalars = _args.decode_plan(
+            num_qo_heads, num_kv_heads, head_dim, page_size, pos_encoding_mode, window_left, logits_soft_cap,
+            q_data_type, kv_data_type, o_data_type, data_type, sm_scale, rope_scale, rope_theta, block_tables,
+            seq_lens, fixed_split_size, disable_split_kv, q_len_per_req, window_right, is_causal)
+        config["layout"] = self._layout
+        _base.need_torch()
+        self._core = None  # a failed plan leaves nothing runnable
+        indptr_host, last_host = _base.host_int32(indptr), _base.host_int32(last_page_len)
+        batch = int(last_host.shape[0])
+        if self._use_cuda_graph:  # run() reads the caller's buffers, the graph's addresses
+            if batch != self._fixed_batch_size:
+                raise ValueError(f"aotinfer.flashinfer {_PLAN}: the batch size is fixed in cudagraph mode: "
+                                 f"{self._fixed_batch_size} from the buffers, {batch} now")
+            for name, buffer, x in (("paged_kv_indptr_buffer", self._paged_kv_indptr_buf, indptr),
+                                    ("paged_kv_last_page_len_buffer", self._paged_kv_last_page_len_buf, last_page_len),
+                                    ("paged_kv_indices_buffer", self._paged_kv_indices_buf, indices)):
+                _base.copy_into(_PLAN, name, buffer, x, non_blocking)
+            config.update(cuda_graph=True, max_batch=self._fixed_batch_size)
+        else:
+            device = self.device
+            self._paged_kv_indptr_buf = _base.device_int32(indptr, device, non_blocking)
+            self._paged_kv_indices_buf = _base.device_int32(indices, device, non_blocking)
+            self._paged_kv_last_page_len_buf = _base.device_int32(last_page_len, device, non_blocking)
+        core = self._core_for(BatchDecode, config)
+        _, int_bytes = core.workspace_sizes(max(batch, 1))
+        core.plan(indptr_host, last_host, self._float_workspace_buffer, self._int_workspace(int_bytes),
+                  stream=_base.current_stream(self.device))
+        self._batch_size = batch
+        self._keep(core, config, features, scalars)
+
+    begin_forward = plan
+
+    def run(self, q, paged_kv_cache, *args, q_scale=None, k_scale=None, v_scale=None, out=None, lse=None,
+            return_lse=False, enable_pdl=None, window_left=None, sinks=None, q_len_per_req=None,
+            skip_softmax_threshold_scale_factor=None, kv_cache_sf=None):
+        """q [batch, num_qo_heads, head_dim]; paged_kv_cache a (k, v) tuple or one [pages, 2, ...]
+        tensor. Returns out, or (out, lse) with return_lse (lse base 2, float32 [batch, heads])."""
+        if args or sinks is not None or kv_cache_sf is not None or skip_softmax_threshold_scale_factor is not None:
+            _args.unserved(_RUN, args, sinks=sinks, kv_cache_sf=kv_cache_sf,
+                           skip_softmax_threshold_scale_factor=skip_softmax_threshold_scale_factor)
+        if q_len_per_req not in (None, 1):
+            _args.refuse(_RUN, "q_len_per_req", q_len_per_req, "decode serves one query token per request")
+        self._planned(_RUN, window_left)
+        k, v = _base.split_cache(paged_kv_cache, self._kv_layout)
+        if not q.is_contiguous():  # a slice of a fused qkv: the kernel reads q densely
+            q = q.contiguous()
+        o, lse_rows, _ = self._outputs(_RUN, q, out, lse, return_lse, "NH")
+        self._launch(q, k, v, o, lse_rows, self._sm_scale if q_scale is None else self._sm_scale * float(q_scale),
+                     1.0 if k_scale is None else float(k_scale), 1.0 if v_scale is None else float(v_scale))
+        return self._deliver(o, out, lse_rows, return_lse)
+
+    def _launch(self, q, k, v, o, lse, sm_scale, k_scale, v_scale):
+        """The eager call into the core (where a torch.compile custom op would dispatch)."""
+        s = self._scalars
+        self._core.run(q, k, v, self._paged_kv_indptr_buf, self._paged_kv_indices_buf, self._paged_kv_last_page_len_buf,
+                       o, lse, None, sm_scale, s[1], s[2], s[3], k_scale, v_scale, s[4])
+
+    run_return_lse = functools.partialmethod(run, return_lse=True)
+
+    def forward(self, q, paged_kv_cache, pos_encoding_mode="NONE", q_scale=None, k_scale=None, v_scale=None,
+                window_left=-1, logits_soft_cap=None, sm_scale=None, rope_scale=None, rope_theta=None):
+        """Deprecated in FlashInfer: run() with per-call settings (only run scalars may differ from plan's)."""
+        self._forward(pos_encoding_mode, window_left, logits_soft_cap, sm_scale, rope_scale, rope_theta)
+        return self.run(q, paged_kv_cache, q_scale=q_scale, k_scale=k_scale, v_scale=v_scale)
+
+    def forward_return_lse(self, q, paged_kv_cache, pos_encoding_mode="NONE", q_scale=None, k_scale=None,
+                           v_scale=None, window_left=-1, logits_soft_cap=None, sm_scale=None, rope_scale=None,
+                           rope_theta=None):
+        self._forward(pos_encoding_mode, window_left, logits_soft_cap, sm_scale, rope_scale, rope_theta)
+        return self.run(q, paged_kv_cache, q_scale=q_scale, k_scale=k_scale, v_scale=v_scale, return_lse=True)
+
+    def _forward(self, pos_encoding_mode, window_left, logits_soft_cap, sm_scale, rope_scale, rope_theta):
+        features, (cap, window) = _args.features(_FORWARD, pos_encoding_mode, window_left, logits_soft_cap,
+                                                 _args.DECODE_POSITIONS)
+        self._override(_FORWARD, features, sm_scale, rope_scale, rope_theta, cap, window)

@@ -1,0 +1,233 @@
+"""FlashInfer's BatchPrefillWithPagedKVCacheWrapper and BatchPrefillWithRaggedKVCacheWrapper over
+aotinfer.BatchPrefill (kv_storage "paged" / "ragged")."""
+import functools
+
+from .. import BatchPrefill
+from . import _args, _base
+
+_PAGED, _RAGGED = "BatchPrefillWithPagedKVCacheWrapper", "BatchPrefillWithRaggedKVCacheWrapper"
+
+
+class _Prefill(_base.Wrapper):
+    """The plan and run steps both prefill wrappers share."""
+
+    def _prefill_setup(self, float_workspace_buffer, kv_layout, use_cuda_graph, package, backend, sized, unsized):
+        self._fixed_batch_size = _args.graph_batch(self._name, sized, unsized) if use_cuda_graph else 0
+        self._setup(float_workspace_buffer, kv_layout, use_cuda_graph, package)
+        self._backend = backend
+        self._max_total_num_rows = None  # CUDA-graph mode: the first plan's, as FlashInfer
+        for name, buffer, *_ in list(sized) + list(unsized):
+            setattr(self, "_" + name, buffer)
+
+    def _plan_on_device(self, config, features, scalars, qo_indptr, kv_indptr, metadata, non_blocking, **paged):
+        """metadata: (buffer name, array) pairs run() reads from the device; paged: kv_last_page_len
+        for the planner (host)."""
+        where = self._name + ".plan"
+        self._core = None  # a failed plan leaves nothing runnable
+        qo_host, kv_host = _base.host_int32(qo_indptr), _base.host_int32(kv_indptr)
+        batch, total_q = int(qo_host.shape[0]) - 1, int(qo_host[-1]) if qo_host.shape[0] else 0
+        if self._use_cuda_graph:
+            if batch != self._fixed_batch_size:
+                raise ValueError(f"aotinfer.flashinfer {where}: the batch size is fixed in cudagraph mode: "
+                                 f"{self._fixed_batch_size} from the buffers, {batch} now")
+            if self._max_total_num_rows is None:
+                self._max_total_num_rows = total_q
+            elif total_q > self._max_total_num_rows:
+                raise ValueError(f"aotinfer.flashinfer {where}: {total_q} query tokens exceed the "
+                                 f"{self._max_total_num_rows} of the first plan in cudagraph mode")
+            for name, x in metadata:
+                _base.copy_into(where, name, getattr(self, "_" + name), x, non_blocking)
+            config.update(cuda_graph=True, max_batch=batch, max_total_q=max(self._max_total_num_rows, 1))
+        else:
+            for name, x in metadata:
+                setattr(self, "_" + name, _base.device_int32(x, self.device, non_blocking))
+        core = self._core_for(BatchPrefill, config)
+        _, int_bytes = core.workspace_sizes(max(total_q, 1), max(batch, 1))
+        paged = {k: _base.host_int32(x) for k, x in paged.items()}
+        core.plan(qo_host, kv_host, self._float_workspace_buffer, self._int_workspace(int_bytes),
+                  stream=_base.current_stream(self.device), **paged)
+        self._qo_indptr_last = total_q
+        self._batch_size = batch
+        self._keep(core, config, features, scalars)
+
+    def _attend(self, where, q, k, v, sm_scale, v_scale, out, lse, return_lse, lse_base, lse_layout):
+        if q.shape[0] != self._qo_indptr_last:
+            raise ValueError(f"aotinfer.flashinfer {where}: q has {q.shape[0]} tokens, qo_indptr[-1] is "
+                             f"{self._qo_indptr_last}")
+        if not q.is_contiguous():  # a slice of a fused qkv: the kernel reads q densely
+            q = q.contiguous()
+        o, lse_rows, lse_dest = self._outputs(where, q, out, lse, return_lse, lse_layout)
+        self._launch(q, k, v, o, lse_rows, sm_scale)
+        if v_scale is not None and not (isinstance(v_scale, float) and v_scale == 1.0):
+            o.mul_(v_scale)  # as FlashInfer: after the kernel, the LSE unchanged
+        return self._deliver(o, out, lse_rows, return_lse, lse_base, lse_layout, lse_dest)
+
+    def _forward(self, where, causal, pos_encoding_mode, use_fp16_qk_reduction, window_left, logits_soft_cap,
+                 sm_scale, rope_scale, rope_theta):
+        _args.defaults_only(where, [("use_fp16_qk_reduction", use_fp16_qk_reduction, False,
+                                     "scores accumulate in fp32")])
+        features, (cap, window) = _args.features(where, pos_encoding_mode, window_left, logits_soft_cap,
+                                                 _args.PREFILL_POSITIONS)
+        self._override(where, features + ("causal" if causal else "none",), sm_scale, rope_scale, rope_theta, cap,
+                       window)
+
+
+class BatchPrefillWithPagedKVCacheWrapper(_Prefill):
+    """Prefill / append / chunked prefill over a paged KV cache: query tokens ragged by qo_indptr,
+    each request's KV in pages. A causal mask aligns the queries with the end of the request's KV.
+    package= (keyword only, aotinfer's addition) picks the kernel package."""
+    _name = _PAGED
+
+    def __init__(self, float_workspace_buffer, kv_layout="NHD", use_cuda_graph=False, qo_indptr_buf=None,
+                 paged_kv_indptr_buf=None, paged_kv_indices_buf=None, paged_kv_last_page_len_buf=None,
+                 custom_mask_buf=None, mask_indptr_buf=None, backend="auto", jit_args=None, jit_kwargs=None,
+                 variant_owns_mask=False, *, package=None):
+        self._layout = _args.constructor(_PAGED, kv_layout, backend, jit_args, jit_kwargs, variant_owns_mask)
+        self._custom_mask_buf, self._mask_indptr_buf = custom_mask_buf, mask_indptr_buf  # kept; masks are refused
+        self._prefill_setup(float_workspace_buffer, kv_layout, use_cuda_graph, package, backend,
+                            [("qo_indptr_buf", qo_indptr_buf, 1), ("paged_kv_indptr_buf", paged_kv_indptr_buf, 1),
+                             ("paged_kv_last_page_len_buf", paged_kv_last_page_len_buf, 0)],
+                            [("paged_kv_indices_buf", paged_kv_indices_buf)])
+
+    def plan(self, qo_indptr, paged_kv_indptr, paged_kv_indices, paged_kv_last_page_len, num_qo_heads, num_kv_heads,
+             head_dim_qk, page_size, head_dim_vo=None, custom_mask=None, packed_custom_mask=None, causal=False,
+             pos_encoding_mode="NONE", use_fp16_qk_reduction=False, sm_scale=None, window_left=-1,
+             logits_soft_cap=None, rope_scale=None, rope_theta=None, q_data_type="float16", kv_data_type=None,
+             o_data_type=None, non_blocking=True, prefix_len_ptr=None, token_pos_in_items_ptr=None,
+             token_pos_in_items_len=0, max_item_len_ptr=None, seq_lens=None, seq_lens_q=None, block_tables=None,
+             max_token_per_sequence=None, max_sequence_kv=None, fixed_split_size=None, disable_split_kv=False,
+             uniform_q_len=None):
+        """qo_indptr [batch + 1] in tokens; paged_kv_indptr [batch + 1] in pages, paged_kv_indices,
+        paged_kv_last_page_len [batch] (int32, on any device)."""
+        config, features, scalars = _args.prefill_plan(
+            _PAGED + ".plan", num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo, custom_mask, packed_custom_mask,
+            causal, pos_encoding_mode, use_fp16_qk_reduction, sm_scale, window_left, logits_soft_cap, rope_scale,
+            rope_theta, q_data_type, kv_data_type, o_data_type, prefix_len_ptr, token_pos_in_items_ptr,
+            token_pos_in_items_len, max_item_len_ptr, seq_lens, seq_lens_q, block_tables, fixed_split_size,
+            disable_split_kv)
+        config.update(kv_storage="paged", page_size=int(page_size), layout=self._layout)
+        _base.need_torch()
+        self._plan_on_device(config, features, scalars, qo_indptr, paged_kv_indptr,
+                             [("qo_indptr_buf", qo_indptr), ("paged_kv_indptr_buf", paged_kv_indptr),
+                              ("paged_kv_indices_buf", paged_kv_indices),
+                              ("paged_kv_last_page_len_buf", paged_kv_last_page_len)],
+                             non_blocking, kv_last_page_len=paged_kv_last_page_len)
+
+    begin_forward = plan
+
+    def run(self, q, paged_kv_cache, *args, q_scale=None, k_scale=None, v_scale=None, out=None, lse=None,
+            return_lse=False, lse_base="log2", lse_layout="NH", enable_pdl=None, window_left=None, sinks=None,
+            kv_cache_sf=None, skip_softmax_threshold_scale_factor=None, use_fp16_softmax=None, uses_spcompress=None):
+        """q [qo_indptr[-1], num_qo_heads, head_dim]; paged_kv_cache a (k, v) tuple or one
+        [pages, 2, ...] tensor. Returns out, or (out, lse) with return_lse."""
+        where = _PAGED + ".run"
+        if args or sinks is not None or kv_cache_sf is not None or skip_softmax_threshold_scale_factor is not None:
+            _args.unserved(where, args, sinks=sinks, kv_cache_sf=kv_cache_sf,
+                           skip_softmax_threshold_scale_factor=skip_softmax_threshold_scale_factor)
+        if lse_base != "log2" or lse_layout != "NH":
+            _args.lse_options(where, lse_base, lse_layout)
+        self._planned(where, window_left)
+        k, v = _base.split_cache(paged_kv_cache, self._kv_layout)
+        return self._attend(where, q, k, v, self._sm(q_scale, k_scale), v_scale, out, lse, return_lse, lse_base,
+                            lse_layout)
+
+    def _sm(self, q_scale, k_scale):
+        sm = self._sm_scale
+        if q_scale is not None:
+            sm *= float(q_scale)
+        if k_scale is not None:
+            sm *= float(k_scale)
+        return sm
+
+    def _launch(self, q, k, v, o, lse, sm_scale):
+        """The eager call into the core (where a torch.compile custom op would dispatch)."""
+        s = self._scalars
+        self._core.run(q, k, v, self._qo_indptr_buf, self._paged_kv_indptr_buf, o, self._paged_kv_indices_buf,
+                       self._paged_kv_last_page_len_buf, lse, sm_scale, s[1], s[2], s[3], s[4])
+
+    run_return_lse = functools.partialmethod(run, return_lse=True)
+
+    def forward(self, q, paged_kv_cache, causal=False, pos_encoding_mode="NONE", use_fp16_qk_reduction=False,
+                k_scale=None, v_scale=None, window_left=-1, logits_soft_cap=None, sm_scale=None, rope_scale=None,
+                rope_theta=None):
+        """Deprecated in FlashInfer: run() with per-call settings (only run scalars may differ from plan's)."""
+        self._forward(_PAGED + ".forward", causal, pos_encoding_mode, use_fp16_qk_reduction, window_left,
+                      logits_soft_cap, sm_scale, rope_scale, rope_theta)
+        return self.run(q, paged_kv_cache, k_scale=k_scale, v_scale=v_scale)
+
+    def forward_return_lse(self, q, paged_kv_cache, causal=False, pos_encoding_mode="NONE",
+                           use_fp16_qk_reduction=False, k_scale=None, v_scale=None, window_left=-1,
+                           logits_soft_cap=None, sm_scale=None, rope_scale=None, rope_theta=None):
+        self._forward(_PAGED + ".forward_return_lse", causal, pos_encoding_mode, use_fp16_qk_reduction, window_left,
+                      logits_soft_cap, sm_scale, rope_scale, rope_theta)
+        return self.run(q, paged_kv_cache, k_scale=k_scale, v_scale=v_scale, return_lse=True)
+
+
+class BatchPrefillWithRaggedKVCacheWrapper(_Prefill):
+    """Prefill over ragged K/V tensors [kv_indptr[-1], num_kv_heads, head_dim] (NHD only):
+    query tokens ragged by qo_indptr, keys by kv_indptr. package= picks the kernel package."""
+    _name = _RAGGED
+
+    def __init__(self, float_workspace_buffer, kv_layout="NHD", use_cuda_graph=False, qo_indptr_buf=None,
+                 kv_indptr_buf=None, custom_mask_buf=None, mask_indptr_buf=None, backend="auto", jit_args=None,
+                 jit_kwargs=None, variant_owns_mask=False, *, package=None):
+        self._layout = _args.constructor(_RAGGED, kv_layout, backend, jit_args, jit_kwargs, variant_owns_mask,
+                                         layouts=("NHD",))
+        self._custom_mask_buf, self._mask_indptr_buf = custom_mask_buf, mask_indptr_buf  # kept; masks are refused
+        self._prefill_setup(float_workspace_buffer, kv_layout, use_cuda_graph, package, backend,
+                            [("qo_indptr_buf", qo_indptr_buf, 1), ("kv_indptr_buf", kv_indptr_buf, 1)], [])
+
+    def plan(self, qo_indptr, kv_indptr, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo=None, custom_mask=None,
+             packed_custom_mask=None, causal=False, pos_encoding_mode="NONE", use_fp16_qk_reduction=False,
+             window_left=-1, logits_soft_cap=None, sm_scale=None, rope_scale=None, rope_theta=None,
+             q_data_type="float16", kv_data_type=None, o_data_type=None, non_blocking=True, prefix_len_ptr=None,
+             token_pos_in_items_ptr=None, token_pos_in_items_len=0, max_item_len_ptr=None, fixed_split_size=None,
+             disable_split_kv=False, seq_lens=None, seq_lens_q=None, max_token_per_sequence=None,
+             max_sequence_kv=None, v_indptr=None, o_indptr=None, uniform_q_len=None):
+        """qo_indptr and kv_indptr [batch + 1], in tokens (int32, on any device)."""
+        config, features, scalars = _args.prefill_plan(
+            _RAGGED + ".plan", num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo, custom_mask, packed_custom_mask,
+            causal, pos_encoding_mode, use_fp16_qk_reduction, sm_scale, window_left, logits_soft_cap, rope_scale,
+            rope_theta, q_data_type, kv_data_type, o_data_type, prefix_len_ptr, token_pos_in_items_ptr,
+            token_pos_in_items_len, max_item_len_ptr, seq_lens, seq_lens_q, None, fixed_split_size, disable_split_kv,
+            v_indptr, o_indptr)
+        config.update(kv_storage="ragged", layout="nhd")
+        _base.need_torch()
+        self._plan_on_device(config, features, scalars, qo_indptr, kv_indptr,
+                             [("qo_indptr_buf", qo_indptr), ("kv_indptr_buf", kv_indptr)], non_blocking)
+
+    begin_forward = plan
+
+    def run(self, q, k, v, *args, q_scale=None, k_scale=None, v_scale=None, o_scale=None, out=None, lse=None,
+            return_lse=False, lse_base="log2", lse_layout="NH", enable_pdl=None, kv_cache_sf=None):
+        """q [qo_indptr[-1], num_qo_heads, head_dim], k and v [kv_indptr[-1], num_kv_heads, head_dim].
+        The scales apply to fp8 K/V in FlashInfer, which aotinfer's prefill does not serve: ignored, as
+        FlashInfer ignores them for 16-bit K/V."""
+        where = _RAGGED + ".run"
+        if args or kv_cache_sf is not None:
+            _args.unserved(where, args, kv_cache_sf=kv_cache_sf)
+        if lse_base != "log2" or lse_layout != "NH":
+            _args.lse_options(where, lse_base, lse_layout)
+        self._planned(where, None)  # k, v may be token-strided views (of a fused qkv): the core reads them so
+        return self._attend(where, q, k, v, self._sm_scale, None, out, lse, return_lse, lse_base, lse_layout)
+
+    def _launch(self, q, k, v, o, lse, sm_scale):
+        """The eager call into the core (where a torch.compile custom op would dispatch)."""
+        s = self._scalars
+        self._core.run(q, k, v, self._qo_indptr_buf, self._kv_indptr_buf, o, None, None, lse, sm_scale, s[1], s[2],
+                       s[3], s[4])
+
+    run_return_lse = functools.partialmethod(run, return_lse=True)
+
+    def forward(self, q, k, v, causal=False, pos_encoding_mode="NONE", use_fp16_qk_reduction=False, window_left=-1,
+                logits_soft_cap=None, sm_scale=None, rope_scale=None, rope_theta=None):
+        """Deprecated in FlashInfer: run() with per-call settings (only run scalars may differ from plan's)."""
+        self._forward(_RAGGED + ".forward", causal, pos_encoding_mode, use_fp16_qk_reduction, window_left,
+                      logits_soft_cap, sm_scale, rope_scale, rope_theta)
+        return self.run(q, k, v)
+
+    def forward_return_lse(self, q, k, v, causal=False, pos_encoding_mode="NONE", use_fp16_qk_reduction=False,
+                           window_left=-1, logits_soft_cap=None, sm_scale=None, rope_scale=None, rope_theta=None):
+        self._forward(_RAGGED + ".forward_return_lse", causal, pos_encoding_mode, use_fp16_qk_reduction,
+                      window_left, logits_soft_cap, sm_scale, rope_scale, rope_theta)
+        return self.run(q, k, v, return_lse=True)

@@ -1,0 +1,537 @@
+"""aotinfer.flashinfer on a GPU: every wrapper and function against float64 PyTorch references,
+on freshly drawn shapes. Run on a GPU machine with PyTorch after `pip install aotinfer-*.whl`
+(the default package):
+
+    python3 packaging/python/tests/gpu_flashinfer.py [SEED]
+
+Prints the seed, one ok/FAIL line per check, and exits nonzero on any failure. Outputs are
+poisoned with NaN before every run, and so are the cache slots no request owns (a kernel that
+reads past a request's last token fails). LSE values are compared in FlashInfer's base 2."""
+import math
+import random
+import sys
+import time
+
+import torch
+
+from aotinfer import flashinfer
+
+SEED = int(sys.argv[1]) if len(sys.argv) > 1 else random.randrange(1 << 31)
+random.seed(SEED)
+torch.manual_seed(SEED)
+print(f"seed {SEED}  (rerun with: python3 {sys.argv[0]} {SEED})")
+DEV = "cuda"
+NAN = float("nan")
+LN2 = math.log(2.0)
+DTYPES = {"f16": torch.float16, "bf16": torch.bfloat16, "e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+WORKSPACE = torch.empty(256 << 20, dtype=torch.uint8, device=DEV)
+failures = []
+
+
+def check(name, got, want, tol):
+    got, want = got.double(), want.double()
+    if got.shape != want.shape:
+        return report(name, False, f"shape {list(got.shape)}, expected {list(want.shape)}")
+    err = ((got - want).norm() / want.norm().clamp_min(1e-30)).item()
+    report(name, err < tol and math.isfinite(err), f"relative error {err:.2e} (tolerance {tol:g})")
+
+
+def check_equal(name, got, want):
+    same = got.shape == want.shape and bool((got == want).all())
+    report(name, same, "equal" if same else "differs")
+
+
+def report(name, ok, text):
+    print(f"{'ok  ' if ok else 'FAIL'} {name}: {text}", flush=True)
+    if not ok:
+        failures.append(name)
+
+
+def guarded(name, fn):
+    try:
+        fn()
+    except Exception as e:  # a failed case is reported, the others still run
+        report(name, False, f"{type(e).__name__}: {e}")
+
+
+# --- float64 references ---------------------------------------------------------------------------
+
+def rope(x, pos, theta, scale):
+    """Llama RoPE ("rotate half") of x [L, H, D] at positions pos [L]."""
+    half = x.shape[-1] // 2
+    freq = (1.0 / scale) * theta ** (-2.0 * torch.arange(half, device=x.device, dtype=torch.float64) / x.shape[-1])
+    angle = pos.double()[:, None, None] * freq
+    lo, hi = x[..., :half], x[..., half:]
+    return torch.cat([lo * angle.cos() - hi * angle.sin(), hi * angle.cos() + lo * angle.sin()], -1)
+
+
+def alibi_slopes(heads):
+    n = 2 ** math.floor(math.log2(heads))
+    slopes = [2.0 ** (-8.0 * (i + 1) / n) for i in range(n)]
+    slopes += [2.0 ** (-4.0 * (2 * i + 1) / n) for i in range(heads - n)]
+    return torch.tensor(slopes, dtype=torch.float64, device=DEV)
+
+
+def attention(q, k, v, causal=False, sm_scale=None, cap=0.0, window=-1, rope_theta=None, rope_scale=1.0,
+              alibi=False, k_scale=1.0, v_scale=1.0):
+    """q [m, Hq, D] at positions n - m + t, k/v [n, Hk, D] at 0..n-1 -> (o [m, Hq, D], lse [m, Hq] base 2)."""
+    m, n, heads = q.shape[0], k.shape[0], q.shape[1]
+    group = heads // k.shape[1]
+    qd, kd, vd = q.double(), k.double() * k_scale, v.double() * v_scale
+    q_pos = torch.arange(n - m, n, device=DEV)
+    k_pos = torch.arange(n, device=DEV)
+    if rope_theta is not None:
+        qd, kd = rope(qd, q_pos, rope_theta, rope_scale), rope(kd, k_pos, rope_theta, rope_scale)
+    kd, vd = kd.repeat_interleave(group, 1), vd.repeat_interleave(group, 1)
+    s = torch.einsum("mhd,nhd->hmn", qd, kd) * (sm_scale if sm_scale is not None else q.shape[-1] ** -0.5)
+    if cap > 0:
+        s = cap * torch.tanh(s / cap)
+    rel = (k_pos[None, :] - q_pos[:, None]).double()  # [m, n]
+    if alibi:
+        s = s + alibi_slopes(heads)[:, None, None] * rel
+    keep = torch.ones_like(rel, dtype=torch.bool)
+    if causal:
+        keep &= rel <= 0
+    if window >= 0:
+        keep &= rel >= -window
+    s = s.masked_fill(~keep, -math.inf)
+    lse = torch.logsumexp(s, -1)
+    o = torch.einsum("hmn,nhd->mhd", torch.softmax(s, -1).nan_to_num(0.0), vd)
+    return o, lse.transpose(0, 1) / LN2
+
+
+# --- paged caches ---------------------------------------------------------------------------------
+
+def random_kv(shape, dtype):
+    return torch.randn(shape, device=DEV).to(DTYPES[dtype])
+
+
+class Paged:
+    """A paged cache with random page order; slots no request owns hold NaN."""
+
+    def __init__(self, lens, page, heads, dim, layout, form, dtype, num_pages=None):
+        self.lens, self.page, self.layout = lens, page, layout
+        pages = [max(1, math.ceil(n / page)) for n in lens]
+        num_pages = num_pages or sum(pages) + random.randint(0, 8)
+        self.indices = torch.randperm(num_pages, device=DEV)[:sum(pages)].int()
+        self.indptr = torch.tensor([0] + list(itertools_accumulate(pages)), dtype=torch.int32, device=DEV)
+        self.last = torch.tensor([n - (p - 1) * page for n, p in zip(lens, pages)], dtype=torch.int32, device=DEV)
+        page_shape = (page, heads, dim) if layout == "NHD" else (heads, page, dim)
+        t = DTYPES[dtype]
+        if form == "single":
+            self.cache = torch.full((num_pages, 2) + page_shape, NAN, device=DEV).to(t)
+            self.k, self.v = self.cache[:, 0], self.cache[:, 1]
+        else:
+            self.k = torch.full((num_pages,) + page_shape, NAN, device=DEV).to(t)
+            self.v = torch.full((num_pages,) + page_shape, NAN, device=DEV).to(t)
+            self.cache = (self.k, self.v)
+        self.keys, self.values = [], []
+        for r, n in enumerate(lens):
+            self.keys.append(random_kv((n, heads, dim), dtype))
+            self.values.append(random_kv((n, heads, dim), dtype))
+            self.put(r, torch.arange(n, device=DEV), self.keys[r], self.values[r])
+
+    def slots(self, r, tokens):
+        return self.indices[self.indptr[r].long() + tokens // self.page].long(), tokens % self.page
+
+    def put(self, r, tokens, k, v):
+        pid, slot = self.slots(r, tokens)
+        if self.layout == "NHD":
+            self.k[pid, slot], self.v[pid, slot] = k, v
+        else:
+            self.k[pid, :, slot], self.v[pid, :, slot] = k, v
+
+    def get(self, r, n):
+        pid, slot = self.slots(r, torch.arange(n, device=DEV))
+        return (self.k[pid, slot], self.v[pid, slot]) if self.layout == "NHD" else (self.k[pid, :, slot],
+                                                                                      self.v[pid, :, slot])
+
+
+def itertools_accumulate(xs):
+    total = 0
+    for x in xs:
+        total += x
+        yield total
+
+
+def indptr_of(lengths):
+    return torch.tensor([0] + list(itertools_accumulate(lengths)), dtype=torch.int32, device=DEV)
+
+
+def poisoned(shape, dtype):
+    return torch.full(shape, NAN, dtype=dtype, device=DEV)
+
+
+# --- BatchDecodeWithPagedKVCacheWrapper -----------------------------------------------------------
+
+def decode_case(name, group, page, layout, form, dtype="bf16", kv_dtype=None, head_dim=128, pos="NONE",
+                window=-1, cap=None, sm_scale=None, rope_theta=None, rope_scale=None, k_scale=None, v_scale=None,
+                strided_q=False, give_out=False):
+    kv_dtype = kv_dtype or dtype
+    kv_heads = random.choice([1, 2, 4]) if group <= 16 else 1
+    heads, batch = kv_heads * group, random.randint(1, 12)
+    lens = [random.randint(1, 2500) if random.random() < 0.3 else random.randint(1, 300) for _ in range(batch)]
+    cache = Paged(lens, page, kv_heads, head_dim, layout, form, kv_dtype)
+    wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(WORKSPACE, layout)
+    wrapper.plan(cache.indptr, cache.indices, cache.last, heads, kv_heads, head_dim, page, pos_encoding_mode=pos,
+                 window_left=window, logits_soft_cap=cap, q_data_type=DTYPES[dtype], kv_data_type=DTYPES[kv_dtype],
+                 sm_scale=sm_scale, rope_scale=rope_scale, rope_theta=rope_theta)
+    if strided_q:  # q as a slice of a fused qkv projection
+        q = torch.randn(batch, (heads + 2 * kv_heads) * head_dim, device=DEV).to(DTYPES[dtype])
+        q = q[:, :heads * head_dim].view(batch, heads, head_dim)
+    else:
+        q = torch.randn(batch, heads, head_dim, device=DEV).to(DTYPES[dtype])
+    kw = dict(k_scale=k_scale, v_scale=v_scale, return_lse=True)
+    if give_out:
+        kw.update(out=poisoned((batch, heads, head_dim), DTYPES[dtype]), lse=poisoned((batch, heads), torch.float32))
+    o, lse = wrapper.run(q, cache.cache, **kw)
+    if give_out:
+        assert o is kw["out"] and lse is kw["lse"], "run() must return the caller's out and lse"
+    ref_o, ref_lse = zip(*(attention(q[r:r + 1], *cache.get(r, n), cap=cap or 0.0, window=window, sm_scale=sm_scale,
+                                     rope_theta=(rope_theta or 1e4) if pos == "ROPE_LLAMA" else None,
+                                     rope_scale=rope_scale or 1.0, alibi=pos == "ALIBI", k_scale=k_scale or 1.0,
+                                     v_scale=v_scale or 1.0) for r, n in enumerate(lens)))
+    label = (f"decode {name} [{dtype}/{kv_dtype} hd{head_dim} group {group} page {page} {layout} {form} "
+             f"batch {batch} max_kv {max(lens)}]")
+    torch.cuda.synchronize()
+    check(label + " o", o, torch.cat(ref_o), 1e-2)
+    check(label + " lse", lse, torch.cat(ref_lse), 1e-3)
+    if give_out:  # the aliases, on the same plan
+        o, lse = wrapper.run_return_lse(q, cache.cache, k_scale=k_scale, v_scale=v_scale)
+        torch.cuda.synchronize()
+        check(label + " run_return_lse lse", lse, torch.cat(ref_lse), 1e-3)
+        o = wrapper.forward(q, cache.cache, k_scale=k_scale, v_scale=v_scale, window_left=window,
+                            logits_soft_cap=cap, sm_scale=sm_scale)
+        torch.cuda.synchronize()
+        check(label + " forward o", o, torch.cat(ref_o), 1e-2)
+
+
+def decode_cases():
+    layouts_forms = [("NHD", "tuple"), ("HND", "single"), ("NHD", "single"), ("HND", "tuple")]
+    shapes = [(1, 1, "bf16", 128), (2, 16, "f16", 64), (4, 64, "bf16", 256), (8, 16, "f16", 128),
+              (16, 64, "bf16", 128), (16, 1, "f16", 256), (8, 1, "bf16", 64), (4, 16, "f16", 128),
+              (2, 64, "bf16", 64), (1, 16, "bf16", 256)]
+    for i, (group, page, dtype, dim) in enumerate(shapes):
+        layout, form = layouts_forms[i % 4]
+        guarded(f"decode {i}", lambda: decode_case("plain", group, page, layout, form, dtype, head_dim=dim))
+    guarded("decode rope", lambda: decode_case("rope_llama", 4, 16, "NHD", "single", "bf16", pos="ROPE_LLAMA",
+                                               rope_theta=5e5, rope_scale=2.0))
+    guarded("decode softcap", lambda: decode_case("soft cap", 8, 16, "HND", "tuple", "f16", head_dim=64, cap=1.5,
+                                                  sm_scale=0.3))
+    guarded("decode alibi", lambda: decode_case("alibi", 8, 16, "NHD", "tuple", "bf16", head_dim=128, pos="ALIBI"))
+    guarded("decode window", lambda: decode_case("sliding window", 4, 16, "HND", "single", "bf16",
+                                                 window=random.randint(0, 200)))
+    guarded("decode e4m3", lambda: decode_case("fp8 e4m3 KV + scales", 4, 16, "NHD", "single", "bf16", "e4m3",
+                                               k_scale=0.5, v_scale=2.0))
+    guarded("decode e5m2", lambda: decode_case("fp8 e5m2 KV", 2, 64, "HND", "tuple", "f16", "e5m2", head_dim=64))
+    guarded("decode strided", lambda: decode_case("strided q, caller's out/lse", 4, 16, "NHD", "tuple", "bf16",
+                                                  strided_q=True, give_out=True))
+
+
+def decode_graph():
+    """CUDA-graph mode: the caller's metadata buffers, one capture, replays after later plans."""
+    batch, kv_heads, group, dim, page = 5, 2, 4, 128, 16
+    heads = kv_heads * group
+    bufs = dict(paged_kv_indptr_buffer=torch.empty(batch + 1, dtype=torch.int32, device=DEV),
+                paged_kv_indices_buffer=torch.empty(4096, dtype=torch.int32, device=DEV),
+                paged_kv_last_page_len_buffer=torch.empty(batch, dtype=torch.int32, device=DEV))
+    wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(WORKSPACE, "NHD", use_cuda_graph=True, **bufs)
+    q = torch.empty(batch, heads, dim, dtype=torch.bfloat16, device=DEV)
+    out = torch.empty_like(q)
+    lse = torch.empty(batch, heads, dtype=torch.float32, device=DEV)
+    graph = None
+    for step in range(3):
+        lens = [random.randint(1, 3000) for _ in range(batch)]
+        cache = Paged(lens, page, kv_heads, dim, "NHD", "single", "bf16", num_pages=1024)
+        pool = cache.cache if step == 0 else pool_again(pool, cache)
+        wrapper.plan(cache.indptr, cache.indices, cache.last, heads, kv_heads, dim, page, q_data_type=torch.bfloat16)
+        q.copy_(torch.randn(batch, heads, dim, device=DEV))
+        out.fill_(NAN), lse.fill_(NAN)
+        if graph is None:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):  # warm-up outside the capture
+                wrapper.run(q, pool, out=out, lse=lse, return_lse=True)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                wrapper.run(q, pool, out=out, lse=lse, return_lse=True)
+            out.fill_(NAN), lse.fill_(NAN)
+        graph.replay()
+        torch.cuda.synchronize()
+        ref_o, ref_lse = zip(*(attention(q[r:r + 1], *cache.get(r, n)) for r, n in enumerate(lens)))
+        check(f"decode cuda graph replay {step} [batch {batch} max_kv {max(lens)}] o", out, torch.cat(ref_o), 1e-2)
+        check(f"decode cuda graph replay {step} lse", lse, torch.cat(ref_lse), 1e-3)
+
+
+def pool_again(pool, cache):
+    """A captured graph keeps its pool pointer: the new cache's contents go into the captured pool."""
+    pool.copy_(cache.cache)
+    cache.cache, cache.k, cache.v = pool, pool[:, 0], pool[:, 1]
+    return pool
+
+
+# --- BatchPrefillWithPagedKVCacheWrapper ----------------------------------------------------------
+
+def prefill_lengths(batch, causal, max_kv=700):
+    kv = [random.randint(1, max_kv) for _ in range(batch)]
+    qo = [random.randint(1, n if causal else 300) for n in kv]
+    return qo, kv
+
+
+def reference_prefill(q, qo, kv_get, **kw):
+    out, lse, start = [], [], 0
+    for r, m in enumerate(qo):
+        o, s = attention(q[start:start + m], *kv_get(r), **kw)
+        out.append(o), lse.append(s)
+        start += m
+    return torch.cat(out), torch.cat(lse)
+
+
+def paged_prefill_case(name, group, page, layout, form, dtype="bf16", head_dim=128, causal=True, pos="NONE",
+                       window=-1, cap=None, o_dtype=None, lse_base="log2", lse_layout="NH", give_out=False):
+    kv_heads = random.choice([1, 2, 4])
+    heads, batch = kv_heads * group, random.randint(1, 6)
+    qo, kv = prefill_lengths(batch, causal)
+    cache = Paged(kv, page, kv_heads, head_dim, layout, form, dtype)
+    wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(WORKSPACE, layout)
+    wrapper.plan(indptr_of(qo), cache.indptr, cache.indices, cache.last, heads, kv_heads, head_dim, page,
+                 causal=causal, pos_encoding_mode=pos, window_left=window, logits_soft_cap=cap,
+                 q_data_type=DTYPES[dtype], o_data_type=DTYPES[o_dtype] if o_dtype else None)
+    q = torch.randn(sum(qo), heads, head_dim, device=DEV).to(DTYPES[dtype])
+    kw = dict(return_lse=True, lse_base=lse_base, lse_layout=lse_layout)
+    if give_out:  # a non-contiguous out (written through a temporary) and the caller's lse
+        kw["out"] = poisoned((heads, sum(qo), head_dim), DTYPES[o_dtype or dtype]).transpose(0, 1)
+        kw["lse"] = poisoned((heads, sum(qo)) if lse_layout == "HN" else (sum(qo), heads), torch.float32)
+    o, lse = wrapper.run(q, cache.cache, **kw)
+    if give_out:
+        assert o is kw["out"] and lse is kw["lse"], "run() must return the caller's out and lse"
+    ref_o, ref_lse = reference_prefill(q, qo, lambda r: cache.get(r, kv[r]), causal=causal, window=window,
+                                       cap=cap or 0.0, rope_theta=1e4 if pos == "ROPE_LLAMA" else None)
+    if lse_base == "ln":
+        ref_lse = ref_lse * LN2
+    if lse_layout == "HN":
+        ref_lse = ref_lse.t()
+    label = (f"paged prefill {name} [{dtype} hd{head_dim} group {group} page {page} {layout} {form} "
+             f"{'causal' if causal else 'non-causal'} qo {sum(qo)} max_kv {max(kv)}]")
+    torch.cuda.synchronize()
+    assert o.dtype == DTYPES[o_dtype or dtype], f"out is {o.dtype}"
+    check(label + " o", o, ref_o, 1e-2)
+    check(label + f" lse ({lse_base}, {lse_layout})", lse, ref_lse, 1e-3)
+
+
+def paged_prefill_cases():
+    layouts_forms = [("HND", "tuple"), ("NHD", "single"), ("HND", "single"), ("NHD", "tuple")]
+    shapes = [(1, 16, "bf16", 128, True), (2, 1, "f16", 64, False), (4, 64, "bf16", 256, True),
+              (8, 16, "f16", 128, False), (16, 64, "bf16", 64, True), (16, 1, "f16", 128, True),
+              (2, 16, "bf16", 256, False), (8, 64, "f16", 64, True)]
+    for i, (group, page, dtype, dim, causal) in enumerate(shapes):
+        layout, form = layouts_forms[i % 4]
+        guarded(f"paged prefill {i}", lambda: paged_prefill_case("plain", group, page, layout, form, dtype, dim,
+                                                                 causal))
+    guarded("paged prefill rope", lambda: paged_prefill_case("rope_llama", 4, 16, "NHD", "single", pos="ROPE_LLAMA"))
+    guarded("paged prefill window", lambda: paged_prefill_case("sliding window", 8, 16, "HND", "tuple",
+                                                               window=random.randint(0, 100)))
+    guarded("paged prefill window+cap", lambda: paged_prefill_case(
+        "window + soft cap", 2, 64, "NHD", "tuple", head_dim=256, window=random.randint(0, 100), cap=1.5))
+    guarded("paged prefill f16->bf16", lambda: paged_prefill_case(
+        "f16 q, bf16 out, rope, soft cap", 4, 16, "HND", "single", "f16", 64, pos="ROPE_LLAMA", cap=2.0,
+        o_dtype="bf16"))
+    guarded("paged prefill lse ln HN", lambda: paged_prefill_case(
+        "lse_base ln, lse_layout HN, strided out", 2, 16, "NHD", "single", lse_base="ln", lse_layout="HN",
+        give_out=True))
+    guarded("paged prefill caller's lse", lambda: paged_prefill_case("caller's out and lse", 4, 16, "HND", "tuple",
+                                                                     give_out=True))
+
+
+def paged_prefill_graph():
+    batch, kv_heads, group, dim, page = 3, 2, 4, 128, 16
+    heads = kv_heads * group
+    bufs = dict(qo_indptr_buf=torch.empty(batch + 1, dtype=torch.int32, device=DEV),
+                paged_kv_indptr_buf=torch.empty(batch + 1, dtype=torch.int32, device=DEV),
+                paged_kv_indices_buf=torch.empty(4096, dtype=torch.int32, device=DEV),
+                paged_kv_last_page_len_buf=torch.empty(batch, dtype=torch.int32, device=DEV))
+    wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(WORKSPACE, "NHD", use_cuda_graph=True, **bufs)
+    qo = [4] * batch  # speculative verification: a fixed number of tokens per request
+    q = torch.empty(sum(qo), heads, dim, dtype=torch.bfloat16, device=DEV)
+    out = torch.empty_like(q)
+    graph = pool = None
+    for step in range(3):
+        kv = [random.randint(4, 2000) for _ in range(batch)]
+        cache = Paged(kv, page, kv_heads, dim, "NHD", "single", "bf16", num_pages=512)
+        pool = cache.cache if step == 0 else pool_again(pool, cache)
+        wrapper.plan(indptr_of(qo), cache.indptr, cache.indices, cache.last, heads, kv_heads, dim, page, causal=True,
+                     q_data_type=torch.bfloat16)
+        q.copy_(torch.randn(q.shape, device=DEV))
+        if graph is None:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                wrapper.run(q, pool, out=out)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                wrapper.run(q, pool, out=out)
+        out.fill_(NAN)
+        graph.replay()
+        torch.cuda.synchronize()
+        ref_o, _ = reference_prefill(q, qo, lambda r: cache.get(r, kv[r]), causal=True)
+        check(f"paged prefill cuda graph replay {step} [max_kv {max(kv)}] o", out, ref_o, 1e-2)
+
+
+# --- BatchPrefillWithRaggedKVCacheWrapper ---------------------------------------------------------
+
+def ragged_case(name, group, dtype="bf16", head_dim=128, causal=True, pos="NONE", window=-1, cap=None,
+                kv_dtype=None, o_dtype=None, fused=True):
+    kv_dtype = kv_dtype or dtype
+    kv_heads = random.choice([1, 2, 4])
+    heads, batch = kv_heads * group, random.randint(1, 6)
+    qo, kv = prefill_lengths(batch, causal)
+    if causal:
+        qo = kv if random.random() < 0.5 else qo  # prompts (qo == kv) and chunked prefill
+    wrapper = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(WORKSPACE, "NHD")
+    wrapper.plan(indptr_of(qo), indptr_of(kv), heads, kv_heads, head_dim, causal=causal, pos_encoding_mode=pos,
+                 window_left=window, logits_soft_cap=cap, q_data_type=DTYPES[dtype],
+                 kv_data_type=DTYPES[kv_dtype], o_data_type=DTYPES[o_dtype] if o_dtype else None)
+    q = torch.randn(sum(qo), heads, head_dim, device=DEV).to(DTYPES[dtype])
+    if fused:  # k and v as token-strided slices of one fused kv projection
+        kv_proj = torch.randn(sum(kv), 2 * kv_heads * head_dim, device=DEV).to(DTYPES[kv_dtype])
+        k = kv_proj[:, :kv_heads * head_dim].view(-1, kv_heads, head_dim)
+        v = kv_proj[:, kv_heads * head_dim:].view(-1, kv_heads, head_dim)
+    else:
+        k, v = (torch.randn(sum(kv), kv_heads, head_dim, device=DEV).to(DTYPES[kv_dtype]) for _ in range(2))
+    o, lse = wrapper.run(q, k, v, return_lse=True)
+    starts = [0] + list(itertools_accumulate(kv))
+    # The kernel's products run in kv's type: q is rounded to it when the types differ.
+    q_ref = q.to(DTYPES[kv_dtype])
+    ref_o, ref_lse = reference_prefill(q_ref, qo, lambda r: (k[starts[r]:starts[r + 1]], v[starts[r]:starts[r + 1]]),
+                                       causal=causal, window=window, cap=cap or 0.0,
+                                       rope_theta=1e4 if pos == "ROPE_LLAMA" else None)
+    label = (f"ragged prefill {name} [{dtype}/{kv_dtype} hd{head_dim} group {group} "
+             f"{'causal' if causal else 'non-causal'} qo {sum(qo)} kv {sum(kv)}]")
+    torch.cuda.synchronize()
+    check(label + " o", o, ref_o, 1e-2)
+    check(label + " lse", lse, ref_lse, 1e-3)
+
+
+def ragged_cases():
+    shapes = [(1, "bf16", 64, True), (2, "f16", 128, False), (4, "bf16", 256, True), (8, "f16", 64, False),
+              (16, "bf16", 128, True), (16, "f16", 256, False), (8, "bf16", 128, False), (4, "f16", 128, True)]
+    for i, (group, dtype, dim, causal) in enumerate(shapes):
+        guarded(f"ragged {i}", lambda: ragged_case("plain", group, dtype, dim, causal, fused=i % 2 == 0))
+    guarded("ragged rope", lambda: ragged_case("rope_llama", 4, pos="ROPE_LLAMA"))
+    guarded("ragged window+cap", lambda: ragged_case("window + soft cap", 2, causal=False,
+                                                     window=random.randint(0, 100), cap=1.5))
+    guarded("ragged mixed types", lambda: ragged_case("f16 q, bf16 kv, f16 out", 4, "f16", kv_dtype="bf16",
+                                                      o_dtype="f16"))
+
+
+# --- cascade and page -----------------------------------------------------------------------------
+
+def merge_reference(v_a, s_a, v_b, s_b):
+    s = torch.logaddexp2(s_a.double(), s_b.double())
+    w_a, w_b = torch.exp2(s_a.double() - s)[..., None], torch.exp2(s_b.double() - s)[..., None]
+    return v_a.double() * w_a + v_b.double() * w_b, s
+
+
+def merge_cases():
+    for dtype, dim in (("bf16", 128), ("f16", 64), ("bf16", 256)):
+        tokens, heads = random.randint(1, 3000), random.choice([1, 8, 32])
+        v_a, v_b = (torch.randn(tokens, heads, dim, device=DEV).to(DTYPES[dtype]) for _ in range(2))
+        s_a, s_b = (torch.randn(tokens, heads, device=DEV) * 6 for _ in range(2))
+        ref_v, ref_s = merge_reference(v_a, s_a, v_b, s_b)
+        v, s = flashinfer.merge_state(v_a, s_a, v_b, s_b)
+        torch.cuda.synchronize()
+        check(f"merge_state [{dtype} hd{dim} {tokens}x{heads}] v", v, ref_v, 1e-2)
+        check(f"merge_state [{dtype} hd{dim} {tokens}x{heads}] s", s, ref_s, 1e-3)
+        mask = torch.rand(tokens, device=DEV) < 0.7
+        v_in, s_in = v_a.clone(), s_a.clone()
+        flashinfer.merge_state_in_place(v_in, s_in, v_b, s_b, mask=mask)
+        torch.cuda.synchronize()
+        m3, m2 = mask[:, None, None], mask[:, None]
+        check(f"merge_state_in_place masked [{dtype} hd{dim}] v", v_in, torch.where(m3, ref_v, v_a.double()), 1e-2)
+        check(f"merge_state_in_place masked [{dtype} hd{dim}] s", s_in, torch.where(m2, ref_s, s_a.double()), 1e-3)
+        v_in, s_in = v_a.clone(), s_a.clone()
+        flashinfer.merge_state_in_place(v_in, s_in, v_b, s_b)
+        torch.cuda.synchronize()
+        check(f"merge_state_in_place [{dtype} hd{dim}] v", v_in, ref_v, 1e-2)
+        check(f"merge_state_in_place [{dtype} hd{dim}] s", s_in, ref_s, 1e-3)
+
+
+def cascade_case():
+    """A shared prefix (ragged, non-causal) and per-request suffixes (paged decode), merged with
+    merge_state: equal to attention over prefix + suffix. Checks the LSE bases fit together."""
+    kv_heads, group, dim, page = 2, 4, 128, 16
+    heads, batch, prefix = kv_heads * group, random.randint(2, 8), random.randint(1, 500)
+    pk, pv = (torch.randn(prefix, kv_heads, dim, device=DEV).to(torch.bfloat16) for _ in range(2))
+    lens = [random.randint(1, 400) for _ in range(batch)]
+    cache = Paged(lens, page, kv_heads, dim, "NHD", "single", "bf16")
+    q = torch.randn(batch, heads, dim, device=DEV).to(torch.bfloat16)
+    shared = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(WORKSPACE)
+    shared.plan(torch.tensor([0, batch], dtype=torch.int32), torch.tensor([0, prefix], dtype=torch.int32), heads,
+                kv_heads, dim, causal=False, q_data_type=torch.bfloat16)
+    o_a, s_a = shared.run(q, pk, pv, return_lse=True)
+    decode = flashinfer.BatchDecodeWithPagedKVCacheWrapper(WORKSPACE, "NHD")
+    decode.plan(cache.indptr, cache.indices, cache.last, heads, kv_heads, dim, page, q_data_type=torch.bfloat16)
+    o_b, s_b = decode.run(q, cache.cache, return_lse=True)
+    o, s = flashinfer.merge_state(o_a, s_a, o_b, s_b)
+    ref = [attention(q[r:r + 1], torch.cat([pk, cache.get(r, n)[0]]), torch.cat([pv, cache.get(r, n)[1]]))
+           for r, n in enumerate(lens)]
+    torch.cuda.synchronize()
+    check(f"cascade: ragged prefix {prefix} + paged decode, merge_state o", o, torch.cat([x[0] for x in ref]), 1e-2)
+    check("cascade lse", s, torch.cat([x[1] for x in ref]), 1e-3)
+
+
+def append_case(layout, form, dtype, page, dim):
+    kv_heads, batch = random.choice([1, 4, 8]), random.randint(1, 8)
+    old = [random.randint(0, 300) for _ in range(batch)]
+    new = [random.randint(1, 100) for _ in range(batch)]
+    lens = [a + b for a, b in zip(old, new)]
+    cache = Paged(lens, page, kv_heads, dim, layout, form, dtype)
+    keys, values = cache.keys, cache.values
+    for r in range(batch):  # the appended tokens' slots start as NaN, as fresh cache pages
+        nan = torch.full((new[r], kv_heads, dim), NAN, device=DEV).to(DTYPES[dtype])
+        cache.put(r, torch.arange(old[r], lens[r], device=DEV), nan, nan)
+    append_indptr = indptr_of(new)
+    seq_lens = flashinfer.get_seq_lens(cache.indptr, cache.last, page)
+    nnz = sum(new)
+    batch_indices, positions = flashinfer.get_batch_indices_positions(append_indptr, seq_lens, nnz)
+    want_b = torch.tensor([r for r in range(batch) for _ in range(new[r])], dtype=torch.int32, device=DEV)
+    want_p = torch.tensor([old[r] + j for r in range(batch) for j in range(new[r])], dtype=torch.int32, device=DEV)
+    check_equal(f"get_seq_lens [batch {batch}]", seq_lens.int(), torch.tensor(lens, dtype=torch.int32, device=DEV))
+    check_equal(f"get_batch_indices_positions [nnz {nnz}] batch_indices", batch_indices, want_b)
+    check_equal(f"get_batch_indices_positions [nnz {nnz}] positions", positions, want_p)
+    # a fused kv projection: append_key / append_value are token-strided slices
+    fused = torch.empty(nnz, 2, kv_heads, dim, device=DEV).to(DTYPES[dtype])
+    fused[:, 0] = torch.cat([keys[r][old[r]:] for r in range(batch)])
+    fused[:, 1] = torch.cat([values[r][old[r]:] for r in range(batch)])
+    flashinfer.append_paged_kv_cache(fused[:, 0], fused[:, 1], batch_indices, positions, cache.cache, cache.indices,
+                                     cache.indptr, cache.last, kv_layout=layout)
+    torch.cuda.synchronize()
+    got_k = torch.cat([cache.get(r, n)[0] for r, n in enumerate(lens)])
+    got_v = torch.cat([cache.get(r, n)[1] for r, n in enumerate(lens)])
+    label = f"append_paged_kv_cache [{dtype} hd{dim} page {page} {layout} {form} nnz {nnz}]"
+    check_equal(label + " k", got_k.view(torch.uint8), torch.cat(keys).view(torch.uint8))
+    check_equal(label + " v", got_v.view(torch.uint8), torch.cat(values).view(torch.uint8))
+
+
+def page_cases():
+    cases = [("NHD", "single", "bf16", 16, 128), ("HND", "tuple", "f16", 1, 64), ("HND", "single", "e4m3", 64, 128),
+             ("NHD", "tuple", "bf16", 64, 256)]
+    for i, (layout, form, dtype, page, dim) in enumerate(cases):
+        guarded(f"append {i}", lambda: append_case(layout, form, dtype, page, dim))
+
+
+def main():
+    start = time.time()
+    for section in (decode_cases, decode_graph, paged_prefill_cases, paged_prefill_graph, ragged_cases, merge_cases,
+                    cascade_case, page_cases):
+        guarded(section.__name__, section)
+    print(f"{len(failures)} failures; {time.time() - start:.1f} s; seed {SEED}")
+    if failures:
+        print("failed: " + ", ".join(failures))
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

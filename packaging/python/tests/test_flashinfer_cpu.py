@@ -1,0 +1,439 @@
+"""aotinfer.flashinfer without PyTorch and without a GPU: the API mirrors FlashInfer 0.7's
+signatures, FlashInfer arguments map onto aotinfer configurations (and onto variants of the
+installed package, specs/ci.json's), and what aotinfer does not serve is refused with
+NotImplementedError before any tensor or the GPU is touched. Tensor arguments are stand-ins.
+Run against an installed wheel (tests/python_wheel.sh)."""
+import inspect
+import math
+import sys
+import unittest
+
+_TORCH_BEFORE = "torch" in sys.modules
+import aotinfer  # noqa: E402
+from aotinfer import flashinfer  # noqa: E402
+from aotinfer.flashinfer import _args  # noqa: E402
+
+REQUIRED = object()
+
+
+class Stand:
+    """A tensor stand-in: shape, dtype (as torch spells it) and __cuda_array_interface__;
+    nothing is dereferenced. Any tensor method call would fail, which the tests rely on."""
+
+    def __init__(self, shape=(16,), dtype="torch.int32"):
+        self.shape, self.dtype = tuple(shape), dtype
+        self.__cuda_array_interface__ = {"shape": self.shape, "typestr": "<i4", "data": (0x7000_0000_0000, False),
+                                         "version": 3}
+
+
+class DType:
+    """A torch.dtype stand-in: its class is named dtype and str() gives "torch.<name>"."""
+
+    def __init__(self, text):
+        self.text = text
+
+    def __str__(self):
+        return self.text
+
+
+DType.__name__ = "dtype"
+
+
+def params(fn):
+    """[(name, default or REQUIRED, keyword-only)] without self and aotinfer's package=."""
+    out = []
+    for p in inspect.signature(fn).parameters.values():
+        if p.name in ("self", "package"):
+            continue
+        if p.kind == p.VAR_POSITIONAL:
+            out.append(("*" + p.name, REQUIRED, False))
+            continue
+        out.append((p.name, REQUIRED if p.default is p.empty else p.default, p.kind == p.KEYWORD_ONLY))
+    return out
+
+
+def positional(*items):
+    return [(n, d, False) for n, d in items]
+
+
+def keyword(*items):
+    return [(n, d, True) for n, d in items]
+
+
+R = REQUIRED
+# FlashInfer 0.7.2's signatures (flashinfer/decode.py, prefill.py, cascade.py, page.py): name,
+# default, keyword-only. Decode plan's optional arguments are FlashInfer's legacy positional order.
+FLASHINFER_0_7 = {
+    "BatchDecodeWithPagedKVCacheWrapper.__init__": positional(
+        ("float_workspace_buffer", R), ("kv_layout", "NHD"), ("use_cuda_graph", False), ("use_tensor_cores", False),
+        ("paged_kv_indptr_buffer", None), ("paged_kv_indices_buffer", None), ("paged_kv_last_page_len_buffer", None),
+        ("backend", "auto"), ("jit_args", None)),
+    "BatchDecodeWithPagedKVCacheWrapper.plan": positional(
+        ("indptr", R), ("indices", R), ("last_page_len", R), ("num_qo_heads", R), ("num_kv_heads", R),
+        ("head_dim", R), ("page_size", R), ("pos_encoding_mode", "NONE"), ("window_left", -1),
+        ("logits_soft_cap", None), ("q_data_type", "float16"), ("kv_data_type", None), ("o_data_type", None),
+        ("data_type", None), ("sm_scale", None), ("rope_scale", None), ("rope_theta", None), ("non_blocking", True),
+        ("block_tables", None), ("seq_lens", None), ("fixed_split_size", None), ("disable_split_kv", False),
+        ("q_len_per_req", 1)) + keyword(("window_right", 0), ("is_causal", None)),
+    "BatchDecodeWithPagedKVCacheWrapper.run": positional(("q", R), ("paged_kv_cache", R), ("*args", R)) + keyword(
+        ("q_scale", None), ("k_scale", None), ("v_scale", None), ("out", None), ("lse", None), ("return_lse", False),
+        ("enable_pdl", None), ("window_left", None), ("sinks", None), ("q_len_per_req", None),
+        ("skip_softmax_threshold_scale_factor", None), ("kv_cache_sf", None)),
+    "BatchDecodeWithPagedKVCacheWrapper.forward": positional(
+        ("q", R), ("paged_kv_cache", R), ("pos_encoding_mode", "NONE"), ("q_scale", None), ("k_scale", None),
+        ("v_scale", None), ("window_left", -1), ("logits_soft_cap", None), ("sm_scale", None), ("rope_scale", None),
+        ("rope_theta", None)),
+    "BatchPrefillWithPagedKVCacheWrapper.__init__": positional(
+        ("float_workspace_buffer", R), ("kv_layout", "NHD"), ("use_cuda_graph", False), ("qo_indptr_buf", None),
+        ("paged_kv_indptr_buf", None), ("paged_kv_indices_buf", None), ("paged_kv_last_page_len_buf", None),
+        ("custom_mask_buf", None), ("mask_indptr_buf", None), ("backend", "auto"), ("jit_args", None),
+        ("jit_kwargs", None), ("variant_owns_mask", False)),
+    "BatchPrefillWithPagedKVCacheWrapper.plan": positional(
+        ("qo_indptr", R), ("paged_kv_indptr", R), ("paged_kv_indices", R), ("paged_kv_last_page_len", R),
+        ("num_qo_heads", R), ("num_kv_heads", R), ("head_dim_qk", R), ("page_size", R), ("head_dim_vo", None),
+        ("custom_mask", None), ("packed_custom_mask", None), ("causal", False), ("pos_encoding_mode", "NONE"),
+        ("use_fp16_qk_reduction", False), ("sm_scale", None), ("window_left", -1), ("logits_soft_cap", None),
+        ("rope_scale", None), ("rope_theta", None), ("q_data_type", "float16"), ("kv_data_type", None),
+        ("o_data_type", None), ("non_blocking", True), ("prefix_len_ptr", None), ("token_pos_in_items_ptr", None),
+        ("token_pos_in_items_len", 0), ("max_item_len_ptr", None), ("seq_lens", None), ("seq_lens_q", None),
+        ("block_tables", None), ("max_token_per_sequence", None), ("max_sequence_kv", None),
+        ("fixed_split_size", None), ("disable_split_kv", False), ("uniform_q_len", None)),
+    "BatchPrefillWithPagedKVCacheWrapper.run": positional(("q", R), ("paged_kv_cache", R), ("*args", R)) + keyword(
+        ("q_scale", None), ("k_scale", None), ("v_scale", None), ("out", None), ("lse", None), ("return_lse", False),
+        ("lse_base", "log2"), ("lse_layout", "NH"), ("enable_pdl", None), ("window_left", None), ("sinks", None),
+        ("kv_cache_sf", None), ("skip_softmax_threshold_scale_factor", None), ("use_fp16_softmax", None),
+        ("uses_spcompress", None)),
+    "BatchPrefillWithPagedKVCacheWrapper.forward": positional(
+        ("q", R), ("paged_kv_cache", R), ("causal", False), ("pos_encoding_mode", "NONE"),
+        ("use_fp16_qk_reduction", False), ("k_scale", None), ("v_scale", None), ("window_left", -1),
+        ("logits_soft_cap", None), ("sm_scale", None), ("rope_scale", None), ("rope_theta", None)),
+    "BatchPrefillWithRaggedKVCacheWrapper.__init__": positional(
+        ("float_workspace_buffer", R), ("kv_layout", "NHD"), ("use_cuda_graph", False), ("qo_indptr_buf", None),
+        ("kv_indptr_buf", None), ("custom_mask_buf", None), ("mask_indptr_buf", None), ("backend", "auto"),
+        ("jit_args", None), ("jit_kwargs", None), ("variant_owns_mask", False)),
+    "BatchPrefillWithRaggedKVCacheWrapper.plan": positional(
+        ("qo_indptr", R), ("kv_indptr", R), ("num_qo_heads", R), ("num_kv_heads", R), ("head_dim_qk", R),
+        ("head_dim_vo", None), ("custom_mask", None), ("packed_custom_mask", None), ("causal", False),
+        ("pos_encoding_mode", "NONE"), ("use_fp16_qk_reduction", False), ("window_left", -1),
+        ("logits_soft_cap", None), ("sm_scale", None), ("rope_scale", None), ("rope_theta", None),
+        ("q_data_type", "float16"), ("kv_data_type", None), ("o_data_type", None), ("non_blocking", True),
+        ("prefix_len_ptr", None), ("token_pos_in_items_ptr", None), ("token_pos_in_items_len", 0),
+        ("max_item_len_ptr", None), ("fixed_split_size", None), ("disable_split_kv", False), ("seq_lens", None),
+        ("seq_lens_q", None), ("max_token_per_sequence", None), ("max_sequence_kv", None), ("v_indptr", None),
+        ("o_indptr", None), ("uniform_q_len", None)),
+    "BatchPrefillWithRaggedKVCacheWrapper.run": positional(("q", R), ("k", R), ("v", R), ("*args", R)) + keyword(
+        ("q_scale", None), ("k_scale", None), ("v_scale", None), ("o_scale", None), ("out", None), ("lse", None),
+        ("return_lse", False), ("lse_base", "log2"), ("lse_layout", "NH"), ("enable_pdl", None),
+        ("kv_cache_sf", None)),
+    "BatchPrefillWithRaggedKVCacheWrapper.forward": positional(
+        ("q", R), ("k", R), ("v", R), ("causal", False), ("pos_encoding_mode", "NONE"),
+        ("use_fp16_qk_reduction", False), ("window_left", -1), ("logits_soft_cap", None), ("sm_scale", None),
+        ("rope_scale", None), ("rope_theta", None)),
+    "merge_state": positional(("v_a", R), ("s_a", R), ("v_b", R), ("s_b", R)),
+    "merge_state_in_place": positional(("v", R), ("s", R), ("v_other", R), ("s_other", R), ("mask", None)),
+    "append_paged_kv_cache": positional(
+        ("append_key", R), ("append_value", R), ("batch_indices", R), ("positions", R), ("paged_kv_cache", R),
+        ("kv_indices", R), ("kv_indptr", R), ("kv_last_page_len", R), ("kv_layout", "NHD")),
+    "get_batch_indices_positions": positional(("append_indptr", R), ("seq_lens", R), ("nnz", R),
+                                              ("batch_indices", None), ("positions", None)),
+    "get_seq_lens": positional(("kv_indptr", R), ("kv_last_page_len", R), ("page_size", R)),
+}
+
+DECODE_ARGS = ([0, 1], [0], [1], 32, 8, 128, 16)  # indptr, indices, last_page_len, heads, kv heads, dim, page
+
+
+def paged_args():
+    return [0, 4], [0, 1], [0], [4], 32, 8, 128, 16
+
+
+def ragged_args():
+    return [0, 4], [0, 4], 32, 8, 128
+
+
+def has_torch():
+    try:
+        import torch  # noqa: F401
+        return True
+    except ImportError:
+        return False
+
+
+class ApiTest(unittest.TestCase):
+    def test_importing_needs_no_torch(self):
+        if not _TORCH_BEFORE:
+            self.assertNotIn("torch", sys.modules)
+
+    def test_public_names(self):
+        for name in flashinfer.__all__:
+            self.assertTrue(hasattr(flashinfer, name), name)
+        self.assertIs(flashinfer.BatchDecodeWithPagedKVCacheWrapper,
+                      flashinfer.decode.BatchDecodeWithPagedKVCacheWrapper)
+        self.assertIs(flashinfer.BatchPrefillWithRaggedKVCacheWrapper,
+                      flashinfer.prefill.BatchPrefillWithRaggedKVCacheWrapper)
+        self.assertIs(flashinfer.merge_state, flashinfer.cascade.merge_state)
+        self.assertIs(flashinfer.append_paged_kv_cache, flashinfer.page.append_paged_kv_cache)
+
+    def test_signatures_mirror_flashinfer_0_7(self):
+        for qualified, expected in FLASHINFER_0_7.items():
+            owner, _, method = qualified.rpartition(".")
+            fn = getattr(getattr(flashinfer, owner), method) if owner else getattr(flashinfer, method)
+            with self.subTest(qualified):
+                self.assertEqual(params(fn), expected)
+
+    def test_package_is_an_extra_keyword(self):
+        for cls in (flashinfer.BatchDecodeWithPagedKVCacheWrapper, flashinfer.BatchPrefillWithPagedKVCacheWrapper,
+                    flashinfer.BatchPrefillWithRaggedKVCacheWrapper):
+            p = inspect.signature(cls.__init__).parameters["package"]
+            self.assertEqual((p.kind, p.default), (p.KEYWORD_ONLY, None))
+        for fn in (flashinfer.merge_state, flashinfer.merge_state_in_place, flashinfer.append_paged_kv_cache):
+            self.assertEqual(inspect.signature(fn).parameters["package"].kind, inspect.Parameter.KEYWORD_ONLY)
+
+    def test_aliases(self):
+        for cls in (flashinfer.BatchDecodeWithPagedKVCacheWrapper, flashinfer.BatchPrefillWithPagedKVCacheWrapper,
+                    flashinfer.BatchPrefillWithRaggedKVCacheWrapper):
+            self.assertIs(cls.begin_forward, cls.plan)
+            for name in ("run_return_lse", "forward", "forward_return_lse", "reset_workspace_buffer"):
+                self.assertTrue(hasattr(cls, name), f"{cls.__name__}.{name}")
+
+    def test_wrappers_are_made_without_torch_or_a_gpu(self):
+        pkg = aotinfer.Package()
+        w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(Stand((1 << 20,), "torch.uint8"), "HND",
+                                                          use_tensor_cores=True, backend="fa2", package=pkg)
+        self.assertFalse(w.is_cuda_graph_enabled)
+        self.assertTrue(w.use_tensor_cores)
+        self.assertIs(w._package, pkg)
+        flashinfer.BatchPrefillWithPagedKVCacheWrapper(Stand(), "NHD", backend="fa3")
+        flashinfer.BatchPrefillWithRaggedKVCacheWrapper(Stand())
+
+
+class MappingTest(unittest.TestCase):
+    def test_decode_defaults(self):
+        config, features, scalars = _args.decode_plan(32, 8, 128, 16)
+        self.assertEqual(config, dict(num_qo_heads=32, num_kv_heads=8, head_dim=128, page_size=16, dtype_q="f16",
+                                      dtype_kv="f16", dtype_o="f16", pos_encoding="none", sliding_window=False,
+                                      soft_cap=False))
+        self.assertEqual(features, ("none", False, False))
+        self.assertEqual(scalars, (1 / math.sqrt(128), 0.0, 1.0, 1e4, -1))
+
+    def test_decode_features_and_scalars(self):
+        config, _, scalars = _args.decode_plan(
+            32, 8, 64, 1, pos_encoding_mode="ALIBI", window_left=127, logits_soft_cap=30.0, q_data_type="bfloat16",
+            kv_data_type="float8_e4m3fn", o_data_type="torch.float16", sm_scale=0.5, rope_scale=2.0, rope_theta=5e5)
+        self.assertEqual((config["dtype_q"], config["dtype_kv"], config["dtype_o"]), ("bf16", "e4m3", "f16"))
+        self.assertEqual((config["pos_encoding"], config["sliding_window"], config["soft_cap"]), ("alibi", True, True))
+        self.assertEqual(scalars, (0.5, 30.0, 2.0, 5e5, 127))
+        config, _, _ = _args.decode_plan(32, 8, 128, 16, pos_encoding_mode="ROPE_LLAMA", logits_soft_cap=0.0,
+                                         kv_data_type=DType("torch.float8_e5m2"), q_data_type="half")
+        self.assertEqual((config["pos_encoding"], config["soft_cap"], config["dtype_q"], config["dtype_kv"]),
+                         ("rope_llama", False, "f16", "e5m2"))
+
+    def test_data_type_fills_only_what_is_left_unset(self):  # FlashInfer 0.7's rule
+        config, _, _ = _args.decode_plan(32, 8, 128, 16, q_data_type=None, data_type="bfloat16")
+        self.assertEqual((config["dtype_q"], config["dtype_kv"]), ("bf16", "bf16"))
+        config, _, _ = _args.decode_plan(32, 8, 128, 16, data_type="bfloat16")
+        self.assertEqual((config["dtype_q"], config["dtype_kv"]), ("f16", "bf16"))
+
+    def test_prefill_mapping(self):
+        config, features, scalars = _args.prefill_plan(
+            "p", 32, 8, 128, head_dim_vo=128, causal=True, pos_encoding_mode="ROPE_LLAMA", window_left=0,
+            logits_soft_cap=50.0, q_data_type="bfloat16", o_data_type="float16")
+        self.assertEqual(config, dict(num_qo_heads=32, num_kv_heads=8, head_dim=128, dtype_q="bf16", dtype_kv="bf16",
+                                      dtype_o="f16", mask="causal", pos_encoding="rope_llama", sliding_window=True,
+                                      soft_cap=True))
+        self.assertEqual(features, ("rope_llama", True, True, "causal"))
+        self.assertEqual(scalars[1:], (50.0, 1.0, 1e4, 0))
+        self.assertEqual(_args.prefill_plan("p", 8, 8, 64)[0]["mask"], "none")
+
+    def test_configurations_name_variants_of_the_package(self):
+        """The FlashInfer arguments an engine passes for bf16 / head_dim 128 resolve to variants the
+        CI package holds; head_dim 256 to a miss that names the spec entry to add."""
+        pkg = aotinfer.Package()
+        config, _, _ = _args.decode_plan(32, 8, 128, 16, q_data_type="bfloat16")
+        self.assertEqual(pkg.find("batch_decode", **decode_axes(config)).family, "batch_decode")
+        for storage in ("paged", "ragged"):
+            config, _, _ = _args.prefill_plan("p", 32, 8, 128, causal=True, q_data_type="bfloat16")
+            self.assertEqual(pkg.find("batch_prefill_" + storage, **prefill_axes(config)).family,
+                             "batch_prefill_" + storage)
+        config, _, _ = _args.decode_plan(32, 8, 256, 16, q_data_type="bfloat16")
+        with self.assertRaises(aotinfer.NotFound) as miss:
+            pkg.find("batch_decode", **decode_axes(config))
+        self.assertIn("head_dim=256", str(miss.exception))
+        self.assertIn("include", str(miss.exception))
+
+
+def decode_axes(c):
+    return dict(dtype_q=c["dtype_q"], dtype_kv=c["dtype_kv"], head_dim=c["head_dim"], dtype_o=c["dtype_o"],
+                pos_encoding=c["pos_encoding"], sliding_window=c["sliding_window"], soft_cap=c["soft_cap"])
+
+
+def prefill_axes(c):
+    return dict(dtype_q=c["dtype_q"], head_dim=c["head_dim"], mask=c["mask"], dtype_kv=c["dtype_kv"],
+                dtype_o=c["dtype_o"], pos_encoding=c["pos_encoding"], sliding_window=c["sliding_window"],
+                soft_cap=c["soft_cap"])
+
+
+class RefusalTest(unittest.TestCase):
+    """Each refusal is a NotImplementedError naming the argument and its value, raised before any
+    tensor is touched (the stand-ins have no tensor methods) and without PyTorch."""
+
+    def refused(self, call, *words):
+        with self.assertRaises(NotImplementedError) as e:
+            call()
+        message = str(e.exception)
+        for word in words:
+            self.assertIn(word, message)
+        return message
+
+    def test_constructors(self):
+        for backend in ("trtllm-gen", "cudnn", "cute-dsl", "cutile"):
+            self.refused(lambda: flashinfer.BatchDecodeWithPagedKVCacheWrapper(Stand(), backend=backend),
+                         "backend", backend, "auto")
+            self.refused(lambda: flashinfer.BatchPrefillWithPagedKVCacheWrapper(Stand(), backend=backend), "backend")
+        self.refused(lambda: flashinfer.BatchDecodeWithPagedKVCacheWrapper(Stand(), jit_args=["m"]), "jit_args")
+        self.refused(lambda: flashinfer.BatchPrefillWithPagedKVCacheWrapper(Stand(), jit_kwargs={}), "jit_kwargs")
+        self.refused(lambda: flashinfer.BatchPrefillWithRaggedKVCacheWrapper(Stand(), variant_owns_mask=True),
+                     "variant_owns_mask")
+        self.refused(lambda: flashinfer.BatchPrefillWithRaggedKVCacheWrapper(Stand(), "HND"), "kv_layout", "'HND'",
+                     "'NHD'")
+        self.refused(lambda: flashinfer.BatchDecodeWithPagedKVCacheWrapper(Stand(), "NDH"), "kv_layout", "'NDH'")
+
+    def test_decode_plan(self):
+        w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(Stand())
+        cases = [
+            (dict(q_len_per_req=2), "q_len_per_req=2"),
+            (dict(is_causal=True), "is_causal=True"),
+            (dict(window_right=4), "window_right=4"),
+            (dict(block_tables=Stand()), "block_tables=<Stand>"),
+            (dict(seq_lens=Stand()), "seq_lens=<Stand>"),
+            (dict(fixed_split_size=32), "fixed_split_size=32"),
+            (dict(disable_split_kv=True), "disable_split_kv=True"),
+            (dict(pos_encoding_mode="ROPE_LLAMA_INTERLEAVED"), "pos_encoding_mode='ROPE_LLAMA_INTERLEAVED'"),
+            (dict(window_left=-2), "window_left=-2"),
+            (dict(q_data_type="float32"), "q_data_type='float32'"),
+            (dict(q_data_type=DType("torch.float32")), "q_data_type=torch.float32"),
+            (dict(q_data_type="float8_e4m3fn"), "q_data_type='float8_e4m3fn'"),
+            (dict(o_data_type="float8_e4m3fn"), "o_data_type='float8_e4m3fn'"),
+            (dict(kv_data_type="int8"), "kv_data_type='int8'"),
+        ]
+        for kwargs, words in cases:
+            with self.subTest(**{k: str(v) for k, v in kwargs.items()}):
+                self.refused(lambda: w.plan(*DECODE_ARGS, **kwargs), "BatchDecodeWithPagedKVCacheWrapper.plan", words)
+
+    def test_prefill_plans(self):
+        paged = flashinfer.BatchPrefillWithPagedKVCacheWrapper(Stand())
+        ragged = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(Stand())
+        common = [
+            (dict(head_dim_vo=64), "head_dim_vo=64"),
+            (dict(custom_mask=Stand()), "custom_mask=<Stand>"),
+            (dict(packed_custom_mask=Stand()), "packed_custom_mask=<Stand>"),
+            (dict(use_fp16_qk_reduction=True), "use_fp16_qk_reduction=True"),
+            (dict(pos_encoding_mode="ALIBI"), "pos_encoding_mode='ALIBI'"),
+            (dict(prefix_len_ptr=Stand()), "prefix_len_ptr"),
+            (dict(token_pos_in_items_ptr=Stand()), "token_pos_in_items_ptr"),
+            (dict(token_pos_in_items_len=8), "token_pos_in_items_len=8"),
+            (dict(max_item_len_ptr=Stand()), "max_item_len_ptr"),
+            (dict(seq_lens=Stand()), "seq_lens=<Stand>"),
+            (dict(seq_lens_q=Stand()), "seq_lens_q=<Stand>"),
+            (dict(fixed_split_size=16), "fixed_split_size=16"),
+            (dict(disable_split_kv=True), "disable_split_kv=True"),
+            (dict(kv_data_type="float8_e4m3fn"), "kv_data_type='float8_e4m3fn'"),
+            (dict(q_data_type="float8_e4m3fn"), "q_data_type='float8_e4m3fn'"),
+        ]
+        for kwargs, words in common + [(dict(block_tables=Stand()), "block_tables=<Stand>")]:
+            with self.subTest("paged", **{k: str(v) for k, v in kwargs.items()}):
+                self.refused(lambda: paged.plan(*paged_args(), **kwargs), "BatchPrefillWithPagedKVCacheWrapper.plan",
+                             words)
+        for kwargs, words in common + [(dict(v_indptr=Stand()), "v_indptr"), (dict(o_indptr=Stand()), "o_indptr")]:
+            with self.subTest("ragged", **{k: str(v) for k, v in kwargs.items()}):
+                self.refused(lambda: ragged.plan(*ragged_args(), **kwargs),
+                             "BatchPrefillWithRaggedKVCacheWrapper.plan", words)
+
+    def test_run(self):
+        """run()'s unserved arguments are refused before the plan is even looked at."""
+        decode = flashinfer.BatchDecodeWithPagedKVCacheWrapper(Stand())
+        q, cache = Stand((4, 32, 128), "torch.bfloat16"), (Stand(), Stand())
+        self.refused(lambda: decode.run(q, cache, sinks=Stand()), "sinks=<Stand>")
+        self.refused(lambda: decode.run(q, cache, kv_cache_sf=Stand()), "kv_cache_sf")
+        self.refused(lambda: decode.run(q, cache, skip_softmax_threshold_scale_factor=1.0),
+                     "skip_softmax_threshold_scale_factor=1.0")
+        self.refused(lambda: decode.run(q, cache, Stand()), "*args")
+        self.refused(lambda: decode.run(q, cache, q_len_per_req=2), "q_len_per_req=2")
+        paged = flashinfer.BatchPrefillWithPagedKVCacheWrapper(Stand())
+        self.refused(lambda: paged.run(q, cache, sinks=Stand()), "BatchPrefillWithPagedKVCacheWrapper.run", "sinks")
+        ragged = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(Stand())
+        self.refused(lambda: ragged.run(q, Stand(), Stand(), kv_cache_sf=Stand()), "kv_cache_sf")
+        with self.assertRaises(ValueError):
+            paged.run(q, cache, lse_base="log10")
+        with self.assertRaises(ValueError):
+            ragged.run(q, Stand(), Stand(), lse_layout="TN")
+        for call in (lambda: decode.run(q, cache), lambda: paged.run(q, cache), lambda: ragged.run(q, Stand(), Stand())):
+            with self.assertRaises(RuntimeError) as e:
+                call()
+            self.assertIn("plan() first", str(e.exception))
+
+    def test_append_paged_kv_cache_layout(self):
+        self.refused(lambda: flashinfer.append_paged_kv_cache(*([Stand()] * 8), kv_layout="HDN"), "kv_layout", "'HDN'")
+
+
+class CudaGraphBuffersTest(unittest.TestCase):
+    def test_decode_buffers_give_the_batch(self):
+        w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+            Stand(), use_cuda_graph=True, paged_kv_indptr_buffer=Stand((9,)), paged_kv_indices_buffer=Stand((4096,)),
+            paged_kv_last_page_len_buffer=Stand((8,)))
+        self.assertTrue(w.is_cuda_graph_enabled)
+        self.assertEqual(w._fixed_batch_size, 8)
+
+    def test_flashinfer_checks(self):
+        with self.assertRaises(ValueError) as e:
+            flashinfer.BatchDecodeWithPagedKVCacheWrapper(Stand(), use_cuda_graph=True,
+                                                          paged_kv_indptr_buffer=Stand((9,)),
+                                                          paged_kv_last_page_len_buffer=Stand((8,)))
+        self.assertIn("paged_kv_indices_buffer", str(e.exception))
+        with self.assertRaises(ValueError) as e:
+            flashinfer.BatchPrefillWithPagedKVCacheWrapper(
+                Stand(), use_cuda_graph=True, qo_indptr_buf=Stand((5,)), paged_kv_indptr_buf=Stand((6,)),
+                paged_kv_indices_buf=Stand((64,)), paged_kv_last_page_len_buf=Stand((4,)))
+        self.assertIn("paged_kv_indptr_buf", str(e.exception))
+        w = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(Stand(), use_cuda_graph=True, qo_indptr_buf=Stand((5,)),
+                                                            kv_indptr_buf=Stand((5,)))
+        self.assertEqual(w._fixed_batch_size, 4)
+
+    def test_metadata_buffers_are_int32(self):
+        with self.assertRaises(NotImplementedError) as e:
+            flashinfer.BatchPrefillWithRaggedKVCacheWrapper(Stand(), use_cuda_graph=True,
+                                                            qo_indptr_buf=Stand((5,), "torch.int64"),
+                                                            kv_indptr_buf=Stand((5,)))
+        self.assertIn("qo_indptr_buf.dtype", str(e.exception))
+        self.assertIn("int64", str(e.exception))
+
+
+class WithoutTorchTest(unittest.TestCase):
+    def setUp(self):
+        if has_torch():
+            self.skipTest("PyTorch is installed: this checks machines without it")
+
+    def test_a_served_plan_asks_for_torch(self):
+        w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(Stand())
+        with self.assertRaises(ImportError) as e:
+            w.plan(*DECODE_ARGS, q_data_type="bfloat16")
+        self.assertIn("torch", str(e.exception))
+
+    def test_hints_and_ignored_options_pass_the_checks(self):
+        paged = flashinfer.BatchPrefillWithPagedKVCacheWrapper(Stand(), backend="fa3")
+        with self.assertRaises(ImportError):
+            paged.plan(*paged_args(), max_token_per_sequence=4, max_sequence_kv=4096, uniform_q_len=4,
+                       q_data_type="bfloat16", head_dim_vo=128)
+        decode = flashinfer.BatchDecodeWithPagedKVCacheWrapper(Stand(), use_tensor_cores=True)
+        with self.assertRaises(ImportError):
+            decode.plan(*DECODE_ARGS, q_len_per_req=1, is_causal=False, window_right=0)
+
+    def test_functions_ask_for_torch(self):
+        for call in (lambda: flashinfer.merge_state(Stand(), Stand(), Stand(), Stand()),
+                     lambda: flashinfer.get_seq_lens(Stand(), Stand(), 16),
+                     lambda: flashinfer.append_paged_kv_cache(*([Stand()] * 8))):
+            with self.assertRaises(ImportError):
+                call()
+
+
+if __name__ == "__main__":
+    unittest.main()
