@@ -112,7 +112,7 @@ if peer is not None:
 
 torch.cuda.synchronize()
 print(f"\nHost time per call (median of {ROUNDS} loops of {CALLS} calls), {torch.cuda.get_device_name()}")
-print(f"| op | us/call | vs SDPA call |\n|---|---|---|")
+print("| op | us/call | vs SDPA call |\n|---|---|---|")
 for name, us in rows:
     print(f"| {name} | {us:.1f} | {us / sdpa:.2f}x |")
 worst = max(us for name, us in rows if "peer" not in name and "allocates" not in name)

@@ -1,8 +1,17 @@
 #!/usr/bin/env bash
 # The Python layer on a GPU machine with PyTorch: installs the wheel carried in dist/ (built
 # elsewhere with the default package) and runs every Python GPU check, then the host-overhead
-# benchmark. Usage: tests/gpu/python.sh [--no-bench]. Logs go to $OUT (or build-gpu/out).
+# benchmark. Usage: tests/gpu/python.sh [--no-bench] [SCRIPT.py...] (default: every gpu_*.py
+# check). Logs go to $OUT (or build-gpu/out).
 set -uo pipefail
+bench=1 scripts=()
+for arg in "$@"; do
+  case $arg in
+    --no-bench) bench=0 ;;
+    *) scripts+=("$arg") ;;
+  esac
+done
+[ ${#scripts[@]} -gt 0 ] || scripts=(gpu_torch.py gpu_checks.py gpu_flashinfer.py gpu_torch_ops.py gpu_transformers.py)
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out=${OUT:-$root/build-gpu/out}
 mkdir -p "$out"
@@ -14,13 +23,13 @@ rm -rf "$site"
 python3 -m pip install --quiet --no-index --no-deps --target "$site" "$wheel" || exit 1
 status=0
 tests=$root/packaging/python/tests
-for script in gpu_torch.py gpu_checks.py gpu_flashinfer.py gpu_torch_ops.py gpu_transformers.py; do
+for script in "${scripts[@]}"; do
   [ -f "$tests/$script" ] || continue
   echo "== $script ($wheel)"
   # From /tmp so that the installed wheel is imported, not the source tree.
   (cd /tmp && PYTHONPATH=$site PYTHONUNBUFFERED=1 timeout 300 python3 "$tests/$script") 2>&1 | tee "$out/${script%.py}.log" || status=1
 done
-if [ "${1:-}" != "--no-bench" ]; then
+if [ $bench = 1 ]; then
   echo "== Python host overhead"
   # FlashInfer as the same-run peer when its bundle was carried in .peers/ (a copy of ../shared/peers).
   peer_env=$root/.peers/flashinfer_env.sh

@@ -36,6 +36,16 @@ def current_stream(device):
     return torch.cuda.current_stream(device)
 
 
+def call(op_name, core_function, target, *args, **kwargs):
+    """core_function(target, *args, **kwargs): the core's eager call, or inside torch.compile the
+    aotinfer.torch_ops function of the same signature, whose custom op traces without a graph
+    break. target is the planned object or the package."""
+    if torch.compiler.is_compiling():
+        from .. import torch_ops
+        core_function = getattr(torch_ops, op_name)
+    core_function(target, *args, **kwargs)
+
+
 def split_cache(cache, kv_layout):
     """(k, v) of a (k, v) tuple or of one [pages, 2, ...] tensor, as views (no copy); the 3-D and
     4-D forms are page_size 1, as in FlashInfer."""

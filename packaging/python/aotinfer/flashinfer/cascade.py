@@ -20,7 +20,8 @@ def merge_state(v_a, s_a, v_b, s_b, *, package=None):
     torch = _base.need_torch()
     v = torch.empty(v_a.shape, dtype=v_a.dtype, device=v_a.device)
     s = torch.empty(s_a.shape, dtype=torch.float32, device=s_a.device)
-    _merge(package or _base.shared_package(), _dense(v_a), _natural(s_a), _dense(v_b), _natural(s_b), v, s)
+    _base.call("merge_state", _merge, package or _base.shared_package(), _dense(v_a), _natural(s_a), _dense(v_b),
+               _natural(s_b), v, s)
     s.mul_(_base.LOG2E)
     return v, s
 
@@ -35,7 +36,8 @@ def merge_state_in_place(v, s, v_other, s_other, mask=None, *, package=None):
         s_b.masked_fill_(~keep, float("-inf"))
     target = _dense(v)
     merged = torch.empty_like(s_a)
-    _merge(package or _base.shared_package(), target, s_a, _dense(v_other), s_b, target, merged)
+    _base.call("merge_state", _merge, package or _base.shared_package(), target, s_a, _dense(v_other), s_b, target,
+               merged)
     if target is not v:
         v.copy_(target)
     torch.mul(merged, _base.LOG2E, out=s)

@@ -92,10 +92,11 @@ class BatchDecodeWithPagedKVCacheWrapper(_base.Wrapper):
         return self._deliver(o, out, lse_rows, return_lse)
 
     def _launch(self, q, k, v, o, lse, sm_scale, k_scale, v_scale):
-        """The eager call into the core (where a torch.compile custom op would dispatch)."""
+        """The call into the core (its custom op inside torch.compile)."""
         s = self._scalars
-        self._core.run(q, k, v, self._paged_kv_indptr_buf, self._paged_kv_indices_buf, self._paged_kv_last_page_len_buf,
-                       o, lse, None, sm_scale, s[1], s[2], s[3], k_scale, v_scale, s[4])
+        _base.call("batch_decode_run", BatchDecode.run, self._core, q, k, v, self._paged_kv_indptr_buf,
+                   self._paged_kv_indices_buf, self._paged_kv_last_page_len_buf, o, lse, None, sm_scale, s[1], s[2],
+                   s[3], k_scale, v_scale, s[4])
 
     run_return_lse = functools.partialmethod(run, return_lse=True)
 

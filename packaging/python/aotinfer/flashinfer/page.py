@@ -22,8 +22,8 @@ def append_paged_kv_cache(append_key, append_value, batch_indices, positions, pa
                          f"{append_key.dtype}/{append_value.dtype}, the cache {k_cache.dtype}")
     ints = [x if x.dtype == torch.int32 else x.int() for x in (batch_indices, positions, kv_indptr, kv_indices,
                                                                  kv_last_page_len)]
-    _append(package or _base.shared_package(), _rows(append_key), _rows(append_value), ints[0], ints[1], k_cache,
-            v_cache, ints[2], ints[3], ints[4], layout=layout)
+    _base.call("append_paged_kv", _append, package or _base.shared_package(), _rows(append_key), _rows(append_value),
+               ints[0], ints[1], k_cache, v_cache, ints[2], ints[3], ints[4], layout=layout)
 
 
 def get_seq_lens(kv_indptr, kv_last_page_len, page_size):

@@ -140,10 +140,11 @@ class BatchPrefillWithPagedKVCacheWrapper(_Prefill):
         return sm
 
     def _launch(self, q, k, v, o, lse, sm_scale):
-        """The eager call into the core (where a torch.compile custom op would dispatch)."""
+        """The call into the core (its custom op inside torch.compile)."""
         s = self._scalars
-        self._core.run(q, k, v, self._qo_indptr_buf, self._paged_kv_indptr_buf, o, self._paged_kv_indices_buf,
-                       self._paged_kv_last_page_len_buf, lse, sm_scale, s[1], s[2], s[3], s[4])
+        _base.call("batch_prefill_run", BatchPrefill.run, self._core, q, k, v, self._qo_indptr_buf,
+                   self._paged_kv_indptr_buf, o, self._paged_kv_indices_buf, self._paged_kv_last_page_len_buf, lse,
+                   sm_scale, s[1], s[2], s[3], s[4])
 
     run_return_lse = functools.partialmethod(run, return_lse=True)
 
@@ -212,10 +213,10 @@ class BatchPrefillWithRaggedKVCacheWrapper(_Prefill):
         return self._attend(where, q, k, v, self._sm_scale, None, out, lse, return_lse, lse_base, lse_layout)
 
     def _launch(self, q, k, v, o, lse, sm_scale):
-        """The eager call into the core (where a torch.compile custom op would dispatch)."""
+        """The call into the core (its custom op inside torch.compile)."""
         s = self._scalars
-        self._core.run(q, k, v, self._qo_indptr_buf, self._kv_indptr_buf, o, None, None, lse, sm_scale, s[1], s[2],
-                       s[3], s[4])
+        _base.call("batch_prefill_run", BatchPrefill.run, self._core, q, k, v, self._qo_indptr_buf, self._kv_indptr_buf,
+                   o, None, None, lse, sm_scale, s[1], s[2], s[3], s[4])
 
     run_return_lse = functools.partialmethod(run, return_lse=True)
 
