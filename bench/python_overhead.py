@@ -13,7 +13,7 @@ import torch
 
 import aotinfer
 
-CALLS, ROUNDS = 200, 25
+CALLS, ROUNDS = 200, 40
 dev, bf16 = "cuda", torch.bfloat16
 
 

@@ -33,7 +33,7 @@ if [ $bench = 1 ]; then
   echo "== Python host overhead"
   # FlashInfer as the same-run peer when its bundle was carried in .peers/ (a copy of ../shared/peers).
   peer_env=$root/.peers/flashinfer_env.sh
-  (cd /tmp && { [ -f "$peer_env" ] && source "$peer_env"; true; } && PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} \
+  (cd /tmp && { [ -f "$peer_env" ] && source "$peer_env" "$root/.peers/flashinfer-peer-0.7.2.post1-sm90a.tar.gz"; true; } && PYTHONPATH=$site${PYTHONPATH:+:$PYTHONPATH} \
     PYTHONUNBUFFERED=1 python3 "$root/bench/python_overhead.py") 2>&1 | tee "$out/python_overhead.log" || status=1
 fi
 echo "== Python GPU checks finished with status $status"

@@ -228,8 +228,9 @@ class BatchDecode:
     def plan(self, kv_indptr, kv_last_page_len, float_workspace, int_workspace, kv_indices=None, num_pages=0,
              stream=None):
         """Host metadata (lists, numpy arrays or CPU tensors; int32 ones are read in place);
-        workspaces are device buffers (uint8 tensors). With kv_indices and num_pages, page ids
-        are checked and run() checks that the pools hold num_pages pages."""
+        workspaces are device buffers (uint8 tensors), kept alive by this object until the next
+        plan. With kv_indices and num_pages, page ids are checked and run() checks that the pools
+        hold num_pages pages."""
         indptr, n, _keep1 = _int32_array(kv_indptr, "kv_indptr")
         last, _, _keep2 = _int32_array(kv_last_page_len, "kv_last_page_len")
         indices, count, _keep3 = _int32_array(kv_indices, "kv_indices")
@@ -238,7 +239,8 @@ class BatchDecode:
         fw, iw = _workspace(float_workspace, "float_workspace"), _workspace(int_workspace, "int_workspace")
         _check(_capi.lib.aotinfer_batch_decode_plan(self._handle, indptr, n - 1, last, indices, count, num_pages, *fw, *iw,
                                                     _tensor.stream_handle(stream)))
-        self._batch = n - 1
+        # run() reads the plan from these buffers: they live as long as the plan.
+        self._batch, self._workspaces = n - 1, (float_workspace, int_workspace)
 
     def run(self, q, k_pages, v_pages, kv_indptr, kv_indices, kv_last_page_len, o, lse=None, q_positions=None,
             sm_scale=0.0, logits_soft_cap=0.0, rope_scale=1.0, rope_theta=1e4, k_scale=1.0, v_scale=1.0,
@@ -294,7 +296,8 @@ class BatchPrefill:
         """Host metadata (lists, numpy arrays or CPU tensors; int32 ones are read in place):
         qo_indptr [batch + 1] in tokens, kv_indptr [batch + 1] in pages (paged, with
         kv_last_page_len [batch] and optionally kv_indices, then checked against num_pages) or in
-        tokens (ragged); workspaces are device buffers (uint8 tensors)."""
+        tokens (ragged); workspaces are device buffers (uint8 tensors), kept alive by this object
+        until the next plan."""
         self._batch = self._total_q = None
         qo, n, _keep1 = _int32_array(qo_indptr, "qo_indptr")
         kv, n_kv, _keep2 = _int32_array(kv_indptr, "kv_indptr")
@@ -315,7 +318,8 @@ class BatchPrefill:
         else:
             _check(_capi.lib.aotinfer_batch_prefill_plan_ragged(self._handle, qo, kv, n - 1, *ws,
                                                                 _tensor.stream_handle(stream)))
-        self._batch, self._total_q = n - 1, qo[n - 1]
+        # run() reads the plan from these buffers: they live as long as the plan.
+        self._batch, self._total_q, self._workspaces = n - 1, qo[n - 1], (float_workspace, int_workspace)
 
     def run(self, q, k, v, qo_indptr, kv_indptr, o, kv_indices=None, kv_last_page_len=None, lse=None, sm_scale=0.0,
             logits_soft_cap=0.0, rope_scale=1.0, rope_theta=1e4, window_left=-1, stream=None):
