@@ -44,7 +44,7 @@ rows = []
 from aotinfer import _ext  # noqa: E402
 
 probe = torch.empty(16, device=dev)
-rows.append(("(pace) empty C-extension call", host_us(_ext.torch_bound)))
+rows.append(("(pace) empty C-extension call", host_us(_ext.torch_path)))
 rows.append(("(pace) data_ptr, get_device, dtype, shape, stride() of one tensor",
              host_us(lambda: (probe.data_ptr(), probe.get_device(), probe.dtype, probe.shape, probe.stride()))))
 
@@ -120,7 +120,7 @@ if peer is not None:
                  host_us(lambda: peer_decode.run(q, (k_pages, v_pages), out=o))))
 
 torch.cuda.synchronize()
-print(f"PyTorch fast path of aotinfer._ext bound: {_ext.torch_bound()}")
+print(f"aotinfer._ext reads PyTorch GPU tensors through: {_ext.torch_path() or 'Python (not bound)'}")
 print(f"\nHost time per call (median of {ROUNDS} loops of {CALLS} calls), {torch.cuda.get_device_name()}")
 print("| op | us/call | vs SDPA call |\n|---|---|---|")
 for name, us in rows:

@@ -58,7 +58,9 @@ def _bind_torch(torch):
     if raw_stream is None:
         def raw_stream(device):
             return torch.cuda.current_stream(device).cuda_stream
-    _ext.bind_torch(torch.Tensor, dtypes, raw_stream)
+    # DLPack's C exchange API (PyTorch 2.10+) reads a tensor without allocating; older PyTorch
+    # is read through its attributes.
+    _ext.bind_torch(torch.Tensor, dtypes, raw_stream, getattr(torch.Tensor, "__dlpack_c_exchange_api__", None))
     return dtypes
 
 
@@ -98,8 +100,9 @@ class _DLTensor(ctypes.Structure):
                 ("byte_offset", ctypes.c_uint64)]
 
 
-# (DLPack type code, bits) -> aotinfer_dtype; float8 codes are DLPack 1.1's e4m3fn and e5m2.
-_DLPACK_DTYPES = {(2, 16): F16, (4, 16): BF16, (2, 32): F32, (0, 32): I32, (1, 8): U8, (6, 8): E4M3, (8, 8): E5M2}
+# (DLPack type code, bits) -> aotinfer_dtype; float8 codes are DLPack 1.1's kDLFloat8_e4m3fn
+# and kDLFloat8_e5m2 (as _ext.c's dtype_of).
+_DLPACK_DTYPES = {(2, 16): F16, (4, 16): BF16, (2, 32): F32, (0, 32): I32, (1, 8): U8, (10, 8): E4M3, (12, 8): E5M2}
 _CAI_DTYPES = {"<f2": F16, "<f4": F32, "<i4": I32, "|u1": U8}
 
 _capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer

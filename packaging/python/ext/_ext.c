@@ -5,8 +5,10 @@
  * Built against Python's stable ABI (abi3, 3.10+) and linked to nothing: the runtime's entry
  * points arrive as addresses from the ctypes-loaded libaotinfer (bind), so one library instance
  * serves both and no compiler is needed at install or import. PyTorch tensors on the GPU take a
- * fast path once aotinfer._tensor has handed over torch's types (bind_torch); any other object
- * is described by aotinfer._tensor.describe (DLPack, __cuda_array_interface__). */
+ * fast path once aotinfer._tensor has handed over torch's types (bind_torch): DLPack's C exchange
+ * API (`__dlpack_c_exchange_api__`, PyTorch 2.10+), which fills a DLTensor and names the current
+ * stream without allocating, or else five attribute reads per tensor. Any other object is
+ * described by aotinfer._tensor.describe (DLPack, __cuda_array_interface__). */
 #define Py_LIMITED_API 0x030A0000
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -26,6 +28,30 @@ typedef int (*prefill_fn)(const void*, const aotinfer_batch_prefill_tensors*, co
 typedef int (*merge_fn)(const void*, const aotinfer_merge_state_tensors*, void*);
 typedef int (*append_fn)(const void*, const aotinfer_append_paged_kv_tensors*, const char*, void*);
 
+/* DLPack's C exchange API (DLPack 1.x), declared as the DLPack specification lays it out. */
+typedef struct { uint32_t major, minor; } dl_version;
+typedef struct dl_api_header { dl_version version; struct dl_api_header* prev_api; } dl_api_header;
+typedef struct { int32_t device_type, device_id; } dl_device;
+typedef struct { uint8_t code, bits; uint16_t lanes; } dl_dtype;
+typedef struct {
+  void* data;
+  dl_device device;
+  int32_t ndim;
+  dl_dtype dtype;
+  int64_t* shape;
+  int64_t* strides; /* NULL: contiguous */
+  uint64_t byte_offset;
+} dl_tensor;
+typedef struct {
+  dl_api_header header;
+  void* managed_tensor_allocator;
+  void* managed_tensor_from_py_object_no_sync;
+  void* managed_tensor_to_py_object_no_sync;
+  int (*dltensor_from_py_object_no_sync)(void* py_object, dl_tensor* out); /* may be NULL */
+  int (*current_work_stream)(int32_t device_type, int32_t device_id, void** out_stream);
+} dl_exchange_api;
+enum { DL_CUDA = 2 };
+
 static struct {
   decode_fn decode;
   prefill_fn prefill;
@@ -37,6 +63,8 @@ static struct {
   PyObject* torch_tensor;  /* torch.Tensor, once bound */
   PyObject* torch_dtypes;  /* {torch.dtype: aotinfer_dtype} */
   PyObject* torch_stream;  /* torch's current raw stream of a device index */
+  PyObject* exchange_capsule;      /* torch.Tensor.__dlpack_c_exchange_api__, when usable */
+  const dl_exchange_api* exchange; /* its table */
 } S;
 
 static PyObject *s_is_cuda, *s_data_ptr, *s_dtype, *s_shape, *s_stride, *s_get_device;
@@ -122,12 +150,50 @@ static int describe_torch(PyObject* obj, const char* name, aotinfer_tensor* t, i
   return status < 0 ? -1 : 1;
 }
 
+/* (DLPack type code, bits) -> aotinfer_dtype; AOTINFER_DTYPE_OTHER if aotinfer has no such type. */
+static int32_t dtype_of(dl_dtype d) {
+  static const struct { uint8_t code, bits; int32_t dtype; } known[] = {
+      {2, 16, AOTINFER_F16}, {4, 16, AOTINFER_BF16}, {10, 8, AOTINFER_E4M3}, {12, 8, AOTINFER_E5M2},
+      {2, 32, AOTINFER_F32}, {0, 32, AOTINFER_I32},  {1, 8, AOTINFER_U8}};
+  for (size_t i = 0; i < sizeof known / sizeof known[0]; ++i)
+    if (known[i].code == d.code && known[i].bits == d.bits && d.lanes == 1) return known[i].dtype;
+  return AOTINFER_DTYPE_OTHER;
+}
+
+/* A torch tensor on a GPU through DLPack's exchange API: 1 when described, 0 when it is
+ * something the slower paths describe better (another device, an unknown dtype: they name it),
+ * -1 on error. */
+static int describe_exchange(PyObject* obj, const char* name, aotinfer_tensor* t, int* torch_device) {
+  dl_tensor d;
+  if (S.exchange->dltensor_from_py_object_no_sync(obj, &d) != 0) return -1;
+  if (d.device.device_type != DL_CUDA) return 0;
+  t->dtype = dtype_of(d.dtype);
+  if (t->dtype == AOTINFER_DTYPE_OTHER) return 0;
+  if (d.ndim > AOTINFER_TENSOR_MAX_DIMS) {
+    PyErr_Format(S.invalid, "%s: has %d dimensions; aotinfer takes at most %d", name, (int)d.ndim, AOTINFER_TENSOR_MAX_DIMS);
+    return -1;
+  }
+  t->data = (char*)d.data + d.byte_offset;
+  t->device_type = AOTINFER_DEVICE_CUDA;
+  t->device_id = d.device.device_id;
+  t->ndim = d.ndim;
+  int64_t step = 1;
+  for (int i = d.ndim - 1; i >= 0; --i) {
+    t->shape[i] = d.shape[i];
+    t->strides[i] = d.strides ? d.strides[i] : step;
+    step *= d.shape[i];
+  }
+  *torch_device = t->device_id;
+  return 1;
+}
+
 static int describe(PyObject* obj, const char* name, aotinfer_tensor* t, int* torch_device) {
   memset(t, 0, sizeof *t);
   if (obj == Py_None) return 0;
   if (S.torch_tensor && PyObject_TypeCheck(obj, (PyTypeObject*)S.torch_tensor)) {
-    const int done = describe_torch(obj, name, t, torch_device);
+    const int done = S.exchange ? describe_exchange(obj, name, t, torch_device) : describe_torch(obj, name, t, torch_device);
     if (done != 0) return done < 0 ? -1 : 0;
+    memset(t, 0, sizeof *t);
   }
   /* (data, dtype, device_type, device_id, shape, strides, dtype_name) */
   PyObject* d = PyObject_CallFunction(S.describe, "Os", obj, name);
@@ -152,6 +218,7 @@ static int stream_arg(PyObject* obj, int torch_device, void** stream) {
       *stream = NULL;
       return 0;
     }
+    if (S.exchange) return S.exchange->current_work_stream(DL_CUDA, torch_device, stream) == 0 ? 0 : -1;
     value = PyObject_CallFunction(S.torch_stream, "i", torch_device);
   } else if (PyLong_Check(obj)) {
     Py_INCREF(obj);
@@ -300,10 +367,11 @@ static PyObject* bind(PyObject* Py_UNUSED(self), PyObject* args) {
   Py_RETURN_NONE;
 }
 
-/* bind_torch(torch.Tensor, {torch.dtype: aotinfer_dtype}, current_raw_stream(device_index)) */
+/* bind_torch(torch.Tensor, {torch.dtype: aotinfer_dtype}, current_raw_stream(device_index),
+ *            torch.Tensor.__dlpack_c_exchange_api__ or None) */
 static PyObject* bind_torch(PyObject* Py_UNUSED(self), PyObject* args) {
-  PyObject *tensor_type, *dtypes, *stream;
-  if (!PyArg_ParseTuple(args, "OO!O", &tensor_type, &PyDict_Type, &dtypes, &stream)) return NULL;
+  PyObject *tensor_type, *dtypes, *stream, *capsule;
+  if (!PyArg_ParseTuple(args, "OO!OO", &tensor_type, &PyDict_Type, &dtypes, &stream, &capsule)) return NULL;
   if (!PyType_Check(tensor_type)) {
     PyErr_SetString(PyExc_TypeError, "bind_torch: expected torch.Tensor");
     return NULL;
@@ -311,10 +379,24 @@ static PyObject* bind_torch(PyObject* Py_UNUSED(self), PyObject* args) {
   replace(&S.torch_tensor, tensor_type);
   replace(&S.torch_dtypes, dtypes);
   replace(&S.torch_stream, stream);
+  S.exchange = NULL;
+  replace(&S.exchange_capsule, NULL);
+  if (capsule != Py_None) {
+    const dl_exchange_api* api = PyCapsule_GetPointer(capsule, "dlpack_exchange_api");
+    if (!api) return NULL;
+    /* A major version we do not know, or no DLTensor export: the attribute path serves. */
+    if (api->header.version.major == 1 && api->dltensor_from_py_object_no_sync && api->current_work_stream) {
+      replace(&S.exchange_capsule, capsule);
+      S.exchange = api;
+    }
+  }
   Py_RETURN_NONE;
 }
 
-static PyObject* torch_bound(PyObject* Py_UNUSED(self), PyObject* Py_UNUSED(unused)) { return PyBool_FromLong(S.torch_tensor != NULL); }
+/* "dlpack-exchange", "attributes" or "" (not bound): how PyTorch GPU tensors are read. */
+static PyObject* torch_path(PyObject* Py_UNUSED(self), PyObject* Py_UNUSED(unused)) {
+  return PyUnicode_FromString(!S.torch_tensor ? "" : S.exchange ? "dlpack-exchange" : "attributes");
+}
 
 static PyMethodDef methods[] = {
     {"decode_run", (PyCFunction)(void (*)(void))decode_run, METH_FASTCALL, "BatchDecode.run's checked launch."},
@@ -324,7 +406,7 @@ static PyMethodDef methods[] = {
     {"tensor", tensor, METH_VARARGS, "How a tensor argument is described to the runtime."},
     {"bind", bind, METH_VARARGS, "Binds the runtime's entry points and the Python helpers."},
     {"bind_torch", bind_torch, METH_VARARGS, "Enables the PyTorch fast path."},
-    {"torch_bound", torch_bound, METH_NOARGS, "Whether the PyTorch fast path is on."},
+    {"torch_path", torch_path, METH_NOARGS, "How PyTorch GPU tensors are read (\"\" until bound)."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_ext", "aotinfer's per-call path (see _ext.c).", -1, methods, NULL, NULL, NULL, NULL};
