@@ -11,6 +11,7 @@ import sys
 import torch
 
 import aotinfer
+from gpu_common import paged_layout
 
 seed = random.randrange(1 << 30)
 torch.manual_seed(seed)
@@ -67,13 +68,7 @@ def attention_reference(q, k, v, causal_offset=None):
 # --- decode: a paged cache (NHD), K and V interleaved in one [pages, 2, page, heads, dim] tensor
 batch, hq, hk, dim, page = random.randint(2, 6), 32, 8, 128, 16
 lens = [random.randint(1, 700) for _ in range(batch)]
-pages = [math.ceil(n / page) for n in lens]
-indptr = [0]
-for p in pages:
-    indptr.append(indptr[-1] + p)
-num_pages = indptr[-1] + 3
-indices = random.sample(range(num_pages), indptr[-1])
-last = [n - (p - 1) * page for n, p in zip(lens, pages)]
+indptr, indices, last, num_pages = paged_layout(lens, page, spare_pages=3)
 cache = torch.randn(num_pages, 2, page, hk, dim, device=dev, dtype=bf16)
 k_pages, v_pages = cache[:, 0], cache[:, 1]
 d_indptr, d_indices, d_last = i32(indptr), i32(indices), i32(last)

@@ -8,6 +8,7 @@ import sys
 import torch
 
 import aotinfer
+from gpu_common import paged_layout
 
 seed = random.randrange(1 << 30)
 torch.manual_seed(seed)
@@ -40,13 +41,7 @@ check("merge_state lse", s_out, s_ref, 1e-5)
 # A paged cache (NHD, random page order) filled with append_paged_kv, then one decode step.
 batch, qo_heads, kv_heads, page = 7, 32, 8, 16
 lens = [random.randint(1, 3000) for _ in range(batch)]
-pages = [math.ceil(n / page) for n in lens]
-indptr = [0]
-for p in pages:
-    indptr.append(indptr[-1] + p)
-num_pages = indptr[-1] + 5
-indices = random.sample(range(num_pages), indptr[-1])
-last = [n - (p - 1) * page for n, p in zip(lens, pages)]
+indptr, indices, last, num_pages = paged_layout(lens, page, spare_pages=5)
 k_pages = torch.zeros(num_pages, page, kv_heads, dim, device="cuda", dtype=torch.bfloat16)
 v_pages = torch.zeros_like(k_pages)
 k_new = torch.randn(sum(lens), kv_heads, dim, device="cuda", dtype=torch.bfloat16)

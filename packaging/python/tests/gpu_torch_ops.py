@@ -24,6 +24,7 @@ import torch
 
 import aotinfer
 import aotinfer.torch_ops as ops
+from gpu_common import paged_layout
 
 seed = random.randrange(1 << 30)
 random.seed(seed)
@@ -65,18 +66,6 @@ def compiled_run(fn, *args):
     torch._dynamo.utils.counters.clear()
     out = torch.compile(fn, fullgraph=True)(*args)
     return out, sum(torch._dynamo.utils.counters["graph_break"].values())
-
-
-def paged_layout(lens, page):
-    """CSR page metadata for KV lengths lens, pages in a random order of a pool with spares."""
-    pages = [math.ceil(n / page) for n in lens]
-    indptr = [0]
-    for p in pages:
-        indptr.append(indptr[-1] + p)
-    num_pages = indptr[-1] + random.randint(1, 8)
-    indices = random.sample(range(num_pages), indptr[-1])
-    last = [n - (p - 1) * page if p else 0 for n, p in zip(lens, pages)]
-    return indptr, indices, last, num_pages
 
 
 def request_kv(pool, indptr, indices, r, n):
