@@ -229,7 +229,7 @@ class BatchDecode:
              stream=None):
         """Host metadata (lists, numpy arrays or CPU tensors; int32 ones are read in place);
         workspaces are device buffers (uint8 tensors), kept alive by this object until the next
-        plan. With kv_indices and num_pages, page ids are checked and run() checks that the pools
+        plan. stream=None: the current PyTorch stream, as run(). With kv_indices and num_pages, page ids are checked and run() checks that the pools
         hold num_pages pages."""
         indptr, n, _keep1 = _int32_array(kv_indptr, "kv_indptr")
         last, _, _keep2 = _int32_array(kv_last_page_len, "kv_last_page_len")
@@ -238,7 +238,7 @@ class BatchDecode:
             raise InvalidArgument("batch_decode: kv_indptr must have batch + 1 entries, got an empty array", 1)
         fw, iw = _workspace(float_workspace, "float_workspace"), _workspace(int_workspace, "int_workspace")
         _check(_capi.lib.aotinfer_batch_decode_plan(self._handle, indptr, n - 1, last, indices, count, num_pages, *fw, *iw,
-                                                    _tensor.stream_handle(stream)))
+                                                    _tensor.stream_of(stream, int_workspace)))
         # run() reads the plan from these buffers: they live as long as the plan.
         self._batch, self._workspaces = n - 1, (float_workspace, int_workspace)
 
@@ -297,7 +297,7 @@ class BatchPrefill:
         qo_indptr [batch + 1] in tokens, kv_indptr [batch + 1] in pages (paged, with
         kv_last_page_len [batch] and optionally kv_indices, then checked against num_pages) or in
         tokens (ragged); workspaces are device buffers (uint8 tensors), kept alive by this object
-        until the next plan."""
+        until the next plan. stream=None: the current PyTorch stream, as run()."""
         self._batch = self._total_q = None
         qo, n, _keep1 = _int32_array(qo_indptr, "qo_indptr")
         kv, n_kv, _keep2 = _int32_array(kv_indptr, "kv_indptr")
@@ -314,10 +314,10 @@ class BatchPrefill:
                 raise InvalidArgument(f"batch_prefill: kv_last_page_len has {n_last} entries, the batch is {n - 1}", 1)
             indices, count, _keep4 = _int32_array(kv_indices, "kv_indices")
             _check(_capi.lib.aotinfer_batch_prefill_plan_paged(self._handle, qo, kv, n - 1, last, indices, count,
-                                                               num_pages, *ws, _tensor.stream_handle(stream)))
+                                                               num_pages, *ws, _tensor.stream_of(stream, int_workspace)))
         else:
             _check(_capi.lib.aotinfer_batch_prefill_plan_ragged(self._handle, qo, kv, n - 1, *ws,
-                                                                _tensor.stream_handle(stream)))
+                                                                _tensor.stream_of(stream, int_workspace)))
         # run() reads the plan from these buffers: they live as long as the plan.
         self._batch, self._total_q, self._workspaces = n - 1, qo[n - 1], (float_workspace, int_workspace)
 

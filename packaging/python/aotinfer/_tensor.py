@@ -146,6 +146,14 @@ def describe(x, name):
                     f"(PyTorch, CuPy, ...), got {type(x).__name__}")
 
 
+def stream_of(stream, like):
+    """stream as a handle; None means the current PyTorch stream of like's device when like is a
+    PyTorch GPU tensor (the stream run() then uses too), else the default stream."""
+    if stream is None and _is_torch(like) and like.is_cuda:
+        return sys.modules["torch"].cuda.current_stream(like.device).cuda_stream
+    return stream_handle(stream)
+
+
 def stream_handle(stream):
     """A CUDA stream as an integer handle: an int, or an object with .cuda_stream
     (torch.cuda.Stream) or .ptr (CuPy). None is resolved by _ext.c (current torch stream)."""

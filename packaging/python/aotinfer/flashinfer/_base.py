@@ -30,12 +30,6 @@ def shared_package():
     return _package
 
 
-def current_stream(device):
-    """For plan(): its copy goes through ctypes, where None would mean the legacy default stream
-    (run() and the functions pass None: the core then takes the current PyTorch stream)."""
-    return torch.cuda.current_stream(device)
-
-
 def call(op_name, core_function, target, *args, **kwargs):
     """core_function(target, *args, **kwargs): the core's eager call, or inside torch.compile the
     aotinfer.torch_ops function of the same signature, whose custom op traces without a graph

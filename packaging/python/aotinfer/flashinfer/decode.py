@@ -65,8 +65,7 @@ class BatchDecodeWithPagedKVCacheWrapper(_base.Wrapper):
             self._paged_kv_last_page_len_buf = _base.device_int32(last_page_len, device, non_blocking)
         core = self._core_for(BatchDecode, config)
         _, int_bytes = core.workspace_sizes(max(batch, 1))
-        core.plan(indptr_host, last_host, self._float_workspace_buffer, self._int_workspace(int_bytes),
-                  stream=_base.current_stream(self.device))
+        core.plan(indptr_host, last_host, self._float_workspace_buffer, self._int_workspace(int_bytes))
         self._batch_size = batch
         self._keep(core, config, features, scalars)
 

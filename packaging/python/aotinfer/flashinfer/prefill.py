@@ -44,8 +44,7 @@ class _Prefill(_base.Wrapper):
         core = self._core_for(BatchPrefill, config)
         _, int_bytes = core.workspace_sizes(max(total_q, 1), max(batch, 1))
         paged = {k: _base.host_int32(x) for k, x in paged.items()}
-        core.plan(qo_host, kv_host, self._float_workspace_buffer, self._int_workspace(int_bytes),
-                  stream=_base.current_stream(self.device), **paged)
+        core.plan(qo_host, kv_host, self._float_workspace_buffer, self._int_workspace(int_bytes), **paged)
         self._qo_indptr_last = total_q
         self._batch_size = batch
         self._keep(core, config, features, scalars)
