@@ -1,13 +1,18 @@
 #include "build.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
 #include <cstdio>
+#include <cstring>
+#include <fcntl.h>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <sstream>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sys/file.h>
 #include <thread>
 #include <unistd.h>
 
@@ -38,13 +43,74 @@ std::set<std::string> read_outputs(const fs::path& out_dir) {
   return j.get<std::set<std::string>>();
 }
 
+constexpr const char* kLockFile = ".aotinfer-lock";
+constexpr const char* kManifest = "package/manifest.json";
+
+// Output folders this process has locked (canonical path -> lock file descriptor).
+std::mutex locks_mutex;
+std::map<std::string, int> locks_held;
+
 // A path from the outputs list is only ever a plain relative path inside out_dir.
 bool is_inside(const std::string& rel) {
   fs::path p(rel);
   return !rel.empty() && p.is_relative() && std::none_of(p.begin(), p.end(), [](const fs::path& part) { return part == ".."; });
 }
 
+// The sealed manifest at `path` describes the planned variants (it may differ only in what seal
+// fills in: sizes, hashes and the archs read from each fatbin).
+bool matches_plan(const fs::path& path, const Manifest& plan) {
+  if (!fs::exists(path)) return true;  // nothing sealed: nothing to take back
+  try {
+    Manifest sealed = Manifest::load(path);
+    for (auto& v : sealed.variants) {
+      v.size = 0;
+      v.sha256.clear();
+      v.archs.clear();
+    }
+    return sealed == plan;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+// Removes the sealed manifest (only ever one this generator wrote: callers check the outputs
+// list), so the package reads as "not built" until seal writes it again.
+void unseal(const fs::path& out_dir) {
+  std::error_code ec;
+  fs::remove(out_dir / kManifest, ec);
+  if (ec) throw Error(ErrorCode::io_error, "cannot remove " + (out_dir / kManifest).string() + ": " + ec.message());
+}
+
 }  // namespace
+
+void lock_output_dir(const fs::path& out_dir) {
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec) throw Error(ErrorCode::io_error, "cannot create the output folder " + out_dir.string() + ": " + ec.message());
+  const std::string key = fs::canonical(out_dir).string();
+  std::lock_guard guard(locks_mutex);
+  if (locks_held.count(key)) return;
+  const fs::path lock = out_dir / kLockFile;
+  // O_CLOEXEC: ninja, nvcc and a compiler cache's server must not inherit (and so keep) the lock.
+  const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) throw Error(ErrorCode::io_error, "cannot open the lock file " + lock.string() + ": " + std::strerror(errno));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    std::string holder;
+    char buf[32] = {};
+    if (::pread(fd, buf, sizeof buf - 1, 0) > 0) holder = std::string(buf, std::strcspn(buf, "\n"));
+    ::close(fd);
+    if (err != EWOULDBLOCK) throw Error(ErrorCode::io_error, "cannot lock " + lock.string() + ": " + std::strerror(err));
+    throw Error(ErrorCode::io_error,
+                out_dir.string() + ": expected no other build of this output folder, got one running (aotinfer-gen pid " +
+                    (holder.empty() ? std::string("unknown") : holder) + " holds " + lock.string() +
+                    "); wait for it to finish, or stop it, and run again");
+  }
+  // The pid is for the message of a refused build; without it that says "pid unknown".
+  const std::string pid = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd, 0) == 0) (void)!::pwrite(fd, pid.data(), pid.size(), 0);
+  locks_held.emplace(key, fd);
+}
 
 GenerateResult generate_package(const Spec& spec, const std::vector<FamilySchema>& families, const fs::path& out_dir,
                                 const NinjaOptions& ninja, const std::vector<std::pair<std::string, std::string>>& extra_files) {
@@ -69,8 +135,22 @@ GenerateResult generate_package(const Spec& spec, const std::vector<FamilySchema
   outputs.insert("package/manifest.json");
   outputs.insert("build-report.json");
 
-  // Stale outputs first: a variant that left the spec must not linger in the package.
-  for (const auto& rel : read_outputs(out_dir)) {
+  lock_output_dir(out_dir);
+  const std::set<std::string> previous = read_outputs(out_dir);
+
+  // The sealed manifest is the package's commit mark: it goes before any file it describes
+  // changes (here, and in run_ninja before a compile), and seal writes it back last. An
+  // interrupted build so never leaves a manifest naming files that are gone or half-built.
+  if (previous.count(kManifest) && !matches_plan(out_dir / kManifest, result.plan)) unseal(out_dir);
+
+  // Every path this run or its build may write is tracked before any is written, so an
+  // interrupted run leaves nothing of its own untracked (the next run removes what is stale).
+  std::set<std::string> tracked = previous;
+  tracked.insert(outputs.begin(), outputs.end());
+  write_if_different(out_dir / kOutputsList, nlohmann::json(tracked).dump(1) + "\n");
+
+  // Stale outputs next: a variant that left the spec must not linger in the package.
+  for (const auto& rel : previous) {
     if (outputs.count(rel) || !is_inside(rel)) continue;
     std::error_code ec;
     if (fs::remove(out_dir / rel, ec)) ++result.removed;
@@ -173,6 +253,17 @@ int default_jobs() {
 }
 
 int run_ninja(const fs::path& out_dir, int jobs) {
+  // A compile is about to replace fatbins that the sealed manifest describes: take the manifest
+  // back first (see generate_package). `ninja -n` only plans; "no work to do" keeps it.
+  if (read_outputs(out_dir).count(kManifest) && fs::exists(out_dir / kManifest)) {
+    std::string plan;
+    if (FILE* dry = ::popen(("ninja -C '" + out_dir.string() + "' -n 2>&1").c_str(), "r")) {
+      char buffer[4096];
+      while (std::size_t n = std::fread(buffer, 1, sizeof buffer, dry)) plan.append(buffer, n);
+      ::pclose(dry);
+    }
+    if (plan.find("no work to do") == std::string::npos) unseal(out_dir);
+  }
   // ninja prints "[done/total elapsed] ..." per step; an ETA from the rate so far is added.
   std::string command = "NINJA_STATUS='[%f/%t %es] ' ninja -C '" + out_dir.string() + "' -j " + std::to_string(jobs) + " 2>&1";
   FILE* pipe = ::popen(command.c_str(), "r");

@@ -26,6 +26,15 @@ struct GenerateResult {
   std::size_t removed = 0;    // stale outputs of an earlier run, deleted
 };
 
+// Takes the output folder's lock (<out>/.aotinfer-lock, flock, holding this process's pid) and
+// keeps it until this process exits, so two builds never write one folder at once: a second
+// process is refused with Error(io_error) naming the holder's pid. Taking it again in the same
+// process is a no-op. The lock is not inherited by ninja or compilers.
+void lock_output_dir(const std::filesystem::path& out_dir);
+
+// Locks out_dir (lock_output_dir), then writes the build tree. When the package is about to
+// change, the sealed package/manifest.json is removed first (seal writes it back last), so an
+// interrupted build leaves no manifest describing missing or half-built files.
 // `extra_files` (relative path, content) are written and tracked like the generated ones (a
 // shard build's shard.json).
 GenerateResult generate_package(const Spec& spec, const std::vector<FamilySchema>& families,
@@ -44,7 +53,7 @@ void write_build_report(const std::filesystem::path& out_dir, const Manifest& ma
 int default_jobs();
 
 // Runs ninja in out_dir with a progress line per step (done/total, elapsed, ETA); returns
-// ninja's exit status.
+// ninja's exit status. When ninja has work to do, the sealed manifest is removed first.
 int run_ninja(const std::filesystem::path& out_dir, int jobs);
 
 }  // namespace aotinfer::gen

@@ -105,10 +105,16 @@ std::string append_params() {
 }  // namespace
 
 extern "C" const char* aotinfer_abi_layout(void) {
-  static const std::string layout =
-      "{" + join({tensor(), scalars(), decode_tensors(), prefill_tensors(), merge_tensors(), append_tensors(),
-                  decode_config(), prefill_config(), decode_run_args(), prefill_run_args(), merge_params(), paged_kv(),
-                  append_params()}) +
-      "}";
-  return layout.c_str();
+  // Nothing may cross the C boundary: out of memory on the first call gives NULL (a later call
+  // tries again) instead of terminating the process.
+  try {
+    static const std::string layout =
+        "{" + join({tensor(), scalars(), decode_tensors(), prefill_tensors(), merge_tensors(), append_tensors(),
+                    decode_config(), prefill_config(), decode_run_args(), prefill_run_args(), merge_params(), paged_kv(),
+                    append_params()}) +
+        "}";
+    return layout.c_str();
+  } catch (...) {
+    return nullptr;
+  }
 }

@@ -1,6 +1,10 @@
 #include "aotinfer/aotinfer.h"
 
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
 #include <map>
+#include <new>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -34,7 +38,18 @@ class FrontEnds {
   std::map<Key, FrontEnd> made_;
 };
 
+// Every handle starts with a tag naming its type: a pointer to anything else (another handle
+// type, freed memory, a stray pointer) is refused before any member is used. Best effort: it
+// catches the common slips, not every use after free.
+enum HandleTag : std::uint64_t {
+  kPackageTag = 0x4b43'4150'4e49'544fULL,  // "OTINPACK"
+  kDecodeTag = 0x4345'4444'4e49'544fULL,   // "OTINDDEC"
+  kPrefillTag = 0x4552'5046'4e49'544fULL,  // "OTINFPRE"
+  kDeadTag = 0x4441'4544'4e49'544fULL,     // "OTINDEAD": destroyed
+};
+
 struct aotinfer_package {
+  std::uint64_t tag = kPackageTag;
   aotinfer::Package package;
   std::vector<std::string> uris;
   mutable FrontEnds<aotinfer::MergeState> merges{};  // a cache: the package stays logically const
@@ -42,94 +57,248 @@ struct aotinfer_package {
 };
 
 struct aotinfer_batch_decode {
+  std::uint64_t tag = kDecodeTag;
   aotinfer::BatchDecode decode;
 };
 
 struct aotinfer_batch_prefill {
+  std::uint64_t tag = kPrefillTag;
   aotinfer::BatchPrefill prefill;
 };
 
 namespace {
 
+using aotinfer::Error;
+using aotinfer::ErrorCode;
+
 // The C statuses are the C++ error codes.
-static_assert(int(aotinfer::ErrorCode::io_error) == AOTINFER_IO_ERROR);
-static_assert(int(aotinfer::ErrorCode::invalid_argument) == AOTINFER_INVALID_ARGUMENT);
+static_assert(int(ErrorCode::invalid_argument) == AOTINFER_INVALID_ARGUMENT);
+static_assert(int(ErrorCode::not_found) == AOTINFER_NOT_FOUND);
+static_assert(int(ErrorCode::corrupt_package) == AOTINFER_CORRUPT_PACKAGE);
+static_assert(int(ErrorCode::no_driver) == AOTINFER_NO_DRIVER);
+static_assert(int(ErrorCode::no_device) == AOTINFER_NO_DEVICE);
+static_assert(int(ErrorCode::unsupported_arch) == AOTINFER_UNSUPPORTED_ARCH);
+static_assert(int(ErrorCode::cuda_error) == AOTINFER_CUDA_ERROR);
+static_assert(int(ErrorCode::io_error) == AOTINFER_IO_ERROR);
 
 thread_local std::string last_error;
+thread_local bool last_error_lost = false;  // the message could not be stored (out of memory)
 
-// Runs `body`, turning exceptions into a status and the thread's last error.
-template <typename Body>
-aotinfer_status guarded(Body&& body) {
+void set_error(const char* message) noexcept {
+  try {
+    last_error = message;
+    last_error_lost = false;
+  } catch (...) {
+    last_error.clear();
+    last_error_lost = true;
+  }
+}
+
+void clear_error() noexcept {
+  last_error.clear();
+  last_error_lost = false;
+}
+
+// Runs `body`, turning every exception into a status and the thread's last error: nothing
+// thrown ever crosses the C boundary.
+// Calls without a status (count, uri, close, destroy) keep the last error on success.
+template <bool kClearOnSuccess = true, typename Body>
+aotinfer_status guarded(Body&& body) noexcept {
   try {
     body();
-    last_error.clear();
+    if (kClearOnSuccess) clear_error();
     return AOTINFER_OK;
-  } catch (const aotinfer::Error& e) {
-    last_error = e.what();
-    return aotinfer_status(int(e.code()));
+  } catch (const Error& e) {
+    set_error(e.what());
+    const int code = int(e.code());
+    return code >= AOTINFER_INVALID_ARGUMENT && code <= AOTINFER_IO_ERROR ? aotinfer_status(code) : AOTINFER_INTERNAL_ERROR;
+  } catch (const std::bad_alloc&) {
+    set_error("out of memory");
+    return AOTINFER_INTERNAL_ERROR;
   } catch (const std::exception& e) {
-    last_error = e.what();
+    set_error(e.what());
+    return AOTINFER_INTERNAL_ERROR;
+  } catch (...) {
+    set_error("an unknown exception (a bug in aotinfer)");
     return AOTINFER_INTERNAL_ERROR;
   }
 }
 
+std::string address(const void* p) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%p", p);
+  return buf;
+}
+
+// Argument checks of one C entry point, each message "<function>: <argument> ...". They run
+// before any handle is used and before the driver is touched.
+struct Args {
+  const char* function;
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw Error(ErrorCode::invalid_argument, std::string(function) + ": " + what);
+  }
+
+  template <typename T>
+  void aligned(const T* p, const char* name) const {
+    if (reinterpret_cast<std::uintptr_t>(p) % alignof(T) != 0)
+      fail(std::string(name) + ": expected a pointer aligned to " + std::to_string(alignof(T)) + " bytes, got " + address(p));
+  }
+
+  // A struct or value the call reads or writes.
+  template <typename T>
+  void pointer(const T* p, const char* name, const char* expected) const {
+    if (!p) fail(std::string(name) + " must not be NULL: expected " + expected);
+    aligned(p, name);
+  }
+
+  void text(const char* s, const char* name, const char* expected) const {
+    if (!s) fail(std::string(name) + " must not be NULL: expected " + expected);
+    if (!*s) fail(std::string(name) + ": expected " + expected + ", got an empty string");
+  }
+
+  // A host array of `count` elements: NULL only when empty.
+  template <typename T>
+  void array(const T* p, std::int64_t count, const char* name, const std::string& expected) const {
+    if (!p && count > 0) fail(std::string(name) + " must not be NULL: expected " + expected);
+    if (p) aligned(p, name);
+  }
+
+  // Device memory the kernels move in 16-byte vectors.
+  void device(const void* p, const char* name, std::size_t alignment, bool required, const std::string& expected) const {
+    if (!p) {
+      if (required) fail(std::string(name) + " must not be NULL: expected " + expected);
+      return;
+    }
+    if (reinterpret_cast<std::uintptr_t>(p) % alignment != 0)
+      fail(std::string(name) + ": expected device memory aligned to " + std::to_string(alignment) + " bytes, got " + address(p));
+  }
+
+  void at_least(std::int64_t value, std::int64_t minimum, const char* name) const {
+    if (value < minimum) fail(std::string(name) + ": expected >= " + std::to_string(minimum) + ", got " + std::to_string(value));
+  }
+
+  // A handle made by `maker`: not NULL, aligned, and carrying its type's tag.
+  template <typename Handle>
+  void handle(const Handle* h, const char* name, std::uint64_t tag, const char* maker) const {
+    if (!h) fail(std::string(name) + " must not be NULL: expected a handle from " + maker);
+    if (reinterpret_cast<std::uintptr_t>(h) % alignof(Handle) != 0)
+      fail(std::string(name) + ": expected a handle from " + maker + ", got a misaligned pointer " + address(h));
+    std::uint64_t found = 0;
+    std::memcpy(&found, static_cast<const void*>(h), sizeof found);
+    if (found == kDeadTag) fail(std::string(name) + ": expected a handle from " + maker + ", got one that was already destroyed");
+    if (found != tag)
+      fail(std::string(name) + ": expected a handle from " + maker + ", got a pointer to something else (" + address(h) + ")");
+  }
+};
+
+constexpr const char* kPackageMaker = "aotinfer_package_open";
+constexpr const char* kDecodeMaker = "aotinfer_batch_decode_create";
+constexpr const char* kPrefillMaker = "aotinfer_batch_prefill_create";
+
 aotinfer::DType dtype_arg(const char* name, const char* what) {
   auto type = name ? aotinfer::parse_dtype(name) : std::nullopt;
   if (!type)
-    throw aotinfer::Error(aotinfer::ErrorCode::invalid_argument,
-                          std::string(what) + ": unknown dtype '" + (name ? name : "(null)") + "' (f16, bf16, e4m3, e5m2, f32, i32)");
+    throw Error(ErrorCode::invalid_argument,
+                std::string(what) + ": unknown dtype '" + (name ? name : "(null)") + "' (f16, bf16, e4m3, e5m2, f32, i32)");
   return *type;
 }
 
 aotinfer::KvLayout layout_arg(const char* name) {
   const std::string layout = name ? name : "nhd";
   if (layout != "nhd" && layout != "hnd")
-    throw aotinfer::Error(aotinfer::ErrorCode::invalid_argument, "layout must be \"nhd\" or \"hnd\", got \"" + layout + "\"");
+    throw Error(ErrorCode::invalid_argument, "layout must be \"nhd\" or \"hnd\", got \"" + layout + "\"");
   return layout == "nhd" ? aotinfer::KvLayout::nhd : aotinfer::KvLayout::hnd;
 }
 
-aotinfer_status null_argument(const char* what) {
-  last_error = std::string(what) + " must not be NULL";
-  return AOTINFER_INVALID_ARGUMENT;
+// Workspaces of a plan: device memory, 16-byte aligned (the plan lays out float4 rows in them).
+void workspace_args(const Args& a, const void* float_workspace, std::size_t float_bytes, const void* int_workspace,
+                    std::size_t int_bytes) {
+  a.device(int_workspace, "int_workspace", 16, true, "device memory of the int_bytes that workspace_sizes gives");
+  if (int_bytes == 0) a.fail("int_bytes: expected the int workspace's size in bytes (workspace_sizes gives it), got 0");
+  if (!float_workspace && float_bytes > 0)
+    a.fail("float_workspace must not be NULL when float_bytes is " + std::to_string(float_bytes));
+  a.device(float_workspace, "float_workspace", 16, false, "");
+}
+
+// Marks a handle destroyed and frees it; anything that is not a live handle is left alone.
+template <typename Handle>
+void destroy(Handle* h, const char* function, const char* name, std::uint64_t tag, const char* maker) noexcept {
+  if (!h) return;
+  const aotinfer_status status = guarded<false>([&] { Args{function}.handle(h, name, tag, maker); });
+  if (status != AOTINFER_OK) return;  // not ours to free: leaking beats freeing garbage
+  h->tag = kDeadTag;
+  delete h;
 }
 
 }  // namespace
 
 extern "C" {
 
-const char* aotinfer_last_error(void) { return last_error.c_str(); }
+const char* aotinfer_last_error(void) {
+  return last_error_lost ? "out of memory (the error message could not be stored)" : last_error.c_str();
+}
 
 aotinfer_status aotinfer_package_open(const char* dir, aotinfer_package** out) {
-  if (!dir) return null_argument("dir");
-  if (!out) return null_argument("out");
-  *out = nullptr;
   return guarded([&] {
+    const Args a{"aotinfer_package_open"};
+    a.pointer(out, "out", "where to store the package handle");
+    *out = nullptr;
+    a.text(dir, "dir", "the path of a package folder (the one holding manifest.json)");
     auto package = aotinfer::Package::open(dir);
     std::vector<std::string> uris;
     for (const auto& v : package.manifest().variants) uris.push_back(v.key.uri());
-    *out = new aotinfer_package{std::move(package), std::move(uris)};
+    *out = new aotinfer_package{kPackageTag, std::move(package), std::move(uris)};
   });
 }
 
-void aotinfer_package_close(aotinfer_package* package) { delete package; }
+void aotinfer_package_close(aotinfer_package* package) {
+  destroy(package, "aotinfer_package_close", "package", kPackageTag, kPackageMaker);
+}
 
-size_t aotinfer_package_variant_count(const aotinfer_package* package) { return package ? package->uris.size() : 0; }
+size_t aotinfer_package_variant_count(const aotinfer_package* package) {
+  size_t count = 0;
+  guarded<false>([&] {
+    Args{"aotinfer_package_variant_count"}.handle(package, "package", kPackageTag, kPackageMaker);
+    count = package->uris.size();
+  });
+  return count;
+}
 
 const char* aotinfer_package_variant_uri(const aotinfer_package* package, size_t i) {
-  return package && i < package->uris.size() ? package->uris[i].c_str() : nullptr;
+  const char* uri = nullptr;
+  guarded<false>([&] {
+    const Args a{"aotinfer_package_variant_uri"};
+    a.handle(package, "package", kPackageTag, kPackageMaker);
+    if (i >= package->uris.size())
+      a.fail("i: expected an index below the variant count " + std::to_string(package->uris.size()) + ", got " + std::to_string(i));
+    uri = package->uris[i].c_str();
+  });
+  return uri;
 }
 
 aotinfer_status aotinfer_package_find(const aotinfer_package* package, const char* uri) {
-  if (!package) return null_argument("package");
-  if (!uri) return null_argument("uri");
-  return guarded([&] { package->package.find(uri); });
+  return guarded([&] {
+    const Args a{"aotinfer_package_find"};
+    a.text(uri, "uri", "a variant URI such as merge_state.dtype-bf16.head_dim-128");
+    a.handle(package, "package", kPackageTag, kPackageMaker);
+    package->package.find(uri);
+  });
 }
 
 aotinfer_status aotinfer_launch(const aotinfer_package* package, const char* uri, const char* entry,
                                 const uint32_t grid[3], const void* params, size_t params_size, void* stream) {
-  if (!package) return null_argument("package");
-  if (!uri || !entry || !grid || !params) return null_argument("uri, entry, grid and params");
   return guarded([&] {
+    const Args a{"aotinfer_launch"};
+    a.text(uri, "uri", "a variant URI");
+    a.text(entry, "entry", "an entry point name of the variant");
+    a.pointer(grid, "grid", "3 grid dimensions");
+    if (grid[0] < 1 || grid[0] > 0x7fffffffu || grid[1] < 1 || grid[1] > 65535 || grid[2] < 1 || grid[2] > 65535)
+      a.fail("grid: expected x in 1..2147483647 and y, z in 1..65535, got {" + std::to_string(grid[0]) + ", " +
+             std::to_string(grid[1]) + ", " + std::to_string(grid[2]) + "}");
+    if (!params) a.fail("params must not be NULL: expected the entry's params struct");
+    if (params_size == 0) a.fail("params_size: expected the size of the entry's params struct, got 0");
+    a.handle(package, "package", kPackageTag, kPackageMaker);
     package->package.kernel(uri, entry).launch(aotinfer::Grid{grid[0], grid[1], grid[2]}, params, params_size,
                                                static_cast<aotinfer::Stream>(stream));
   });
@@ -137,29 +306,60 @@ aotinfer_status aotinfer_launch(const aotinfer_package* package, const char* uri
 
 aotinfer_status aotinfer_merge_state(const aotinfer_package* package, const char* dtype, int head_dim,
                                      const aotinfer_merge_state_params* params, void* stream) {
-  if (!package) return null_argument("package");
-  if (!dtype || !params) return null_argument("dtype and params");
   return guarded([&] {
-    aotinfer::MergeState(package->package, dtype_arg(dtype, "merge_state"), head_dim)
-        .run(*params, static_cast<aotinfer::Stream>(stream));
+    const Args a{"aotinfer_merge_state"};
+    a.text(dtype, "dtype", "\"f16\" or \"bf16\"");
+    a.at_least(head_dim, 1, "head_dim");
+    a.pointer(params, "params", "an aotinfer_merge_state_params");
+    const aotinfer_merge_state_params& p = *params;
+    a.at_least(p.rows, 0, "params->rows");
+    const bool rows = p.rows > 0;
+    a.device(p.v_a, "params->v_a", 16, rows, "device memory of rows x head_dim values");
+    a.device(p.v_b, "params->v_b", 16, rows, "device memory of rows x head_dim values");
+    a.device(p.v_out, "params->v_out", 16, rows, "device memory of rows x head_dim values");
+    a.device(p.s_a, "params->s_a", 4, rows, "device memory of rows floats");
+    a.device(p.s_b, "params->s_b", 4, rows, "device memory of rows floats");
+    a.device(p.s_out, "params->s_out", 4, false, "");
+    const aotinfer::DType type = dtype_arg(dtype, "merge_state");
+    a.handle(package, "package", kPackageTag, kPackageMaker);
+    aotinfer::MergeState(package->package, type, head_dim).run(p, static_cast<aotinfer::Stream>(stream));
   });
 }
 
 aotinfer_status aotinfer_append_paged_kv(const aotinfer_package* package, const char* dtype, int head_dim,
                                          const aotinfer_append_paged_kv_params* params, void* stream) {
-  if (!package) return null_argument("package");
-  if (!dtype || !params) return null_argument("dtype and params");
   return guarded([&] {
-    aotinfer::AppendPagedKv(package->package, dtype_arg(dtype, "append_paged_kv"), head_dim)
-        .run(*params, static_cast<aotinfer::Stream>(stream));
+    const Args a{"aotinfer_append_paged_kv"};
+    a.text(dtype, "dtype", "\"f16\", \"bf16\", \"e4m3\" or \"e5m2\"");
+    a.at_least(head_dim, 1, "head_dim");
+    a.pointer(params, "params", "an aotinfer_append_paged_kv_params");
+    const aotinfer_append_paged_kv_params& p = *params;
+    a.at_least(p.nnz, 0, "params->nnz");
+    if (p.nnz > 0) {
+      a.at_least(p.kv.num_kv_heads, 1, "params->kv.num_kv_heads");
+      a.at_least(p.kv.page_size, 1, "params->kv.page_size");
+      for (auto [name, ptr] : {std::pair{"params->k", p.k}, {"params->v", p.v},
+                               {"params->kv.k_pages", static_cast<const void*>(p.kv.k_pages)},
+                               {"params->kv.v_pages", static_cast<const void*>(p.kv.v_pages)}})
+        a.device(ptr, name, 16, true, "device memory");
+      for (auto [name, ptr] : {std::pair{"params->batch_indices", static_cast<const void*>(p.batch_indices)},
+                               {"params->positions", static_cast<const void*>(p.positions)},
+                               {"params->kv.indptr", static_cast<const void*>(p.kv.indptr)},
+                               {"params->kv.indices", static_cast<const void*>(p.kv.indices)}})
+        a.device(ptr, name, 4, true, "device memory of int32 values");
+    }
+    const aotinfer::DType type = dtype_arg(dtype, "append_paged_kv");
+    a.handle(package, "package", kPackageTag, kPackageMaker);
+    aotinfer::AppendPagedKv(package->package, type, head_dim).run(p, static_cast<aotinfer::Stream>(stream));
   });
 }
 
 aotinfer_status aotinfer_merge_state_tensors_run(const aotinfer_package* package, const aotinfer_merge_state_tensors* t,
                                                  void* stream) {
-  if (!package) return null_argument("package");
-  if (!t) return null_argument("tensors");
   return guarded([&] {
+    const Args a{"aotinfer_merge_state_tensors_run"};
+    a.pointer(t, "tensors", "an aotinfer_merge_state_tensors");
+    a.handle(package, "package", kPackageTag, kPackageMaker);
     const auto call = aotinfer::detail::merge_state_call(*t, aotinfer::detail::current_device_ordinal);
     package->merges.get(package->package, call.dtype, call.head_dim).run(call.params, static_cast<aotinfer::Stream>(stream));
   });
@@ -168,20 +368,29 @@ aotinfer_status aotinfer_merge_state_tensors_run(const aotinfer_package* package
 aotinfer_status aotinfer_append_paged_kv_tensors_run(const aotinfer_package* package,
                                                      const aotinfer_append_paged_kv_tensors* t, const char* layout,
                                                      void* stream) {
-  if (!package) return null_argument("package");
-  if (!t) return null_argument("tensors");
   return guarded([&] {
-    const auto call = aotinfer::detail::append_paged_kv_call(*t, layout_arg(layout), aotinfer::detail::current_device_ordinal);
+    const Args a{"aotinfer_append_paged_kv_tensors_run"};
+    a.pointer(t, "tensors", "an aotinfer_append_paged_kv_tensors");
+    const aotinfer::KvLayout kv_layout = layout_arg(layout);
+    a.handle(package, "package", kPackageTag, kPackageMaker);
+    const auto call = aotinfer::detail::append_paged_kv_call(*t, kv_layout, aotinfer::detail::current_device_ordinal);
     package->appends.get(package->package, call.dtype, call.head_dim).run(call.params, static_cast<aotinfer::Stream>(stream));
   });
 }
 
 aotinfer_status aotinfer_batch_decode_create(const aotinfer_package* package, const aotinfer_batch_decode_config* c,
                                              aotinfer_batch_decode** out) {
-  if (!package || !c || !out) return null_argument("package, config and out");
-  *out = nullptr;
   return guarded([&] {
-    auto invalid = [](const std::string& what) { throw aotinfer::Error(aotinfer::ErrorCode::invalid_argument, what); };
+    const Args a{"aotinfer_batch_decode_create"};
+    a.pointer(out, "out", "where to store the decode handle");
+    *out = nullptr;
+    a.pointer(c, "config", "an aotinfer_batch_decode_config");
+    a.at_least(c->head_dim, 1, "config->head_dim");
+    a.at_least(c->num_qo_heads, 1, "config->num_qo_heads");
+    a.at_least(c->num_kv_heads, 1, "config->num_kv_heads");
+    a.at_least(c->page_size, 1, "config->page_size");
+    if (c->cuda_graph) a.at_least(c->max_batch, 1, "config->max_batch (CUDA-graph mode)");
+    auto invalid = [](const std::string& what) { throw Error(ErrorCode::invalid_argument, what); };
     aotinfer::BatchDecodeConfig config;
     config.dtype_q = dtype_arg(c->dtype_q, "dtype_q");
     config.dtype_kv = dtype_arg(c->dtype_kv, "dtype_kv");
@@ -200,16 +409,23 @@ aotinfer_status aotinfer_batch_decode_create(const aotinfer_package* package, co
     config.soft_cap = c->soft_cap != 0;
     config.cuda_graph = c->cuda_graph != 0;
     config.max_batch = c->max_batch;
-    *out = new aotinfer_batch_decode{aotinfer::BatchDecode(package->package, config)};
+    a.handle(package, "package", kPackageTag, kPackageMaker);
+    *out = new aotinfer_batch_decode{kDecodeTag, aotinfer::BatchDecode(package->package, config)};
   });
 }
 
-void aotinfer_batch_decode_destroy(aotinfer_batch_decode* decode) { delete decode; }
+void aotinfer_batch_decode_destroy(aotinfer_batch_decode* decode) {
+  destroy(decode, "aotinfer_batch_decode_destroy", "decode", kDecodeTag, kDecodeMaker);
+}
 
 aotinfer_status aotinfer_batch_decode_workspace_sizes(const aotinfer_batch_decode* decode, int32_t max_batch,
                                                       size_t* float_bytes, size_t* int_bytes) {
-  if (!decode || !float_bytes || !int_bytes) return null_argument("decode, float_bytes and int_bytes");
   return guarded([&] {
+    const Args a{"aotinfer_batch_decode_workspace_sizes"};
+    a.at_least(max_batch, 0, "max_batch");
+    a.pointer(float_bytes, "float_bytes", "where to store the float workspace's size");
+    a.pointer(int_bytes, "int_bytes", "where to store the int workspace's size");
+    a.handle(decode, "decode", kDecodeTag, kDecodeMaker);
     auto sizes = decode->decode.workspace_sizes(max_batch);
     *float_bytes = sizes.float_bytes;
     *int_bytes = sizes.int_bytes;
@@ -220,40 +436,46 @@ aotinfer_status aotinfer_batch_decode_plan(aotinfer_batch_decode* decode, const 
                                            const int32_t* kv_last_page_len, const int32_t* kv_indices,
                                            int32_t num_indices, int32_t num_pages, void* float_workspace,
                                            size_t float_bytes, void* int_workspace, size_t int_bytes, void* stream) {
-  if (!decode || !kv_indptr || (batch > 0 && !kv_last_page_len)) return null_argument("decode, kv_indptr and kv_last_page_len");
-  if (batch < 0 || num_indices < 0) {
-    last_error = "batch and num_indices must be >= 0";
-    return AOTINFER_INVALID_ARGUMENT;
-  }
   return guarded([&] {
+    const Args a{"aotinfer_batch_decode_plan"};
+    a.at_least(batch, 0, "batch");
+    a.array(kv_indptr, std::int64_t(batch) + 1, "kv_indptr", "batch + 1 page offsets");
+    a.array(kv_last_page_len, batch, "kv_last_page_len", "batch lengths");
+    a.at_least(num_indices, 0, "num_indices");
+    a.array(kv_indices, num_indices, "kv_indices", "num_indices page ids (or NULL with num_indices 0)");
+    a.at_least(num_pages, 0, "num_pages");
+    workspace_args(a, float_workspace, float_bytes, int_workspace, int_bytes);
+    a.handle(decode, "decode", kDecodeTag, kDecodeMaker);
     decode->decode.plan({kv_indptr, std::size_t(batch) + 1}, {kv_last_page_len, std::size_t(batch)},
                         {kv_indices, kv_indices ? std::size_t(num_indices) : 0}, num_pages,
                         {float_workspace, float_bytes, int_workspace, int_bytes}, static_cast<aotinfer::Stream>(stream));
   });
 }
 
-aotinfer_status aotinfer_batch_decode_run(const aotinfer_batch_decode* decode, const aotinfer_batch_decode_run_args* a,
+aotinfer_status aotinfer_batch_decode_run(const aotinfer_batch_decode* decode, const aotinfer_batch_decode_run_args* in,
                                           void* stream) {
-  if (!decode || !a) return null_argument("decode and args");
   return guarded([&] {
+    const Args a{"aotinfer_batch_decode_run"};
+    a.pointer(in, "args", "an aotinfer_batch_decode_run_args");
+    a.handle(decode, "decode", kDecodeTag, kDecodeMaker);
     aotinfer::DecodeRunArgs args;
-    args.batch = a->batch;
-    args.q = a->q;
-    args.k_pages = a->k_pages;
-    args.v_pages = a->v_pages;
-    args.kv_indptr = a->kv_indptr;
-    args.kv_indices = a->kv_indices;
-    args.kv_last_page_len = a->kv_last_page_len;
-    args.o = a->o;
-    args.lse = a->lse;
-    args.q_positions = a->q_positions;
-    args.sm_scale = a->sm_scale;
-    args.logits_soft_cap = a->logits_soft_cap;
-    args.rope_scale = a->rope_scale != 0 ? a->rope_scale : 1.f;
-    args.rope_theta = a->rope_theta != 0 ? a->rope_theta : 1e4f;
-    args.k_scale = a->k_scale != 0 ? a->k_scale : 1.f;
-    args.v_scale = a->v_scale != 0 ? a->v_scale : 1.f;
-    args.window_left = a->window_left;
+    args.batch = in->batch;
+    args.q = in->q;
+    args.k_pages = in->k_pages;
+    args.v_pages = in->v_pages;
+    args.kv_indptr = in->kv_indptr;
+    args.kv_indices = in->kv_indices;
+    args.kv_last_page_len = in->kv_last_page_len;
+    args.o = in->o;
+    args.lse = in->lse;
+    args.q_positions = in->q_positions;
+    args.sm_scale = in->sm_scale;
+    args.logits_soft_cap = in->logits_soft_cap;
+    args.rope_scale = in->rope_scale != 0 ? in->rope_scale : 1.f;
+    args.rope_theta = in->rope_theta != 0 ? in->rope_theta : 1e4f;
+    args.k_scale = in->k_scale != 0 ? in->k_scale : 1.f;
+    args.v_scale = in->v_scale != 0 ? in->v_scale : 1.f;
+    args.window_left = in->window_left;
     decode->decode.run(args, static_cast<aotinfer::Stream>(stream));
   });
 }
@@ -261,16 +483,30 @@ aotinfer_status aotinfer_batch_decode_run(const aotinfer_batch_decode* decode, c
 aotinfer_status aotinfer_batch_decode_tensors_run(const aotinfer_batch_decode* decode,
                                                   const aotinfer_batch_decode_tensors* tensors,
                                                   const aotinfer_attention_scalars* scalars, void* stream) {
-  if (!decode || !tensors || !scalars) return null_argument("decode, tensors and scalars");
-  return guarded([&] { decode->decode.run(*tensors, *scalars, static_cast<aotinfer::Stream>(stream)); });
+  return guarded([&] {
+    const Args a{"aotinfer_batch_decode_tensors_run"};
+    a.pointer(tensors, "tensors", "an aotinfer_batch_decode_tensors");
+    a.pointer(scalars, "scalars", "an aotinfer_attention_scalars");
+    a.handle(decode, "decode", kDecodeTag, kDecodeMaker);
+    decode->decode.run(*tensors, *scalars, static_cast<aotinfer::Stream>(stream));
+  });
 }
 
 aotinfer_status aotinfer_batch_prefill_create(const aotinfer_package* package, const aotinfer_batch_prefill_config* c,
                                               aotinfer_batch_prefill** out) {
-  if (!package || !c || !out) return null_argument("package, config and out");
-  *out = nullptr;
   return guarded([&] {
-    auto invalid = [](const std::string& what) { throw aotinfer::Error(aotinfer::ErrorCode::invalid_argument, what); };
+    const Args a{"aotinfer_batch_prefill_create"};
+    a.pointer(out, "out", "where to store the prefill handle");
+    *out = nullptr;
+    a.pointer(c, "config", "an aotinfer_batch_prefill_config");
+    a.at_least(c->head_dim, 1, "config->head_dim");
+    a.at_least(c->num_qo_heads, 1, "config->num_qo_heads");
+    a.at_least(c->num_kv_heads, 1, "config->num_kv_heads");
+    if (c->cuda_graph) {
+      a.at_least(c->max_batch, 1, "config->max_batch (CUDA-graph mode)");
+      a.at_least(c->max_total_q, 1, "config->max_total_q (CUDA-graph mode)");
+    }
+    auto invalid = [](const std::string& what) { throw Error(ErrorCode::invalid_argument, what); };
     aotinfer::BatchPrefillConfig config;
     config.dtype_q = dtype_arg(c->dtype_q, "dtype_q");
     config.dtype_kv = c->dtype_kv ? dtype_arg(c->dtype_kv, "dtype_kv") : config.dtype_q;
@@ -282,6 +518,7 @@ aotinfer_status aotinfer_batch_prefill_create(const aotinfer_package* package, c
     if (storage != "paged" && storage != "ragged")
       invalid("kv_storage must be \"paged\" or \"ragged\", got \"" + storage + "\"");
     config.kv_storage = storage == "paged" ? aotinfer::KvStorage::paged : aotinfer::KvStorage::ragged;
+    if (config.kv_storage == aotinfer::KvStorage::paged) a.at_least(c->page_size, 1, "config->page_size (paged KV)");
     config.page_size = c->page_size;
     config.layout = layout_arg(c->layout);
     const std::string mask = c->mask ? c->mask : "causal";
@@ -297,16 +534,24 @@ aotinfer_status aotinfer_batch_prefill_create(const aotinfer_package* package, c
     config.cuda_graph = c->cuda_graph != 0;
     config.max_batch = c->max_batch;
     config.max_total_q = c->max_total_q;
-    *out = new aotinfer_batch_prefill{aotinfer::BatchPrefill(package->package, config)};
+    a.handle(package, "package", kPackageTag, kPackageMaker);
+    *out = new aotinfer_batch_prefill{kPrefillTag, aotinfer::BatchPrefill(package->package, config)};
   });
 }
 
-void aotinfer_batch_prefill_destroy(aotinfer_batch_prefill* prefill) { delete prefill; }
+void aotinfer_batch_prefill_destroy(aotinfer_batch_prefill* prefill) {
+  destroy(prefill, "aotinfer_batch_prefill_destroy", "prefill", kPrefillTag, kPrefillMaker);
+}
 
 aotinfer_status aotinfer_batch_prefill_workspace_sizes(const aotinfer_batch_prefill* prefill, int64_t max_total_q,
                                                        int32_t max_batch, size_t* float_bytes, size_t* int_bytes) {
-  if (!prefill || !float_bytes || !int_bytes) return null_argument("prefill, float_bytes and int_bytes");
   return guarded([&] {
+    const Args a{"aotinfer_batch_prefill_workspace_sizes"};
+    a.at_least(max_total_q, 0, "max_total_q");
+    a.at_least(max_batch, 0, "max_batch");
+    a.pointer(float_bytes, "float_bytes", "where to store the float workspace's size");
+    a.pointer(int_bytes, "int_bytes", "where to store the int workspace's size");
+    a.handle(prefill, "prefill", kPrefillTag, kPrefillMaker);
     auto sizes = prefill->prefill.workspace_sizes(max_total_q, max_batch);
     *float_bytes = sizes.float_bytes;
     *int_bytes = sizes.int_bytes;
@@ -319,13 +564,17 @@ aotinfer_status aotinfer_batch_prefill_plan_paged(aotinfer_batch_prefill* prefil
                                                   int32_t num_indices, int32_t num_pages, void* float_workspace,
                                                   size_t float_bytes, void* int_workspace, size_t int_bytes,
                                                   void* stream) {
-  if (!prefill || !qo_indptr || !kv_indptr || (batch > 0 && !kv_last_page_len))
-    return null_argument("prefill, qo_indptr, kv_indptr and kv_last_page_len");
-  if (batch < 0 || num_indices < 0) {
-    last_error = "batch and num_indices must be >= 0";
-    return AOTINFER_INVALID_ARGUMENT;
-  }
   return guarded([&] {
+    const Args a{"aotinfer_batch_prefill_plan_paged"};
+    a.at_least(batch, 0, "batch");
+    a.array(qo_indptr, std::int64_t(batch) + 1, "qo_indptr", "batch + 1 token offsets");
+    a.array(kv_indptr, std::int64_t(batch) + 1, "kv_indptr", "batch + 1 page offsets");
+    a.array(kv_last_page_len, batch, "kv_last_page_len", "batch lengths");
+    a.at_least(num_indices, 0, "num_indices");
+    a.array(kv_indices, num_indices, "kv_indices", "num_indices page ids (or NULL with num_indices 0)");
+    a.at_least(num_pages, 0, "num_pages");
+    workspace_args(a, float_workspace, float_bytes, int_workspace, int_bytes);
+    a.handle(prefill, "prefill", kPrefillTag, kPrefillMaker);
     prefill->prefill.plan_paged({qo_indptr, std::size_t(batch) + 1}, {kv_indptr, std::size_t(batch) + 1},
                                 {kv_last_page_len, std::size_t(batch)},
                                 {kv_indices, kv_indices ? std::size_t(num_indices) : 0}, num_pages,
@@ -338,12 +587,13 @@ aotinfer_status aotinfer_batch_prefill_plan_ragged(aotinfer_batch_prefill* prefi
                                                    const int32_t* kv_indptr, int32_t batch, void* float_workspace,
                                                    size_t float_bytes, void* int_workspace, size_t int_bytes,
                                                    void* stream) {
-  if (!prefill || !qo_indptr || !kv_indptr) return null_argument("prefill, qo_indptr and kv_indptr");
-  if (batch < 0) {
-    last_error = "batch must be >= 0";
-    return AOTINFER_INVALID_ARGUMENT;
-  }
   return guarded([&] {
+    const Args a{"aotinfer_batch_prefill_plan_ragged"};
+    a.at_least(batch, 0, "batch");
+    a.array(qo_indptr, std::int64_t(batch) + 1, "qo_indptr", "batch + 1 token offsets");
+    a.array(kv_indptr, std::int64_t(batch) + 1, "kv_indptr", "batch + 1 token offsets");
+    workspace_args(a, float_workspace, float_bytes, int_workspace, int_bytes);
+    a.handle(prefill, "prefill", kPrefillTag, kPrefillMaker);
     prefill->prefill.plan_ragged({qo_indptr, std::size_t(batch) + 1}, {kv_indptr, std::size_t(batch) + 1},
                                  {float_workspace, float_bytes, int_workspace, int_bytes},
                                  static_cast<aotinfer::Stream>(stream));
@@ -351,26 +601,28 @@ aotinfer_status aotinfer_batch_prefill_plan_ragged(aotinfer_batch_prefill* prefi
 }
 
 aotinfer_status aotinfer_batch_prefill_run(const aotinfer_batch_prefill* prefill,
-                                           const aotinfer_batch_prefill_run_args* a, void* stream) {
-  if (!prefill || !a) return null_argument("prefill and args");
+                                           const aotinfer_batch_prefill_run_args* in, void* stream) {
   return guarded([&] {
+    const Args a{"aotinfer_batch_prefill_run"};
+    a.pointer(in, "args", "an aotinfer_batch_prefill_run_args");
+    a.handle(prefill, "prefill", kPrefillTag, kPrefillMaker);
     aotinfer::PrefillRunArgs args;
-    args.batch = a->batch;
-    args.total_q = a->total_q;
-    args.q = a->q;
-    args.qo_indptr = a->qo_indptr;
-    args.k = a->k;
-    args.v = a->v;
-    args.kv_indptr = a->kv_indptr;
-    args.kv_indices = a->kv_indices;
-    args.kv_last_page_len = a->kv_last_page_len;
-    args.o = a->o;
-    args.lse = a->lse;
-    args.sm_scale = a->sm_scale;
-    args.logits_soft_cap = a->logits_soft_cap;
-    args.rope_scale = a->rope_scale != 0 ? a->rope_scale : 1.f;
-    args.rope_theta = a->rope_theta != 0 ? a->rope_theta : 1e4f;
-    args.window_left = a->window_left;
+    args.batch = in->batch;
+    args.total_q = in->total_q;
+    args.q = in->q;
+    args.qo_indptr = in->qo_indptr;
+    args.k = in->k;
+    args.v = in->v;
+    args.kv_indptr = in->kv_indptr;
+    args.kv_indices = in->kv_indices;
+    args.kv_last_page_len = in->kv_last_page_len;
+    args.o = in->o;
+    args.lse = in->lse;
+    args.sm_scale = in->sm_scale;
+    args.logits_soft_cap = in->logits_soft_cap;
+    args.rope_scale = in->rope_scale != 0 ? in->rope_scale : 1.f;
+    args.rope_theta = in->rope_theta != 0 ? in->rope_theta : 1e4f;
+    args.window_left = in->window_left;
     prefill->prefill.run(args, static_cast<aotinfer::Stream>(stream));
   });
 }
@@ -378,8 +630,13 @@ aotinfer_status aotinfer_batch_prefill_run(const aotinfer_batch_prefill* prefill
 aotinfer_status aotinfer_batch_prefill_tensors_run(const aotinfer_batch_prefill* prefill,
                                                    const aotinfer_batch_prefill_tensors* tensors,
                                                    const aotinfer_attention_scalars* scalars, void* stream) {
-  if (!prefill || !tensors || !scalars) return null_argument("prefill, tensors and scalars");
-  return guarded([&] { prefill->prefill.run(*tensors, *scalars, static_cast<aotinfer::Stream>(stream)); });
+  return guarded([&] {
+    const Args a{"aotinfer_batch_prefill_tensors_run"};
+    a.pointer(tensors, "tensors", "an aotinfer_batch_prefill_tensors");
+    a.pointer(scalars, "scalars", "an aotinfer_attention_scalars");
+    a.handle(prefill, "prefill", kPrefillTag, kPrefillMaker);
+    prefill->prefill.run(*tensors, *scalars, static_cast<aotinfer::Stream>(stream));
+  });
 }
 
 }  // extern "C"

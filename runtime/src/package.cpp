@@ -64,6 +64,71 @@ std::size_t distance(const VariantKey& variant, const VariantKey& wanted) {
   return d;
 }
 
+bool is_integer(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin() + (s[0] == '-'), s.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+         s != "-";
+}
+
+// Values for messages: integers first, by value (compared as text: any length), then names.
+void sort_values(std::vector<std::string>& values) {
+  auto integer_less = [](const std::string& a, const std::string& b) {
+    const bool neg_a = a[0] == '-', neg_b = b[0] == '-';
+    if (neg_a != neg_b) return neg_a;
+    const bool shorter = a.size() != b.size() ? a.size() < b.size() : a < b;  // canonical: no leading zeros
+    const bool same = a == b;
+    return !same && (neg_a ? !shorter : shorter);
+  };
+  std::sort(values.begin(), values.end(), [&](const std::string& a, const std::string& b) {
+    if (is_integer(a) && is_integer(b)) return integer_less(a, b);
+    if (is_integer(a) != is_integer(b)) return is_integer(a);
+    return a < b;
+  });
+}
+
+void add_unique(std::vector<std::string>& items, const std::string& item) {
+  if (std::find(items.begin(), items.end(), item) == items.end()) items.push_back(item);
+}
+
+// What a query asks that no variant of the package can give: a family it does not hold, an
+// axis that family (without a family: every family) lacks, a value no such variant has, or an
+// axis named twice. Empty when the query is sound (it may still match nothing: each value
+// exists, but not together). `unknown_axis` tells the last kind apart.
+std::string query_problem(const Manifest& m, std::string_view family, const std::vector<AxisValue>& where,
+                          bool* unknown_axis = nullptr) {
+  if (unknown_axis) *unknown_axis = false;
+  std::vector<const ManifestVariant*> scope;
+  std::vector<std::string> families;
+  for (const auto& v : m.variants) {
+    add_unique(families, v.key.family);
+    if (family.empty() || v.key.family == family) scope.push_back(&v);
+  }
+  if (!family.empty() && scope.empty())
+    return "family: expected one of this package's families (" + join(families) + "), got '" + std::string(family) + "'";
+  for (std::size_t i = 0; i < where.size(); ++i) {
+    const AxisValue& a = where[i];
+    for (std::size_t k = 0; k < i; ++k)
+      if (where[k].name == a.name && where[k].value != a.value)
+        return "axis " + a.name + ": expected one value, got " + where[k].value + " and " + a.value;
+    std::vector<std::string> axes, values;
+    for (const auto* v : scope)
+      for (const auto& va : v->key.axes) {
+        add_unique(axes, va.name);
+        if (va.name == a.name) add_unique(values, va.value);
+      }
+    if (values.empty()) {
+      if (unknown_axis) *unknown_axis = true;
+      return family.empty() ? "axis: expected an axis some family of this package has (" + join(axes) + "), got '" + a.name + "'"
+                            : "axis of " + std::string(family) + ": expected one of its axes (" + join(axes) + "), got '" + a.name + "'";
+    }
+    if (std::find(values.begin(), values.end(), a.value) == values.end()) {
+      sort_values(values);
+      return "value of " + a.name + (family.empty() ? std::string() : " (" + std::string(family) + ")") +
+             ": expected one of the values this package's variants have (" + join(values) + "), got '" + a.value + "'";
+    }
+  }
+  return {};
+}
+
 std::string missing_message(const Package& pkg, const VariantKey& wanted) {
   const Manifest& m = pkg.manifest();
   std::string msg = "package '" + m.package_name + "' (" + pkg.path().string() + ") has no variant " + wanted.describe();
@@ -81,6 +146,12 @@ std::string missing_message(const Package& pkg, const VariantKey& wanted) {
     msg += "; nearest: ";
     for (std::size_t i = 0; i < std::min<std::size_t>(3, same_family.size()); ++i)
       msg += (i ? ", " : "") + same_family[i]->key.uri();
+    bool unknown_axis = false;
+    if (std::string problem = query_problem(m, wanted.family, wanted.axes, &unknown_axis); !problem.empty()) {
+      msg += " (" + problem + ")";
+      // An axis the family does not have cannot be added by a spec edit.
+      if (unknown_axis) return msg;
+    }
   }
   nlohmann::ordered_json axes = nlohmann::ordered_json::object();
   for (const auto& a : wanted.axes) axes[a.name] = value_json(a.value);
@@ -102,6 +173,53 @@ DeviceArch context_arch() {
   return a;
 }
 
+// The checks a variant's file passes before its bytes go anywhere, none of which needs the
+// driver: it lies inside the package (no link leads out of it), is a regular file, and has the
+// manifest's size (compared before reading, so no odd file is read whole) and sha256. On
+// success `bytes` holds the file; otherwise the problem names the file, with the error code.
+struct FileProblem {
+  ErrorCode code = ErrorCode::corrupt_package;
+  std::string what;  // empty: the file is fine
+};
+
+FileProblem check_variant_file(const fs::path& dir, const ManifestVariant& v, std::string& bytes) {
+  const fs::path file = dir / v.file;
+  std::error_code ec_dir, ec_file;
+  const fs::path root = fs::weakly_canonical(dir, ec_dir);
+  const fs::path real = fs::weakly_canonical(file, ec_file);
+  if (!ec_dir && !ec_file) {
+    auto [r, f] = std::mismatch(root.begin(), root.end(), real.begin(), real.end());
+    if (r != root.end())
+      return {ErrorCode::corrupt_package, file.string() + ": expected a file inside the package " + root.string() +
+                                              ", got a link to " + real.string() + " outside it"};
+  }
+  std::error_code ec;
+  const fs::file_status status = fs::status(file, ec);
+  if (!fs::exists(status))
+    return {ErrorCode::io_error, "cannot read " + file.string() + ": " +
+                                     (ec ? ec.message() : std::string("No such file or directory"))};
+  if (!fs::is_regular_file(status))
+    return {ErrorCode::corrupt_package, file.string() + ": expected a regular file, got " +
+                                            (fs::is_directory(status) ? "a directory" : "a special file (device, fifo or socket)")};
+  const std::uintmax_t size = fs::file_size(file, ec);
+  if (ec) return {ErrorCode::io_error, "cannot read " + file.string() + ": " + ec.message()};
+  auto size_problem = [&](std::uintmax_t has) {
+    return FileProblem{ErrorCode::corrupt_package, file.string() + " does not match the manifest: it has " + std::to_string(has) +
+                                                       " bytes, the manifest says " + std::to_string(v.size)};
+  };
+  if (size != v.size) return size_problem(size);
+  try {
+    bytes = read_file(file);
+  } catch (const Error& e) {
+    return {e.code(), e.what()};
+  }
+  if (bytes.size() != v.size) return size_problem(bytes.size());  // changed while read
+  if (const std::string sha = sha256_hex(bytes); sha != v.sha256)
+    return {ErrorCode::corrupt_package, file.string() + " does not match the manifest: its sha256 is " + sha +
+                                            ", the manifest says " + v.sha256};
+  return {};
+}
+
 }  // namespace
 
 void check_device_arch(const ManifestVariant& variant, int major, int minor) {
@@ -117,7 +235,10 @@ Package Package::open(const fs::path& dir) {
   fs::path manifest = dir / "manifest.json";
   if (!fs::exists(manifest))
     throw Error(ErrorCode::not_found, "no kernel package at " + dir.string() + " (" + manifest.string() +
-                                          " does not exist); build one with aotinfer-gen build SPEC");
+                                          " does not exist); build one with aotinfer-gen build SPEC (an interrupted build leaves none: run it again)");
+  if (std::error_code ec; !fs::is_regular_file(manifest, ec))
+    throw Error(ErrorCode::corrupt_package, manifest.string() + ": expected a manifest file, got " +
+                                                (fs::is_directory(manifest, ec) ? "a directory" : "a special file"));
   auto state = std::make_shared<State>();
   state->dir = dir;
   state->manifest = Manifest::load(manifest);
@@ -134,6 +255,12 @@ std::vector<const ManifestVariant*> Package::variants(std::string_view family, c
     if (matches(v.key, VariantKey{v.key.family, where})) out.push_back(&v);
   }
   return out;
+}
+
+std::vector<const ManifestVariant*> Package::select(std::string_view family, const std::vector<AxisValue>& where) const {
+  if (std::string problem = query_problem(state_->manifest, family, where); !problem.empty())
+    throw Error(ErrorCode::invalid_argument, "package '" + state_->manifest.package_name + "' (" + state_->dir.string() + "): " + problem);
+  return variants(family, where);
 }
 
 const ManifestVariant& Package::find(const VariantKey& key) const {
@@ -168,11 +295,12 @@ Kernel Package::kernel(const VariantKey& key, std::string_view entry_name) const
   // Refuse damaged or foreign code before the driver sees it. The first check comes before the
   // driver is touched at all, so a damaged package says so even on a machine without a GPU.
   auto read_checked = [&] {
-    std::string bytes = read_file(file);
-    if (bytes.size() != variant.size || sha256_hex(bytes) != variant.sha256)
-      throw Error(ErrorCode::corrupt_package, file.string() + " does not match the manifest (size or sha256 differs): "
-                                              "the package is damaged or was modified; rebuild or reinstall it");
-    return bytes;
+    std::string bytes;
+    const FileProblem problem = check_variant_file(state_->dir, variant, bytes);
+    if (problem.what.empty()) return bytes;
+    if (problem.code == ErrorCode::corrupt_package)
+      throw Error(problem.code, problem.what + "; the package is damaged or was modified: rebuild or reinstall it");
+    throw Error(problem.code, problem.what);
   };
   std::lock_guard lock(state_->mutex);
   std::string bytes;
@@ -222,19 +350,8 @@ Kernel Package::kernel(const VariantKey& key, std::string_view entry_name) const
 std::vector<std::string> Package::verify() const {
   std::vector<std::string> problems;
   for (const auto& v : state_->manifest.variants) {
-    fs::path file = state_->dir / v.file;
     std::string bytes;
-    try {
-      bytes = read_file(file);
-    } catch (const Error& e) {
-      problems.push_back(v.key.uri() + ": " + e.what());
-      continue;
-    }
-    if (bytes.size() != v.size)
-      problems.push_back(v.key.uri() + ": " + file.string() + " has " + std::to_string(bytes.size()) + " bytes, the manifest says " +
-                         std::to_string(v.size));
-    else if (sha256_hex(bytes) != v.sha256)
-      problems.push_back(v.key.uri() + ": " + file.string() + " sha256 differs from the manifest");
+    if (FileProblem p = check_variant_file(state_->dir, v, bytes); !p.what.empty()) problems.push_back(v.key.uri() + ": " + p.what);
   }
   return problems;
 }

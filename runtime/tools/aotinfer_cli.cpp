@@ -52,14 +52,23 @@ int cmd_list(const Package& pkg, const std::vector<std::string>& args, bool json
   for (const auto& a : args) {
     auto eq = a.find('=');
     if (eq == std::string::npos) {
-      if (!family.empty()) usage_error("list takes one family name; filters are AXIS=VALUE");
+      if (!family.empty()) usage_error("list: expected one family name and AXIS=VALUE filters, got '" + family + "' and '" + a + "'");
       family = a;
+    } else if (eq == 0 || eq + 1 == a.size()) {
+      usage_error("list: filter '" + a + "': expected AXIS=VALUE, e.g. head_dim=128");
     } else {
       where.push_back({a.substr(0, eq), a.substr(eq + 1)});
     }
   }
   const Manifest& m = pkg.manifest();
-  auto variants = pkg.variants(family, where);
+  // A family, axis or value the package does not have is a typo, not an empty answer.
+  std::vector<const ManifestVariant*> variants;
+  try {
+    variants = pkg.select(family, where);
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::invalid_argument) throw;
+    usage_error(std::string("list: ") + e.what());
+  }
   if (json) {
     nlohmann::ordered_json out = nlohmann::ordered_json::array();
     for (auto* v : variants) out.push_back(variant_json(m, *v));

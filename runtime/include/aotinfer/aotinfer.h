@@ -1,6 +1,15 @@
 /* The aotinfer C API: open a kernel package, query it, run kernels. Every call returns a
  * status; on failure aotinfer_last_error() holds the message (per thread). Streams are CUstream
- * or cudaStream_t values passed as void*. */
+ * or cudaStream_t values passed as void*.
+ *
+ * No call throws, aborts or crashes on a bad argument: a NULL or foreign handle (or one already
+ * closed/destroyed, as far as can be told), a NULL or misaligned pointer, an empty string, a
+ * negative count or a zero size is AOTINFER_INVALID_ARGUMENT with a message
+ * "<function>: <argument> ..." naming it. These checks come before any handle is used and
+ * before the CUDA driver is touched, so they hold on a machine without a GPU; calls that pass
+ * them and need the driver then return AOTINFER_NO_DRIVER / AOTINFER_NO_DEVICE there. Calls
+ * without a status (count, uri, close, destroy) record a refusal in aotinfer_last_error() and
+ * return 0 / NULL / nothing; on success they leave the last error as it was. */
 #ifndef AOTINFER_H
 #define AOTINFER_H
 
@@ -33,11 +42,15 @@ typedef struct aotinfer_package aotinfer_package;
 /* The message of the calling thread's last failed call ("" if none). */
 const char* aotinfer_last_error(void);
 
+/* *out is set to NULL first, then to the package on success. */
 aotinfer_status aotinfer_package_open(const char* dir, aotinfer_package** out);
+/* NULL is allowed (does nothing), as for every destroy function below. */
 void aotinfer_package_close(aotinfer_package* package);
 
+/* 0 for a NULL or foreign handle (see aotinfer_last_error()). */
 size_t aotinfer_package_variant_count(const aotinfer_package* package);
-/* The URI of variant i (0 <= i < count), valid while the package is open; NULL if out of range. */
+/* The URI of variant i (0 <= i < count), valid while the package is open; NULL if out of range
+ * or for a NULL or foreign handle. */
 const char* aotinfer_package_variant_uri(const aotinfer_package* package, size_t i);
 /* AOTINFER_OK when the package holds the variant, AOTINFER_NOT_FOUND (with a message naming
  * the nearest variants) otherwise. */
@@ -196,7 +209,8 @@ aotinfer_status aotinfer_batch_prefill_tensors_run(const aotinfer_batch_prefill*
                                                    const aotinfer_attention_scalars* scalars, void* stream);
 
 /* The layout of every struct of this header as JSON, {"struct": {"size": n, "fields":
- * {"field": offset, ...}}, ...}: bindings in other languages compare their mirrors with it. */
+ * {"field": offset, ...}}, ...}: bindings in other languages compare their mirrors with it.
+ * One string for the process; NULL only when memory ran out building it. */
 const char* aotinfer_abi_layout(void);
 
 #ifdef __cplusplus

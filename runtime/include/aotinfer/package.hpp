@@ -5,8 +5,10 @@
 //   kernel.launch(grid, params, stream);
 //
 // Queries need no GPU. Loading goes through the CUDA driver (libcuda, opened at first use), is
-// lazy and thread-safe, caches one module per (context, variant), checks the file's sha256
-// against the manifest first, and refuses code that cannot run on the current device.
+// lazy and thread-safe, caches one module per (context, variant), checks the file first (a
+// regular file inside the package, no link leading out of it, with the manifest's size and
+// sha256: Error(corrupt_package) naming the file, io_error when it cannot be read; no driver
+// needed), and refuses code that cannot run on the current device.
 #pragma once
 #include <cstddef>
 #include <filesystem>
@@ -74,6 +76,11 @@ class Package {
   // Variants of `family` (all when empty) whose axes include every given value.
   std::vector<const ManifestVariant*> variants(std::string_view family = {},
                                                const std::vector<AxisValue>& where = {}) const;
+  // The same, for queries typed by a person (aotinfer list): a family the package does not
+  // hold, an axis that family (without a family: every family) lacks, a value no such variant
+  // has, or an axis given twice with two values is Error(invalid_argument) naming what the
+  // package holds, instead of an empty answer.
+  std::vector<const ManifestVariant*> select(std::string_view family, const std::vector<AxisValue>& where) const;
 
   // The one variant of key.family matching every axis the key names (axes it leaves out may
   // take any value, as long as exactly one variant matches). Throws Error(not_found) naming

@@ -2,6 +2,8 @@
 
 #include "aotinfer/json.hpp"
 
+#include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "aotinfer/error.hpp"
@@ -42,27 +44,77 @@ std::string Manifest::dump() const { return manifest_to_json(*this).dump(2) + "\
 
 namespace {
 
+[[noreturn]] void corrupt(const std::string& source, const std::string& what) {
+  throw Error(ErrorCode::corrupt_package, source + ": " + what);
+}
+
 // Reads a required member with a message that names the document and the JSON pointer.
 template <typename T>
 T member(const ordered_json& obj, const std::string& key, const std::string& where, const std::string& source) {
-  if (!obj.is_object() || !obj.contains(key))
-    throw Error(ErrorCode::corrupt_package, source + ": " + where + "/" + key + " is missing");
+  if (!obj.is_object() || !obj.contains(key)) corrupt(source, where + "/" + key + " is missing");
   try {
     return obj.at(key).get<T>();
   } catch (const json::exception&) {
-    throw Error(ErrorCode::corrupt_package,
-                source + ": " + where + "/" + key + " has the wrong type (" + obj.at(key).type_name() + ")");
+    corrupt(source, where + "/" + key + " has the wrong type (" + obj.at(key).type_name() + ")");
   }
 }
 
+// A short rendering of a JSON value for messages.
+std::string shown(const ordered_json& v) {
+  std::string s = v.dump();
+  return s.size() > 80 ? s.substr(0, 77) + "..." : s;
+}
+
+// A required member that must be a JSON array (variants, entries).
+const ordered_json& array_member(const ordered_json& obj, const std::string& key, const std::string& where,
+                                 const std::string& source) {
+  if (!obj.is_object() || !obj.contains(key)) corrupt(source, where + "/" + key + " is missing");
+  const ordered_json& v = obj.at(key);
+  if (!v.is_array()) corrupt(source, where + "/" + key + ": expected an array, got " + v.type_name() + " " + shown(v));
+  return v;
+}
+
+// A required non-negative integer (nlohmann would turn -1 into 2^64 - 1 and 1e30 into anything).
+std::uint64_t count_member(const ordered_json& obj, const std::string& key, const std::string& where,
+                           const std::string& source, const char* what) {
+  if (!obj.is_object() || !obj.contains(key)) corrupt(source, where + "/" + key + " is missing");
+  const ordered_json& v = obj.at(key);
+  if (!v.is_number_unsigned())
+    corrupt(source, where + "/" + key + (v.is_number() ? "" : " has the wrong type (" + std::string(v.type_name()) + ")") +
+                        ": expected " + what + " (an integer >= 0), got " + shown(v));
+  return v.get<std::uint64_t>();
+}
+
+// A variant's file: a plain relative path inside the package folder ("kernels/<uri>.fatbin"),
+// never absolute, never climbing out with "..", never hiding a NUL or a control character.
+void check_file_path(const std::string& file, const std::string& where, const std::string& source) {
+  auto refuse = [&](const std::string& why) {
+    corrupt(source, where + "/file: expected a relative path inside the package, got " + nlohmann::json(file).dump() +
+                        " (" + why + ")");
+  };
+  if (file.empty()) refuse("empty");
+  for (unsigned char c : file)
+    if (c < 0x20 || c == 0x7f) refuse("a control character");
+  const std::filesystem::path p(file);
+  if (p.is_absolute() || p.has_root_name() || p.has_root_directory()) refuse("an absolute path");
+  for (const auto& part : p)
+    if (part == "..") refuse("'..' leaves the package");
+  if (p.filename().empty() || p.filename() == ".") refuse("not a file name");
+}
+
 Manifest from_json_unchecked(const ordered_json& j, const std::string& source) {
-  if (!j.is_object()) throw Error(ErrorCode::corrupt_package, source + ": a manifest is a JSON object");
+  if (!j.is_object()) corrupt(source, "a manifest is a JSON object: expected an object, got " + std::string(j.type_name()) + " " + shown(j));
   Manifest m;
-  m.format = member<int>(j, "format", "", source);
-  if (m.format != kManifestFormat)
-    throw Error(ErrorCode::corrupt_package, source + ": manifest format " + std::to_string(m.format) +
-                                                " is not supported by this runtime (it reads format " +
-                                                std::to_string(kManifestFormat) + "); rebuild the package");
+  if (!j.contains("format")) corrupt(source, "/format is missing");
+  if (const ordered_json& value = j.at("format"); !value.is_number_integer())
+    corrupt(source, "/format" + (value.is_number() ? "" : " has the wrong type (" + std::string(value.type_name()) + ")") +
+                        ": expected an integer manifest format (this runtime reads " + std::to_string(kManifestFormat) +
+                        "), got " + shown(value));
+  const auto format = j.at("format").get<std::int64_t>();
+  if (format != kManifestFormat)
+    corrupt(source, "manifest format " + std::to_string(format) + " is not supported by this runtime (it reads format " +
+                        std::to_string(kManifestFormat) + "); rebuild the package");
+  m.format = int(format);
   m.generator = member<std::string>(j, "generator", "", source);
   auto package = member<ordered_json>(j, "package", "", source);
   m.package_name = member<std::string>(package, "name", "/package", source);
@@ -71,24 +123,31 @@ Manifest from_json_unchecked(const ordered_json& j, const std::string& source) {
   m.spec_file = member<std::string>(spec, "file", "/spec", source);
   m.spec_sha256 = member<std::string>(spec, "sha256", "/spec", source);
   m.archs = member<std::vector<std::string>>(j, "archs", "", source);
-  auto variants = member<ordered_json>(j, "variants", "", source);
+  const ordered_json& variants = array_member(j, "variants", "", source);
+  std::map<std::string, std::size_t> uri_at, file_at;  // first position of each URI and file
   for (std::size_t i = 0; i < variants.size(); ++i) {
     const ordered_json& v = variants[i];
     std::string where = "/variants/" + std::to_string(i);
+    if (!v.is_object()) corrupt(source, where + ": expected a variant (a JSON object), got " + std::string(v.type_name()) + " " + shown(v));
     ManifestVariant mv;
     auto uri = member<std::string>(v, "uri", where, source);
+    auto family = member<std::string>(v, "family", where, source);
+    auto axes = member<ordered_json>(v, "axes", where, source);
+    if (!axes.is_object()) corrupt(source, where + "/axes: expected an object, got " + std::string(axes.type_name()) + " " + shown(axes));
     try {
       mv.key = VariantKey::from_uri(uri);
-      auto family = member<std::string>(v, "family", where, source);
-      auto axes = member<ordered_json>(v, "axes", where, source);
       VariantKey declared{family, {}};
       for (const auto& [name, value] : axes.items()) declared.axes.push_back({name, value_text(value)});
       if (declared != mv.key)
         throw Error(ErrorCode::corrupt_package, "uri '" + uri + "' disagrees with family/axes " + declared.describe());
     } catch (const Error& e) {
-      throw Error(ErrorCode::corrupt_package, source + ": " + where + ": " + e.what());
+      corrupt(source, where + ": " + e.what());
     }
-    auto entries = member<ordered_json>(v, "entries", where, source);
+    // One variant per URI: a second entry would make find() ambiguous and hide which file is meant.
+    if (auto [it, fresh] = uri_at.emplace(mv.key.uri(), i); !fresh)
+      corrupt(source, where + "/uri: variant '" + mv.key.uri() + "' is listed twice, at /variants/" + std::to_string(it->second) +
+                          " and " + where + ": expected each URI once");
+    const ordered_json& entries = array_member(v, "entries", where, source);
     for (std::size_t k = 0; k < entries.size(); ++k) {
       const std::string at = where + "/entries/" + std::to_string(k);
       mv.entries.push_back({member<std::string>(entries[k], "name", at, source),
@@ -96,7 +155,11 @@ Manifest from_json_unchecked(const ordered_json& j, const std::string& source) {
                             member<std::string>(entries[k], "launch_symbol", at, source)});
     }
     mv.file = member<std::string>(v, "file", where, source);
-    mv.size = member<std::uint64_t>(v, "size", where, source);
+    check_file_path(mv.file, where, source);
+    if (auto [it, fresh] = file_at.emplace(std::filesystem::path(mv.file).lexically_normal().string(), i); !fresh)
+      corrupt(source, where + "/file: '" + mv.file + "' is also the file of /variants/" + std::to_string(it->second) +
+                          ": expected one file per variant");
+    mv.size = count_member(v, "size", where, source, "a byte count");
     mv.sha256 = member<std::string>(v, "sha256", where, source);
     mv.archs = member<std::vector<std::string>>(v, "archs", where, source);
     m.variants.push_back(std::move(mv));
