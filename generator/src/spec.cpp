@@ -79,7 +79,12 @@ std::string axis_value(const Reader& r, const json& v, const std::string& pointe
     r.fail(pointer, "axis '" + axis.name + "' takes " + expected + ", got " + v.type_name() + " " + v.dump() + "; " +
                         allowed_list(axis));
   }
-  std::string text = v.is_string() ? v.get<std::string>() : value_text(v);
+  std::string text;
+  try {
+    text = v.is_string() ? v.get<std::string>() : value_text(v);
+  } catch (const Error& e) {  // an integer beyond int64 (value_text's only refusal here)
+    r.fail(pointer, "axis '" + axis.name + "': " + e.what() + "; " + allowed_list(axis));
+  }
   if (!axis.allows(text))
     r.fail(pointer, "value " + v.dump() + " is not allowed for axis '" + axis.name + "'; " + allowed_list(axis));
   return text;
@@ -247,6 +252,16 @@ Spec parse_spec(std::string_view text, const std::string& file, const std::vecto
     // nlohmann prefixes "[json.exception.parse_error.101] parse error at line L, column C: "
     if (auto colon = what.find(": "); colon != std::string::npos) what = what.substr(colon + 2);
     throw SpecError(file + ":" + line_and_column(text, e.byte) + ": malformed JSON: " + what);
+  } catch (const json::out_of_range& e) {
+    // A number beyond double's range ("1e400"): "[json.exception.out_of_range.406] number
+    // overflow parsing '1e400'" has no position, so point at the number's first occurrence.
+    std::string what = e.what(), where = file;
+    if (auto bracket = what.find("] "); bracket != std::string::npos) what = what.substr(bracket + 2);
+    const std::size_t open = what.find('\''), close = what.rfind('\'');
+    if (open != std::string::npos && close > open)
+      if (auto at = text.find(what.substr(open + 1, close - open - 1)); at != std::string_view::npos)
+        where += ":" + line_and_column(text, at + 1);
+    throw SpecError(where + ": malformed JSON: " + what);
   }
 
   Reader r(file);
@@ -282,7 +297,8 @@ Spec parse_spec(std::string_view text, const std::string& file, const std::vecto
   for (const auto& f : families) known.push_back(f.name + " (" + f.where.str() + ")");
   for (const auto& [name, body] : fams.items()) {
     std::string p = "/families/" + pointer_token(name);
-    auto it = std::find_if(families.begin(), families.end(), [&](const auto& f) { return f.name == name; });
+    // (an init-capture: Clang 14, which builds the fuzz targets, cannot capture structured bindings)
+    auto it = std::find_if(families.begin(), families.end(), [&wanted = name](const auto& f) { return f.name == wanted; });
     if (it == families.end()) r.fail(p, "unknown family '" + name + "'; known families: " + join(known));
     for (auto& key : read_family(r, body, p, *it)) spec.variants.push_back(std::move(key));
   }

@@ -33,8 +33,9 @@ void check_page_ids(const std::string& who, std::span<const std::int32_t> kv_ind
     invalid("kv_indices has " + std::to_string(kv_indices.size()) + " entries; kv_indptr needs " + std::to_string(used));
   for (std::int32_t i = 0; i < used; ++i)
     if (kv_indices[i] < 0 || kv_indices[i] >= num_pages)
-      invalid("kv_indices[" + std::to_string(i) + "] = " + std::to_string(kv_indices[i]) + " is not a page of the pool (0.." +
-              std::to_string(num_pages - 1) + ")");
+      invalid("kv_indices[" + std::to_string(i) + "] = " + std::to_string(kv_indices[i]) +
+              (num_pages > 0 ? " is not a page of the pool (0.." + std::to_string(num_pages - 1) + ")"
+                             : " names a page, but num_pages is " + std::to_string(num_pages) + ": the pool has no pages"));
 }
 
 }  // namespace aotinfer::detail

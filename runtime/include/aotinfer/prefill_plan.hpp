@@ -37,7 +37,8 @@ struct PrefillPlanLimits {
 };
 
 // Work items, split states and merge outputs any plan within (max_total_q, max_batch) can need:
-// sizes the workspace and the CUDA-graph grids.
+// sizes the workspace and the CUDA-graph grids. Throws Error(invalid_argument) for unset limits,
+// max_total_q outside 0 .. 2^31 - 1 or a negative max_batch.
 struct PrefillCapacity {
   std::int64_t work = 0;
   std::int64_t states = 0;

@@ -71,7 +71,7 @@ void plan_decode_work(std::span<const std::int32_t> lengths, const DecodePlanLim
   // The smallest tile-multiple chunk whose item count fits in one wave; no split when even
   // whole requests exceed a wave (the batch fills the GPU by itself).
   const std::int32_t longest = lengths.empty() ? 0 : *std::max_element(lengths.begin(), lengths.end());
-  const std::int64_t max_tiles = std::max<std::int64_t>(1, (longest + l.tile_tokens - 1) / l.tile_tokens);
+  const std::int64_t max_tiles = std::max<std::int64_t>(1, (std::int64_t(longest) + l.tile_tokens - 1) / l.tile_tokens);
   std::int64_t chunk_tiles = max_tiles;
   if (batch < wave) {
     std::int64_t lo = 1, hi = max_tiles;  // items(max_tiles) = batch fits; find the smallest that fits

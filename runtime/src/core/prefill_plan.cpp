@@ -37,6 +37,10 @@ std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; 
 
 PrefillCapacity prefill_capacity(std::int64_t max_total_q, std::int32_t max_batch, const PrefillPlanLimits& l) {
   check_limits(l);
+  // No plan holds 2^31 query tokens (or a negative count); beyond that the sizes below overflow.
+  if (max_total_q < 0 || max_total_q > INT32_MAX || max_batch < 0)
+    invalid("prefill capacity: max_total_q must be in 0..2^31-1 and max_batch >= 0 (got max_total_q " +
+            std::to_string(max_total_q) + ", max_batch " + std::to_string(max_batch) + ")");
   const std::int64_t group = l.num_qo_heads / l.num_kv_heads;
   PrefillCapacity c;
   const bool graph = l.graph_work > 0;
@@ -138,9 +142,10 @@ void plan_prefill_work(std::span<const std::int32_t> qo_indptr, std::span<const 
 
   // 4. Longest first: a stable counting sort on the number of KV tiles of each item (items with
   // as many tiles cost the same). Pass one counts, pass two writes each item into its slot.
-  const std::int32_t kv_tile = l.kv_tile_tokens, most_tiles = std::int32_t(max_chunk_tiles);
-  auto bucket = [&](std::int32_t begin, std::int32_t end) {  // 0 = the most KV tiles (32-bit: divisions dominate)
-    return std::size_t(most_tiles - (end - begin + kv_tile - 1) / kv_tile);
+  // Unsigned 32-bit: divisions dominate, and the rounding sum passes INT32_MAX for keys near 2^31.
+  const std::uint32_t kv_tile = std::uint32_t(l.kv_tile_tokens), most_tiles = std::uint32_t(max_chunk_tiles);
+  auto bucket = [&](std::int32_t begin, std::int32_t end) {  // 0 = the most KV tiles
+    return std::size_t(most_tiles - (std::uint32_t(end - begin) + kv_tile - 1) / kv_tile);
   };
   std::vector<std::int32_t>& next_slot = plan.scratch;
   next_slot.assign(std::size_t(max_chunk_tiles) + 2, 0);
