@@ -54,32 +54,6 @@ bool refused(const char* what, F&& f) {
   return false;
 }
 
-// The contract of decode_kv_lengths, rechecked; fills the lengths when valid.
-bool lengths_valid(const std::vector<std::int32_t>& indptr, const std::vector<std::int32_t>& last, std::int32_t page_size,
-                   std::vector<std::int32_t>& lengths) {
-  if (page_size < 1 || indptr.empty() || last.size() != indptr.size() - 1 || indptr[0] != 0) return false;
-  lengths.clear();
-  for (std::size_t i = 0; i + 1 < indptr.size(); ++i) {
-    const std::int64_t pages = std::int64_t(indptr[i + 1]) - indptr[i];
-    if (pages < 0) return false;
-    if (pages > 0 && (last[i] < 1 || last[i] > page_size)) return false;
-    const std::int64_t len = pages == 0 ? 0 : (pages - 1) * page_size + last[i];
-    if (len > INT32_MAX) return false;
-    lengths.push_back(std::int32_t(len));
-  }
-  return true;
-}
-
-// The contract of check_page_ids (indptr already valid).
-bool page_ids_valid(const std::vector<std::int32_t>& indptr, const std::vector<std::int32_t>& indices, std::int32_t num_pages) {
-  if (indices.empty() || indptr.empty()) return true;
-  const std::int64_t used = indptr.back();
-  if (std::int64_t(indices.size()) < used) return false;
-  for (std::int64_t i = 0; i < used; ++i)
-    if (indices[i] < 0 || indices[i] >= num_pages) return false;
-  return true;
-}
-
 DecodeWorkPlan reused;  // one plan object across inputs, as BatchDecode keeps one
 
 }  // namespace
@@ -130,7 +104,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
   // decode_kv_lengths stands alone: check it on every input, also page sizes the constructor refuses.
   std::vector<std::int32_t> expected;
-  const bool lengths_ok = lengths_valid(indptr, last, page_size, expected);
+  const bool lengths_ok = fuzz::paged_lengths_valid(indptr, last, page_size, expected);
   std::vector<std::int32_t> lengths;
   if (refused("decode_kv_lengths", [&] { lengths = decode_kv_lengths(indptr, last, page_size); }) != !lengths_ok)
     finding(std::string("decode_kv_lengths ") + (lengths_ok ? "refused valid" : "accepted invalid") + " CSR metadata");
@@ -148,7 +122,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // plan().
   if (!lengths_ok) return stop("CSR metadata refused");
   if (graph && batch > max_batch) return stop("plan() refuses a batch beyond max_batch");
-  const bool ids_ok = page_ids_valid(indptr, indices, num_pages);
+  const bool ids_ok = fuzz::page_ids_valid(indptr, indices, num_pages);
   if (refused("check_page_ids", [&] { detail::check_page_ids("batch_decode", indptr, indices, num_pages); }) != !ids_ok)
     finding(std::string("check_page_ids ") + (ids_ok ? "refused valid" : "accepted invalid") + " page ids");
   if (!ids_ok) return stop("page ids refused");

@@ -77,29 +77,6 @@ bool indptr_valid(const std::vector<std::int32_t>& indptr) {
   return true;
 }
 
-bool paged_lengths_valid(const std::vector<std::int32_t>& indptr, const std::vector<std::int32_t>& last, std::int32_t page_size,
-                         std::vector<std::int32_t>& lengths) {
-  if (page_size < 1 || indptr.empty() || last.size() != indptr.size() - 1 || indptr[0] != 0) return false;
-  lengths.clear();
-  for (std::size_t i = 0; i + 1 < indptr.size(); ++i) {
-    const std::int64_t pages = std::int64_t(indptr[i + 1]) - indptr[i];
-    if (pages < 0 || (pages > 0 && (last[i] < 1 || last[i] > page_size))) return false;
-    const std::int64_t len = pages == 0 ? 0 : (pages - 1) * page_size + last[i];
-    if (len > INT32_MAX) return false;
-    lengths.push_back(std::int32_t(len));
-  }
-  return true;
-}
-
-bool page_ids_valid(const std::vector<std::int32_t>& indptr, const std::vector<std::int32_t>& indices, std::int32_t num_pages) {
-  if (indices.empty() || indptr.empty()) return true;
-  const std::int64_t used = indptr.back();
-  if (std::int64_t(indices.size()) < used) return false;
-  for (std::int64_t i = 0; i < used; ++i)
-    if (indices[i] < 0 || indices[i] >= num_pages) return false;
-  return true;
-}
-
 std::vector<std::int32_t> read_indptr(fuzz::Input& in, std::int32_t batch, bool raw) {
   std::vector<std::int32_t> indptr;
   std::int64_t at = 0;
@@ -176,12 +153,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::vector<std::int32_t> kv_lengths;
   if (paged) {
     std::vector<std::int32_t> expected;
-    const bool ok = paged_lengths_valid(kv_indptr, last, page_size, expected);
+    const bool ok = fuzz::paged_lengths_valid(kv_indptr, last, page_size, expected);
     if (refused("decode_kv_lengths", [&] { kv_lengths = decode_kv_lengths(kv_indptr, last, page_size); }) != !ok)
       finding(std::string("decode_kv_lengths ") + (ok ? "refused valid" : "accepted invalid") + " CSR metadata");
     if (!ok) return stop("paged CSR metadata refused");
     if (kv_lengths != expected) finding("decode_kv_lengths computed other lengths than pages * page_size + last");
-    const bool ids_ok = page_ids_valid(kv_indptr, indices, num_pages);
+    const bool ids_ok = fuzz::page_ids_valid(kv_indptr, indices, num_pages);
     if (refused("check_page_ids", [&] { detail::check_page_ids("batch_prefill", kv_indptr, indices, num_pages); }) != !ids_ok)
       finding(std::string("check_page_ids ") + (ids_ok ? "refused valid" : "accepted invalid") + " page ids");
     if (!ids_ok) return stop("page ids refused");
