@@ -183,7 +183,7 @@ Manifest Manifest::load(const std::filesystem::path& path) {
   try {
     // ordered parsing keeps the axes in template-parameter order
     j = nlohmann::ordered_json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse errors, and numbers beyond double ("1e400")
     throw Error(ErrorCode::corrupt_package, path.string() + ": not valid JSON: " + e.what());
   }
   return manifest_from_json(j, path.string());
