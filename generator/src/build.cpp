@@ -12,7 +12,6 @@
 #include <sstream>
 #include <nlohmann/json.hpp>
 #include <set>
-#include <sys/file.h>
 #include <thread>
 #include <unistd.h>
 
@@ -91,24 +90,30 @@ void lock_output_dir(const fs::path& out_dir) {
   std::lock_guard guard(locks_mutex);
   if (locks_held.count(key)) return;
   const fs::path lock = out_dir / kLockFile;
-  // O_CLOEXEC: ninja, nvcc and a compiler cache's server must not inherit (and so keep) the lock.
+  // A POSIX record lock, not flock: the kernel reports its holder's pid (F_GETLK), so a refused
+  // build names it without reading a pid file the holder may not have written yet. Record locks
+  // are not inherited across fork (ninja, nvcc and a compiler cache's server never keep it) and
+  // this process opens the lock file nowhere else, so no close() elsewhere drops it.
   const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) throw Error(ErrorCode::io_error, "cannot open the lock file " + lock.string() + ": " + std::strerror(errno));
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+  for (;;) {
+    struct flock whole = {};
+    whole.l_type = F_WRLCK;
+    whole.l_whence = SEEK_SET;  // l_start = l_len = 0: the whole file
+    if (::fcntl(fd, F_SETLK, &whole) == 0) break;
     const int err = errno;
-    std::string holder;
-    char buf[32] = {};
-    if (::pread(fd, buf, sizeof buf - 1, 0) > 0) holder = std::string(buf, std::strcspn(buf, "\n"));
+    if (err != EACCES && err != EAGAIN) {
+      ::close(fd);
+      throw Error(ErrorCode::io_error, "cannot lock " + lock.string() + ": " + std::strerror(err));
+    }
+    if (::fcntl(fd, F_GETLK, &whole) != 0 || whole.l_type == F_UNLCK) continue;  // released meanwhile: try again
     ::close(fd);
-    if (err != EWOULDBLOCK) throw Error(ErrorCode::io_error, "cannot lock " + lock.string() + ": " + std::strerror(err));
-    throw Error(ErrorCode::io_error,
-                out_dir.string() + ": expected no other build of this output folder, got one running (aotinfer-gen pid " +
-                    (holder.empty() ? std::string("unknown") : holder) + " holds " + lock.string() +
-                    "); wait for it to finish, or stop it, and run again");
+    // l_pid is 0 when the holder lives in another pid namespace (a container).
+    const std::string holder = whole.l_pid > 0 ? std::to_string(whole.l_pid) : "unknown";
+    throw Error(ErrorCode::io_error, out_dir.string() +
+                                         ": expected no other build of this output folder, got one running (pid " + holder +
+                                         " holds " + lock.string() + "); wait for it to finish, or stop it, and run again");
   }
-  // The pid is for the message of a refused build; without it that says "pid unknown".
-  const std::string pid = std::to_string(::getpid()) + "\n";
-  if (::ftruncate(fd, 0) == 0) (void)!::pwrite(fd, pid.data(), pid.size(), 0);
   locks_held.emplace(key, fd);
 }
 

@@ -26,9 +26,9 @@ struct GenerateResult {
   std::size_t removed = 0;    // stale outputs of an earlier run, deleted
 };
 
-// Takes the output folder's lock (<out>/.aotinfer-lock, flock, holding this process's pid) and
-// keeps it until this process exits, so two builds never write one folder at once: a second
-// process is refused with Error(io_error) naming the holder's pid. Taking it again in the same
+// Takes the output folder's lock (a POSIX record lock on <out>/.aotinfer-lock) and keeps it
+// until this process exits, so two builds never write one folder at once: a second process is
+// refused with Error(io_error) naming the holder's pid, as the kernel reports it. Taking it again in the same
 // process is a no-op. The lock is not inherited by ninja or compilers.
 void lock_output_dir(const std::filesystem::path& out_dir);
 
