@@ -12,6 +12,7 @@
 // Input layout (tests/fuzz/seeds.py decode_seed writes it): flags, then numbers: num_qo_heads,
 // num_kv_heads, page_size, max_batch; num_sms, occupancy, query rows per CTA, KV tile; batch;
 // kv_indptr (deltas, or raw values); kv_last_page_len; num_pages [, kv_indices].
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -127,10 +128,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     finding(std::string("check_page_ids ") + (ids_ok ? "refused valid" : "accepted invalid") + " page ids");
   if (!ids_ok) return stop("page ids refused");
 
+  // A chunk is an int32 multiple of the tile that may span the longest request.
+  const std::int64_t longest = lengths.empty() ? 0 : *std::max_element(lengths.begin(), lengths.end());
+  const bool longest_ok = longest <= INT32_MAX / limits.tile_tokens * std::int64_t(limits.tile_tokens);
   try {
     plan_decode_work(lengths, limits, reused);
+    if (!longest_ok) finding("plan_decode_work accepted a request of " + std::to_string(longest) + " KV tokens");
   } catch (const Error& e) {
-    finding(std::string("plan_decode_work refused a valid batch: ") + e.what());
+    if (longest_ok) finding(std::string("plan_decode_work refused a valid batch: ") + e.what());
+    return stop("a request beyond the largest int32 chunk refused");
   }
   if (std::string problem = fuzz::decode_plan_problem(lengths, limits, reused); !problem.empty()) finding(problem);
   // The workspace BatchDecode sizes for this batch (or the graph's max_batch) holds the plan.

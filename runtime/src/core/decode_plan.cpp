@@ -72,6 +72,11 @@ void plan_decode_work(std::span<const std::int32_t> lengths, const DecodePlanLim
   // whole requests exceed a wave (the batch fills the GPU by itself).
   const std::int32_t longest = lengths.empty() ? 0 : *std::max_element(lengths.begin(), lengths.end());
   const std::int64_t max_tiles = std::max<std::int64_t>(1, (std::int64_t(longest) + l.tile_tokens - 1) / l.tile_tokens);
+  // chunk_tokens is an int32 tile multiple that may span a whole request.
+  if (max_tiles * l.tile_tokens > INT32_MAX)
+    invalid("a request has " + std::to_string(longest) + " KV tokens; this kernel serves at most " +
+            std::to_string(INT32_MAX / l.tile_tokens * l.tile_tokens) + " (2^31 - 1 rounded down to its tile of " +
+            std::to_string(l.tile_tokens) + " tokens)");
   std::int64_t chunk_tiles = max_tiles;
   if (batch < wave) {
     std::int64_t lo = 1, hi = max_tiles;  // items(max_tiles) = batch fits; find the smallest that fits
@@ -84,7 +89,7 @@ void plan_decode_work(std::span<const std::int32_t> lengths, const DecodePlanLim
   }
   const std::int64_t chunk = chunk_tiles * l.tile_tokens;
   plan.split = graph || chunk_tiles < max_tiles;
-  plan.chunk_tokens = plan.split ? std::int32_t(std::min<std::int64_t>(chunk, INT32_MAX)) : 0;
+  plan.chunk_tokens = plan.split ? std::int32_t(chunk) : 0;
 
   plan.request.clear();
   plan.kv_begin.clear();
