@@ -5,7 +5,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 #include <cmath>
 #include <cstdlib>
 #include <random>

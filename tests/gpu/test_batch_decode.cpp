@@ -35,7 +35,7 @@ using aotinfer::DType;
 using aotinfer::ErrorCode;
 using aotinfer::KvLayout;
 using aotinfer::PosEncoding;
-using Catch::Matchers::Contains;
+using aotinfer_test::Contains;
 namespace ref = aotinfer::reference;
 
 namespace {
@@ -757,19 +757,6 @@ TEST_CASE("BatchDecode refuses bad arguments before launching anything", "[gpu]"
     FAIL("no aotinfer::Error was thrown");
     return {};
   };
-  // "[5]", "5 " ...: the number as a whole, not as part of another.
-  auto names = [](long long n) {
-    return Catch::Matchers::Predicate<std::string>(
-        [n](const std::string& s) {
-          const std::string digits = std::to_string(n);
-          for (std::size_t at = s.find(digits); at != std::string::npos; at = s.find(digits, at + 1))
-            if ((at == 0 || !std::isdigit((unsigned char)s[at - 1])) &&
-                (at + digits.size() == s.size() || !std::isdigit((unsigned char)s[at + digits.size()])))
-              return true;
-          return false;
-        },
-        "names " + std::to_string(n));
-  };
 
   SECTION("head counts") {
     BatchDecodeConfig c = *base;
@@ -804,13 +791,13 @@ TEST_CASE("BatchDecode refuses bad arguments before launching anything", "[gpu]"
     CHECK_THAT(invalid([&] { plan(indptr, kv.last_page_len, kv.indices, ws.ws); }), Contains("indptr"));
     indptr = kv.indptr;
     indptr[5] = indptr[4] - 1;
-    CHECK_THAT(invalid([&] { plan(indptr, kv.last_page_len, kv.indices, ws.ws); }), Contains("indptr") && names(5));
+    CHECK_THAT(invalid([&] { plan(indptr, kv.last_page_len, kv.indices, ws.ws); }), Contains("indptr") && aotinfer_test::NamesNumber(5));
     auto last = kv.last_page_len;
     last[2] = 0;
-    CHECK_THAT(invalid([&] { plan(kv.indptr, last, kv.indices, ws.ws); }), Contains("last_page_len") && names(2));
+    CHECK_THAT(invalid([&] { plan(kv.indptr, last, kv.indices, ws.ws); }), Contains("last_page_len") && aotinfer_test::NamesNumber(2));
     last = kv.last_page_len;
     last[6] = config.page_size + 1;
-    CHECK_THAT(invalid([&] { plan(kv.indptr, last, kv.indices, ws.ws); }), Contains("last_page_len") && names(6));
+    CHECK_THAT(invalid([&] { plan(kv.indptr, last, kv.indices, ws.ws); }), Contains("last_page_len") && aotinfer_test::NamesNumber(6));
     for (std::int32_t bad : {p.num_pages, p.num_pages + 100, -1}) {
       auto indices = kv.indices;
       indices[uniform<std::size_t>(rng, 0, indices.size() - 1)] = bad;

@@ -28,7 +28,7 @@ using aotinfer::KvLayout;
 using aotinfer::KvStorage;
 using aotinfer::MaskMode;
 using aotinfer::PosEncoding;
-using Catch::Matchers::Contains;
+using aotinfer_test::Contains;
 namespace ref = aotinfer::reference;
 
 namespace {

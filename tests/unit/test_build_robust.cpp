@@ -2,7 +2,7 @@
 // (SIGKILL of the whole aotinfer-gen process tree) at many points, and foreign files in the
 // output folder. The spec is one merge_state variant for one arch, so a build takes about a
 // second; the kill points are fractions of a measured build. Tagged [slow].
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include "test_util.hpp"
 
@@ -35,7 +35,7 @@ using aotinfer::Package;
 using aotinfer::read_file;
 using aotinfer::write_file_atomic;
 using aotinfer::test::TempDir;
-using Catch::Matchers::Contains;
+using aotinfer_test::Contains;
 
 namespace {
 

@@ -5,7 +5,7 @@
 // come before the handle is used (a zeroed fake handle proves it: a bad argument is named
 // first, the fake is named when every argument is good) and before the driver: calls whose
 // arguments pass stop at the driver (AOTINFER_NO_DRIVER on a machine without libcuda).
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include "fake_package.hpp"
 #include "test_util.hpp"
@@ -19,7 +19,7 @@
 #include "driver.hpp"
 
 using aotinfer::test::FakePackage;
-using Catch::Matchers::Contains;
+using aotinfer_test::Contains;
 
 namespace {
 

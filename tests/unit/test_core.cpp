@@ -1,5 +1,5 @@
 // CPU-only core contracts: sha256, archs, dtypes, file writers, fatbin table of contents, manifest.
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include "test_util.hpp"
 
@@ -26,7 +26,7 @@
 namespace fs = std::filesystem;
 using aotinfer::Error;
 using aotinfer::ErrorCode;
-using Catch::Matchers::Contains;
+using aotinfer_test::Contains;
 
 namespace {
 

@@ -2,10 +2,9 @@
 // from the CSR view, split / no split, exact coverage of every request's KV, the chunk-size
 // search checked against a brute-force recount, CUDA-graph padding, and the decode_max_work
 // bound, on hand-made cases and on random ones (the seed is printed; AOTINFER_TEST_SEED replays).
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include <algorithm>
-#include <cctype>
 #include <cstdint>
 #include <cstdlib>
 #include <random>
@@ -15,9 +14,12 @@
 
 #include "aotinfer/decode_plan.hpp"
 #include "aotinfer/error.hpp"
+#include "unit/test_util.hpp"
 
 using namespace aotinfer;
-using Catch::Matchers::Contains;
+using test::invalid_argument_message;
+using test::NamesNumber;
+using aotinfer_test::Contains;
 
 namespace {
 
@@ -25,37 +27,6 @@ std::uint64_t test_seed() {
   if (const char* s = std::getenv("AOTINFER_TEST_SEED")) return std::strtoull(s, nullptr, 10);
   std::random_device rd;
   return (std::uint64_t(rd()) << 32) | rd();
-}
-
-// True when `text` holds `n` as a whole number (a maximal run of digits), e.g. "kv_indptr[5]".
-bool names_number(const std::string& text, long long n) {
-  const std::string digits = std::to_string(n);
-  for (std::size_t at = text.find(digits); at != std::string::npos; at = text.find(digits, at + 1)) {
-    const bool left = at == 0 || !std::isdigit(static_cast<unsigned char>(text[at - 1]));
-    const std::size_t end = at + digits.size();
-    const bool right = end == text.size() || !std::isdigit(static_cast<unsigned char>(text[end]));
-    if (left && right) return true;
-  }
-  return false;
-}
-
-Catch::Matchers::Generic::PredicateMatcher<std::string> NamesNumber(long long n) {
-  return Catch::Matchers::Predicate<std::string>([n](const std::string& s) { return names_number(s, n); },
-                                                 "names " + std::to_string(n));
-}
-
-// Runs f, which must throw Error(invalid_argument); returns its message.
-template <typename F>
-std::string invalid_argument_message(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    INFO(e.what());
-    CHECK(e.code() == ErrorCode::invalid_argument);
-    return e.what();
-  }
-  FAIL("no Error was thrown");
-  return {};
 }
 
 // Work items for a chunk size, counted from scratch: ceil(len / chunk), at least 1 per request.
@@ -132,7 +103,7 @@ std::string plan_problem(const std::vector<std::int32_t>& lens, const DecodePlan
       return why.str() + "item " + std::to_string(x) + " has range [" + std::to_string(p.kv_begin[x]) + ", " +
              std::to_string(p.kv_end[x]) + ") for a request of " + std::to_string(lens[r]) + " tokens";
     if (p.split && p.chunk_tokens > 0 &&
-        (p.kv_begin[x] % p.chunk_tokens != 0 || p.kv_end[x] != std::min<std::int64_t>(p.kv_begin[x] + p.chunk_tokens, lens[r])))
+        (p.kv_begin[x] % p.chunk_tokens != 0 || p.kv_end[x] != std::min<std::int64_t>(std::int64_t(p.kv_begin[x]) + p.chunk_tokens, lens[r])))
       return why.str() + "item " + std::to_string(x) + " is not a chunk [k*chunk, min((k+1)*chunk, len))";
     covered[r] = p.kv_end[x];
     ++items[r];
@@ -291,6 +262,22 @@ TEST_CASE("plan_decode_work refuses unset limits", "[decode_plan]") {
   for (const DecodePlanLimits& l : {DecodePlanLimits{}, limits(0, 2, 4, 32), limits(132, 0, 4, 32), limits(132, 2, 0, 32), limits(132, 2, 4, 0)}) {
     INFO(describe(l));
     invalid_argument_message([&] { plan_decode_work(lens, l, plan); });
+  }
+}
+
+TEST_CASE("plan_decode_work refuses a request longer than the largest int32 tile multiple, in either mode",
+          "[decode_plan]") {
+  DecodeWorkPlan plan;
+  for (const bool graph : {false, true}) {
+    DecodePlanLimits l = limits(132, 2, 4, 64);
+    if (graph) l.graph_work = decode_max_work(2, l);
+    const std::int32_t most = INT32_MAX / 64 * 64;
+    INFO(describe(l));
+    plan_decode_work(std::vector<std::int32_t>{most, 5}, l, plan);  // the longest served: one chunk at most
+    CHECK(plan_problem({most, 5}, l, plan) == "");
+    const std::string msg = invalid_argument_message([&] { plan_decode_work(std::vector<std::int32_t>{5, most + 1}, l, plan); });
+    CHECK_THAT(msg, Contains("a request has " + std::to_string(most + 1) + " KV tokens; this kernel serves at most " +
+                             std::to_string(most)));
   }
 }
 

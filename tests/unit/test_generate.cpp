@@ -1,6 +1,6 @@
 // Generation: emitted text, write-if-different, stale-output removal, and a real package
 // build of specs/ci.json through aotinfer-gen and nvcc (no GPU needed).
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include "test_util.hpp"
 
@@ -22,7 +22,7 @@
 namespace fs = std::filesystem;
 using namespace aotinfer;
 using namespace aotinfer::gen;
-using Catch::Matchers::Contains;
+using aotinfer_test::Contains;
 
 namespace {
 

@@ -1,7 +1,7 @@
 // Checks the fp64 reference (tests/reference/attention_reference.hpp) that the merge_state GPU
 // tests compare against. The main property does not use merge's formula: attention over a key
 // set split in parts and merged must equal attention over the whole set.
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,6 +1,6 @@
 // Package queries, verification and the checks that run before any driver call, on a fake
 // package built in a temp dir. Nothing here needs a GPU or libcuda.
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include "test_util.hpp"
 
@@ -22,7 +22,7 @@ using aotinfer::Error;
 using aotinfer::ErrorCode;
 using aotinfer::ManifestVariant;
 using aotinfer::VariantKey;
-using Catch::Matchers::Contains;
+using aotinfer_test::Contains;
 
 namespace {
 

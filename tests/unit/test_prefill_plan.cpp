@@ -9,10 +9,9 @@
 // (key j visible to token t when j <= kv_len - qo_len + t), the wave and the smallest chunk, and
 // checks coverage, ordering, states, merge and padding. It runs on hand-made cases and on
 // fixed-seed random batches.
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include <algorithm>
-#include <cctype>
 #include <cstdint>
 #include <random>
 #include <set>
@@ -25,7 +24,9 @@
 #include "unit/test_util.hpp"
 
 using namespace aotinfer;
-using Catch::Matchers::Contains;
+using test::invalid_argument_message;
+using test::NamesNumber;
+using aotinfer_test::Contains;
 
 namespace {
 
@@ -77,32 +78,6 @@ std::string describe(const PrefillWorkPlan& p) {
     << p.chunk_tokens << ", num_work " << p.num_work << ", padded_work " << p.padded_work << ", num_states "
     << p.num_states << ", num_outputs " << p.num_outputs() << "}";
   return s.str();
-}
-
-// True when `text` holds `n` as a whole number (a maximal run of digits).
-bool names_number(const std::string& text, long long n) {
-  const std::string digits = std::to_string(n);
-  for (std::size_t at = text.find(digits); at != std::string::npos; at = text.find(digits, at + 1)) {
-    const bool left = at == 0 || !std::isdigit(static_cast<unsigned char>(text[at - 1]));
-    const std::size_t end = at + digits.size();
-    const bool right = end == text.size() || !std::isdigit(static_cast<unsigned char>(text[end]));
-    if (left && right) return true;
-  }
-  return false;
-}
-
-Catch::Matchers::Generic::PredicateMatcher<std::string> NamesNumber(long long n) {
-  return Catch::Matchers::Predicate<std::string>([n](const std::string& s) { return names_number(s, n); },
-                                                 "names " + std::to_string(n));
-}
-
-// Runs f, which must throw Error(invalid_argument); returns its message.
-template <typename F>
-std::string invalid_argument_message(F&& f) {
-  const Error e = test::error_of(f);
-  INFO(e.what());
-  CHECK(e.code() == ErrorCode::invalid_argument);
-  return e.what();
 }
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }

@@ -1,7 +1,7 @@
 // Queries typed by a person: a filter naming a family, an axis or a value the package does not
 // have fails and names what it has (Package::select, aotinfer list), instead of answering with
 // an empty table; find() of such a key says which axis or value is wrong.
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include "fake_package.hpp"
 #include "test_util.hpp"
@@ -18,7 +18,7 @@ using aotinfer::ErrorCode;
 using aotinfer::Package;
 using aotinfer::test::error_of;
 using aotinfer::test::FakePackage;
-using Catch::Matchers::Contains;
+using aotinfer_test::Contains;
 
 namespace {
 

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 
 #include <algorithm>
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -151,39 +151,39 @@ TEST_CASE("scanner: rejected templates name file and line", "[scanner]") {
   std::string message;
   SECTION("unsupported parameter kind") {
     message = scan_error("bad_kind");
-    CHECK_THAT(message, Catch::StartsWith("bad_kind.cuh:7: family 'bad_kind': parameter 'op'"));
-    CHECK_THAT(message, Catch::Contains("template template parameter"));
-    CHECK_THAT(message, Catch::Contains("axes are typename (dtype), enum, bool or integer"));
+    CHECK_THAT(message, aotinfer_test::StartsWith("bad_kind.cuh:7: family 'bad_kind': parameter 'op'"));
+    CHECK_THAT(message, aotinfer_test::Contains("template template parameter"));
+    CHECK_THAT(message, aotinfer_test::Contains("axes are typename (dtype), enum, bool or integer"));
   }
   SECTION("integer without values") {
     message = scan_error("int_no_values");
-    CHECK_THAT(message, Catch::StartsWith("int_no_values.cuh:6: "));
-    CHECK_THAT(message, Catch::Contains("AOTINFER_VALUES(\"head_dim\""));
+    CHECK_THAT(message, aotinfer_test::StartsWith("int_no_values.cuh:6: "));
+    CHECK_THAT(message, aotinfer_test::Contains("AOTINFER_VALUES(\"head_dim\""));
   }
   SECTION("two families of one name") {
     message = scan_error("duplicate_family");
-    CHECK_THAT(message, Catch::StartsWith("b.cuh:7: family 'same' is defined twice"));
-    CHECK_THAT(message, Catch::Contains("a.cuh:6"));
+    CHECK_THAT(message, aotinfer_test::StartsWith("b.cuh:7: family 'same' is defined twice"));
+    CHECK_THAT(message, aotinfer_test::Contains("a.cuh:6"));
   }
   SECTION("AOTINFER_VALUES for a missing parameter") {
     message = scan_error("values_missing_param");
-    CHECK_THAT(message, Catch::StartsWith("values_missing_param.cuh:8: "));
-    CHECK_THAT(message, Catch::Contains("'head_dims'") && Catch::Contains("parameters: head_dim"));
+    CHECK_THAT(message, aotinfer_test::StartsWith("values_missing_param.cuh:8: "));
+    CHECK_THAT(message, aotinfer_test::Contains("'head_dims'") && aotinfer_test::Contains("parameters: head_dim"));
   }
   SECTION("uppercase enumerator") {
     message = scan_error("upper_enum");
-    CHECK_THAT(message, Catch::StartsWith("upper_enum.cuh:7: "));
-    CHECK_THAT(message, Catch::Contains("'Gelu'") && Catch::Contains("lowercase snake_case"));
+    CHECK_THAT(message, aotinfer_test::StartsWith("upper_enum.cuh:7: "));
+    CHECK_THAT(message, aotinfer_test::Contains("'Gelu'") && aotinfer_test::Contains("lowercase snake_case"));
   }
   SECTION("entry without <entry>_launch") {
     message = scan_error("no_launch");
-    CHECK_THAT(message, Catch::StartsWith("no_launch.cuh:9: "));
-    CHECK_THAT(message, Catch::Contains("'finish_launch'"));
+    CHECK_THAT(message, aotinfer_test::StartsWith("no_launch.cuh:9: "));
+    CHECK_THAT(message, aotinfer_test::Contains("'finish_launch'"));
   }
   SECTION("syntax error: Clang's diagnostic") {
     message = scan_error("syntax_error");
-    CHECK_THAT(message, Catch::StartsWith("syntax_error.cuh:7:"));
-    CHECK_THAT(message, Catch::Contains("error: expected ';'"));
+    CHECK_THAT(message, aotinfer_test::StartsWith("syntax_error.cuh:7:"));
+    CHECK_THAT(message, aotinfer_test::Contains("error: expected ';'"));
   }
 }
 

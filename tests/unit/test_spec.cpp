@@ -1,12 +1,12 @@
 // Spec reading, validation and expansion, against hand-built schemas (independent of the
 // scanner): every error class names the file and the JSON pointer (or line:column).
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include "spec.hpp"
 
 using namespace aotinfer;
 using namespace aotinfer::gen;
-using Catch::Matchers::Contains;
+using aotinfer_test::Contains;
 
 namespace {
 

@@ -2,7 +2,7 @@
 // code and a message naming the file and what is wrong. Package::open and the checks kernel()
 // makes before the driver need no GPU and no libcuda, so all of this runs anywhere; on a machine
 // with a driver, kernel() of an intact fake file gets further and fails at loading instead.
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include "fake_package.hpp"
 #include "test_util.hpp"
@@ -27,7 +27,7 @@ using aotinfer::Package;
 using aotinfer::test::error_of;
 using aotinfer::test::FakePackage;
 using aotinfer::test::TempDir;
-using Catch::Matchers::Contains;
+using aotinfer_test::Contains;
 using nlohmann::ordered_json;
 
 namespace {

@@ -2,7 +2,7 @@
 // on the CPU: a correct set passes and becomes the right launch arguments; each class of mistake
 // (dtype, shape against the config and the plan, device, strides, alignment, scalars) is refused
 // with a message naming the argument, what was expected and what was given.
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include <cstdint>
 #include <string>
@@ -13,7 +13,7 @@
 
 using namespace aotinfer;
 using aotinfer::test::error_of;
-using Catch::Matchers::Contains;
+using aotinfer_test::Contains;
 
 namespace {
 

@@ -1,6 +1,6 @@
 // Helpers shared by the CPU tests.
 #pragma once
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 #include <filesystem>
 #include <random>
 #include <string>
@@ -36,5 +36,16 @@ Error error_of(F&& f) {
   FAIL("no aotinfer::Error was thrown");
   return Error(ErrorCode::invalid_argument, "");
 }
+
+// Runs `f`, which must throw Error(invalid_argument), and returns its message.
+template <typename F>
+std::string invalid_argument_message(F&& f) {
+  const Error e = error_of(f);
+  INFO(e.what());
+  CHECK(e.code() == ErrorCode::invalid_argument);
+  return e.what();
+}
+
+using aotinfer_test::NamesNumber;
 
 }  // namespace aotinfer::test

@@ -1,5 +1,5 @@
 // The naming contract: variant keys <-> URIs <-> C symbols <-> JSON values.
-#include <catch2/catch.hpp>
+#include "catch.hpp"
 
 #include <nlohmann/json.hpp>
 #include <set>
@@ -13,7 +13,7 @@
 using aotinfer::Error;
 using aotinfer::ErrorCode;
 using aotinfer::VariantKey;
-using Catch::Matchers::Contains;
+using aotinfer_test::Contains;
 
 namespace {
 
