@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 
-packages=(cmake ninja-build g++ nlohmann-json3-dev catch2 libclang-14-dev llvm-14-dev ccache python3-dev python3-venv slurm-wlm munge
+packages=(cmake ninja-build g++ nlohmann-json3-dev catch2 libclang-14-dev llvm-14-dev libzstd-dev ccache python3-dev python3-venv slurm-wlm munge
           clang-14 libclang-rt-14-dev)
 missing=()
 for p in "${packages[@]}"; do

@@ -17,6 +17,12 @@ if(AOTINFER_BUILD_GENERATOR)
   # Clang's builtin headers (stddef.h, the CUDA wrappers) live in its resource directory.
   set(AOTINFER_CLANG_RESOURCE_DIR
       "${LLVM_LIBRARY_DIR}/clang/${LLVM_PACKAGE_VERSION}" CACHE PATH "Clang resource directory")
+  # seal reads each fatbin's cubins, which nvcc compresses with zstd (Debian: libzstd-dev).
+  find_path(AOTINFER_ZSTD_INCLUDE_DIR zstd.h REQUIRED DOC "zstd headers (install libzstd-dev)")
+  find_library(AOTINFER_ZSTD_LIBRARY zstd REQUIRED DOC "zstd library (install libzstd-dev)")
+  add_library(zstd::zstd UNKNOWN IMPORTED)
+  set_target_properties(zstd::zstd PROPERTIES IMPORTED_LOCATION "${AOTINFER_ZSTD_LIBRARY}"
+                                              INTERFACE_INCLUDE_DIRECTORIES "${AOTINFER_ZSTD_INCLUDE_DIR}")
 endif()
 
 if(AOTINFER_BUILD_TESTS)

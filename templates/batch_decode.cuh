@@ -24,6 +24,7 @@
 #include "aotinfer/decode_mma.cuh"
 #include "aotinfer/decode_work.cuh"
 #include "aotinfer/params/batch_decode.h"
+#include "aotinfer/smem_budget.cuh"
 
 namespace aotinfer {
 
@@ -40,7 +41,6 @@ struct AOTINFER_FAMILY("batch_decode")
   static constexpr int kWarps = kThreads / 32;
   static constexpr int kRows = 4;                         // query rows per CTA
   static constexpr int kTile = head_dim == 256 ? 32 : 64;  // KV tokens per stage
-  static constexpr int kStages = 3;
   static constexpr int kChunks = head_dim / 8;  // 8-element chunks per row
 
   // Scores: each warp scores kTile / kWarps tokens; the lanes of a token split its chunks.
@@ -60,16 +60,26 @@ struct AOTINFER_FAMILY("batch_decode")
   static constexpr int kVStageBytes = kTile * kRowBytes;
   static constexpr int kCopiesPerThread = kTile * kCopiesPerRow / kThreads;
   static_assert(kTile * kCopiesPerRow % kThreads == 0, "a stage must split evenly over the CTA");
-  static constexpr int kStageArea = kStages * (kKStageBytes + kVStageBytes);
   static constexpr int kReduceBytes = kGroups * kRows * head_dim * 4;  // reuses the stage area
+  static constexpr int q_offset(int stages) {
+    const int stage_area = stages * (kKStageBytes + kVStageBytes);
+    return stage_area > kReduceBytes ? stage_area : kReduceBytes;
+  }
+  // Behind q: rotary frequencies, probabilities, then the per-warp max and sum of each row.
+  static constexpr int smem_bytes(int stages) {
+    return q_offset(stages) + kRows * head_dim * 4 + head_dim / 2 * 4 + kRows * kTile * 4 + 2 * kWarps * kRows * 4;
+  }
+  // Three stages where they fit the chip; two on the 99 KiB chips for head_dim 256 (105 KB).
+  static constexpr int kStages = smem_bytes(3) <= kSmemPerCta ? 3 : 2;
   static constexpr int kKOffset = 0;
   static constexpr int kVOffset = kStages * kKStageBytes;
-  static constexpr int kQOffset = kStageArea > kReduceBytes ? kStageArea : kReduceBytes;
+  static constexpr int kQOffset = q_offset(kStages);
   static constexpr int kFreqOffset = kQOffset + kRows * head_dim * 4;
   static constexpr int kPOffset = kFreqOffset + head_dim / 2 * 4;
   static constexpr int kWarpMaxOffset = kPOffset + kRows * kTile * 4;
   static constexpr int kWarpSumOffset = kWarpMaxOffset + kWarps * kRows * 4;
   static constexpr int kSmemBytes = kWarpSumOffset + kWarps * kRows * 4;
+  static_assert(kSmemBytes == smem_bytes(kStages) && kSmemBytes <= kSmemPerCta, "the decode tile must fit the chip");
 
   static constexpr bool kTensorCores = (std::is_same_v<dtype_q, dtype_kv> || sizeof(dtype_kv) == 1) && head_dim <= 128 &&
                                        pos_encoding != PosEncoding::rope_llama;

@@ -19,6 +19,7 @@
 #include "aotinfer/fatbin.hpp"
 #include "aotinfer/files.hpp"
 #include "aotinfer/sha256.hpp"
+#include "resources.hpp"
 
 namespace aotinfer::gen {
 
@@ -56,7 +57,7 @@ bool is_inside(const std::string& rel) {
 }
 
 // The sealed manifest at `path` describes the planned variants (it may differ only in what seal
-// fills in: sizes, hashes and the archs read from each fatbin).
+// fills in: sizes, hashes, and the archs, PTX and resources read from each fatbin).
 bool matches_plan(const fs::path& path, const Manifest& plan) {
   if (!fs::exists(path)) return true;  // nothing sealed: nothing to take back
   try {
@@ -65,6 +66,8 @@ bool matches_plan(const fs::path& path, const Manifest& plan) {
       v.size = 0;
       v.sha256.clear();
       v.archs.clear();
+      v.ptx.clear();
+      v.resources.clear();
     }
     return sealed == plan;
   } catch (const Error&) {
@@ -223,6 +226,7 @@ void write_build_report(const fs::path& out_dir, const Manifest& m) {
 Manifest seal_package(const fs::path& out_dir) {
   fs::path plan_path = out_dir / "variants.json";
   Manifest m = Manifest::load(plan_path);
+  std::vector<std::string> problems;
   for (auto& v : m.variants) {
     fs::path file = out_dir / "package" / v.file;
     std::string bytes = read_file(file);
@@ -230,12 +234,25 @@ Manifest seal_package(const fs::path& out_dir) {
     v.sha256 = sha256_hex(bytes);
     try {
       v.archs = fatbin_sass_archs(bytes);
+      v.ptx = fatbin_ptx_archs(bytes);
+      v.resources = read_resources(bytes, v.entries);
     } catch (const Error& e) {
       throw Error(ErrorCode::corrupt_package, file.string() + ": " + e.what());
     }
-    if (v.archs != m.archs)
-      throw Error(ErrorCode::corrupt_package, file.string() + " holds code for [" + nlohmann::json(v.archs).dump() +
-                                                  "] but the spec asks for " + nlohmann::json(m.archs).dump());
+    const std::vector<std::string> ptx = m.ptx.empty() ? std::vector<std::string>{} : std::vector<std::string>{m.ptx};
+    if (v.archs != m.archs || v.ptx != ptx)
+      throw Error(ErrorCode::corrupt_package, file.string() + " holds code for " + nlohmann::json(v.archs).dump() + " and PTX " +
+                                                  nlohmann::json(v.ptx).dump() + " but the spec asks for " +
+                                                  nlohmann::json(m.archs).dump() + " and PTX " + nlohmann::json(ptx).dump());
+    for (auto& problem : resource_problems(v)) problems.push_back(std::move(problem));
+  }
+  if (!problems.empty()) {
+    std::string message = std::to_string(problems.size()) + " kernel" + (problems.size() == 1 ? "" : "s") +
+                          " of this package cannot launch on a GPU their code runs on:";
+    for (const auto& p : problems) message += "\n  " + p;
+    message += "\nList the chip's own arch in the spec's \"archs\" (its code is then built for it), and give the template "
+               "smaller tiles for that arch if it still does not fit. The package was not sealed.";
+    throw Error(ErrorCode::unsupported_arch, message);
   }
   write_if_different(out_dir / "package" / "manifest.json", m.dump());
   write_build_report(out_dir, m);

@@ -47,6 +47,7 @@ Manifest package_plan(const Spec& spec, const std::vector<FamilySchema>& familie
   m.spec_sha256 = spec.sha256;
   m.archs = spec.archs;
   sort_arch_names(m.archs);
+  m.ptx = spec.ptx;
   for (const auto& key : spec.variants) {
     ManifestVariant v;
     v.key = key;
@@ -93,6 +94,7 @@ std::string nvcc_flags(const Manifest& plan) {
   // same compile time (docs/PERF.md, bench/size_study.sh).
   std::string flags = "-std=c++17 -O3 -Xfatbin=-compress-all --compress-mode=size -Xptxas=-warn-spills";
   for (const auto& g : gencode_flags(plan.archs)) flags += " " + g;
+  if (!plan.ptx.empty()) flags += " -gencode=arch=" + plan.ptx + ",code=" + plan.ptx;
   return flags;
 }
 

@@ -69,6 +69,7 @@ ordered_json spec_json_schema(const std::vector<FamilySchema>& families) {
               {"additionalProperties", false}}},
             {"archs",
              {{"type", "array"}, {"items", {{"enum", known_arch_names()}}}, {"minItems", 1}, {"uniqueItems", true}}},
+            {"ptx", {{"enum", known_ptx_names()}}},
             {"families",
              {{"type", "object"}, {"properties", family_props}, {"additionalProperties", false}, {"minProperties", 1}}}}},
           {"required", {"format", "package", "archs", "families"}},

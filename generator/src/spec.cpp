@@ -266,7 +266,7 @@ Spec parse_spec(std::string_view text, const std::string& file, const std::vecto
 
   Reader r(file);
   r.object(doc, "");
-  r.only_keys(doc, "", {"$schema", "format", "package", "archs", "families"});
+  r.only_keys(doc, "", {"$schema", "format", "package", "archs", "ptx", "families"});
 
   Spec spec;
   spec.file = file;
@@ -289,6 +289,12 @@ Spec parse_spec(std::string_view text, const std::string& file, const std::vecto
     if (!Arch::parse(name)) r.fail(p, "unknown arch '" + name + "'; allowed: " + join(known_arch_names()));
     if (std::find(spec.archs.begin(), spec.archs.end(), name) != spec.archs.end()) r.fail(p, "duplicate arch '" + name + "'");
     spec.archs.push_back(name);
+  }
+  if (doc.contains("ptx")) {
+    spec.ptx = r.string(doc.at("ptx"), "/ptx");
+    if (!Arch::parse_ptx(spec.ptx))
+      r.fail("/ptx", "unknown PTX arch '" + spec.ptx + "'; allowed: " + join(known_ptx_names()) +
+                         " (e.g. \"compute_80\": the driver compiles it for any newer GPU)");
   }
 
   const json& fams = r.object(r.required(doc, "", "families"), "/families");

@@ -18,6 +18,7 @@
 #include "aotinfer/abi.h"
 #include "aotinfer/attention.cuh"
 #include "aotinfer/mma.cuh"
+#include "aotinfer/smem_budget.cuh"
 #include "aotinfer/decode_work.cuh"
 #include "aotinfer/params/batch_decode.h"
 
@@ -32,9 +33,6 @@ struct DecodeMma {
   static constexpr int kThreads = 32 * kWarps;
   static constexpr int kRows = 16;   // query rows per CTA: the mma's M
   static constexpr int kBlock = 16;  // KV tokens per warp step: the P V mma's K
-  // Three stages for fp8 too: four measured the same (the widening pass, not bytes in flight,
-  // bounds fp8) and five no longer fit two CTAs per SM (docs/PERF.md).
-  static constexpr int kStages = 3;
   static constexpr int kChunks = head_dim / 8;  // 16-byte chunks per row
   static constexpr int kKSteps = head_dim / 16;
   static constexpr int kNTiles = head_dim / 8;
@@ -45,13 +43,21 @@ struct DecodeMma {
   static constexpr int kRawChunks = kRawRowBytes / 16;
   static constexpr int kStageBytes = 2 * kBlock * kRawRowBytes;  // K block, then V block
   static constexpr int kConvertedBytes = kFp8 ? 2 * kBlock * kRowBytes : 0;
-  static constexpr int kWarpBytes = kStages * kStageBytes + kConvertedBytes;
-  static constexpr int kStageArea = kWarps * kWarpBytes;
   static constexpr int kMergeBytes = kWarps * kRows * head_dim * 4;  // reuses the stage area
   static constexpr int kQRowBytes = kRowBytes + 16;                 // padded: conflict-free ldmatrix
-  static constexpr int kQOffset = kStageArea > kMergeBytes ? kStageArea : kMergeBytes;
+  static constexpr int q_offset(int stages) {
+    const int stage_area = kWarps * (stages * kStageBytes + kConvertedBytes);
+    return stage_area > kMergeBytes ? stage_area : kMergeBytes;
+  }
+  static constexpr int smem_bytes(int stages) { return q_offset(stages) + kRows * kQRowBytes + 2 * kWarps * kRows * 4; }
+  // Three stages for fp8 too: four measured the same (the widening pass, not bytes in flight,
+  // bounds fp8) and five no longer fit two CTAs per SM (docs/PERF.md). Two where three do not
+  // fit the chip (hd128 16-bit KV needs 103 KB with three, over the 99 KiB of sm_86/89/120).
+  static constexpr int kStages = smem_bytes(3) <= kSmemPerCta ? 3 : 2;
+  static constexpr int kWarpBytes = kStages * kStageBytes + kConvertedBytes;
+  static constexpr int kQOffset = q_offset(kStages);
   static constexpr int kStateOffset = kQOffset + kRows * kQRowBytes;  // m, l per warp and row
-  static constexpr int kSmemBytes = kStateOffset + 2 * kWarps * kRows * 4;
+  static constexpr int kSmemBytes = smem_bytes(kStages);
   static constexpr int kCopiesPerLane = kBlock * kRawChunks / 32;  // of K, and as many of V
   static_assert(head_dim % 16 == 0 && kChunks >= 8 && kBlock * kRawChunks % 32 == 0, "tile shape");
 
@@ -113,6 +119,8 @@ struct DecodeMma {
   }
 
   static __device__ void run(const aotinfer_batch_decode_params& p) {
+    // Here, not in the class: batch_decode names this launch info for every variant it serves on CUDA cores too.
+    static_assert(kSmemBytes <= kSmemPerCta, "the decode tile must fit the chip's shared memory");
     if (int(blockIdx.x) >= *p.num_work) return;
     extern __shared__ __align__(16) char smem[];
     char* q_s = smem + kQOffset;

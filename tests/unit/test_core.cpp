@@ -165,6 +165,62 @@ TEST_CASE("Arch::runs_on follows the binary compatibility rules", "[core][arch]"
   CHECK(arch("sm_120").runs_on(12, 1));
 }
 
+TEST_CASE("Family archs and PTX archs parse, name and run where the toolkit says", "[core][arch]") {
+  auto sass = [](const char* n) { return *aotinfer::Arch::parse(n); };
+  auto ptx = [](const char* n) { return *aotinfer::Arch::parse_ptx(n); };
+  const aotinfer::Arch f100 = sass("sm_100f");
+  CHECK((f100.major == 10 && f100.minor == 0 && f100.family && !f100.specific));
+  CHECK(f100.name() == "sm_100f");
+  CHECK(f100.ptx_name() == "compute_100f");
+  CHECK(f100.runs_on(10, 0));
+  CHECK(f100.runs_on(10, 3));  // the family's later chip
+  CHECK_FALSE(f100.runs_on(11, 0));
+  CHECK_FALSE(sass("sm_103f").runs_on(10, 0));
+  CHECK(sass("sm_120f").runs_on(12, 1));
+  for (const char* bad : {"sm_90f", "sm_80f", "compute_90f", "sm_100af"}) {
+    INFO(bad);
+    CHECK_FALSE(aotinfer::Arch::parse(bad).has_value());
+    CHECK_FALSE(aotinfer::Arch::parse_ptx(bad).has_value());
+  }
+  CHECK_FALSE(aotinfer::Arch::parse_ptx("sm_80").has_value());
+  CHECK_FALSE(aotinfer::Arch::parse("compute_80").has_value());
+
+  // Plain PTX is compiled by the driver for any later chip; "a"/"f" PTX only where its SASS runs.
+  CHECK(ptx("compute_80").ptx_runs_on(8, 0));
+  CHECK(ptx("compute_80").ptx_runs_on(12, 0));
+  CHECK_FALSE(ptx("compute_80").ptx_runs_on(7, 5));
+  CHECK_FALSE(ptx("compute_86").ptx_runs_on(8, 0));
+  CHECK(ptx("compute_90a").ptx_runs_on(9, 0));
+  CHECK_FALSE(ptx("compute_90a").ptx_runs_on(10, 0));
+  CHECK(ptx("compute_100f").ptx_runs_on(10, 3));
+  CHECK_FALSE(ptx("compute_100f").ptx_runs_on(12, 0));
+  for (const auto& name : aotinfer::known_ptx_names()) {
+    INFO(name);
+    REQUIRE(aotinfer::Arch::parse_ptx(name));
+    CHECK(aotinfer::Arch::parse_ptx(name)->ptx_name() == name);
+  }
+}
+
+TEST_CASE("known_chips: every known arch runs on some chip, every chip has an arch", "[core][arch]") {
+  const auto& chips = aotinfer::known_chips();
+  for (const auto& name : aotinfer::known_arch_names()) {
+    INFO(name);
+    const aotinfer::Arch a = *aotinfer::Arch::parse(name);
+    CHECK(std::any_of(chips.begin(), chips.end(), [&](const auto& c) { return a.runs_on(c.major, c.minor); }));
+  }
+  for (const auto& c : chips) {
+    INFO(c.name());
+    CHECK(aotinfer::Arch::parse(c.name()).has_value());
+    CHECK(c.smem_per_block >= 64 * 1024);
+  }
+  auto chip = [&](int major, int minor) {
+    return *std::find_if(chips.begin(), chips.end(), [&](const auto& c) { return c.major == major && c.minor == minor; });
+  };
+  CHECK(chip(8, 9).smem_per_block == 101376);  // 99 KiB on Ada
+  CHECK(chip(9, 0).smem_per_block == 232448);  // 227 KiB on Hopper
+  CHECK(chip(12, 0).smem_per_block == 101376);
+}
+
 TEST_CASE("sort_arch_names sorts by generation, unknown names last", "[core][arch]") {
   std::vector<std::string> names = {"sm_100", "zz_unknown", "sm_90a", "sm_80", "sm_120a", "sm_90", "aa_unknown", "sm_86"};
   aotinfer::sort_arch_names(names);
@@ -176,7 +232,9 @@ TEST_CASE("sort_arch_names sorts by generation, unknown names last", "[core][arc
   for (std::size_t i = 1; i < known.size(); ++i) {
     INFO(known[i - 1] << " < " << known[i]);
     auto prev = *aotinfer::Arch::parse(known[i - 1]), cur = *aotinfer::Arch::parse(known[i]);
-    CHECK((prev.number() < cur.number() || (prev.number() == cur.number() && !prev.specific && cur.specific)));
+    // Within a number: plain, then family ("f"), then arch-specific ("a"), by how few chips run it.
+    auto scope = [](const aotinfer::Arch& a) { return a.specific ? 2 : a.family ? 1 : 0; };
+    CHECK((prev.number() < cur.number() || (prev.number() == cur.number() && scope(prev) < scope(cur))));
   }
 }
 

@@ -20,13 +20,33 @@ struct EntryPoint {
   bool operator==(const EntryPoint&) const = default;
 };
 
+// What one entry point needs per CTA on one SASS arch, read from its cubin when the package is
+// sealed (so a kernel that cannot launch on a chip its code runs on is refused at build time).
+struct KernelResources {
+  std::string entry;               // EntryPoint::name
+  std::uint32_t registers = 0;     // per thread
+  std::uint32_t threads = 0;       // per CTA (the launch info's block)
+  std::uint32_t static_smem = 0;   // bytes of __shared__ variables
+  std::uint32_t dynamic_smem = 0;  // bytes the launch info requests
+  std::uint32_t stack_bytes = 0;   // local memory per thread: the stack frame (local arrays, spills)
+  bool operator==(const KernelResources&) const = default;
+};
+
+struct ArchResources {
+  std::string arch;  // "sm_90a"
+  std::vector<KernelResources> kernels;  // in entry order
+  bool operator==(const ArchResources&) const = default;
+};
+
 struct ManifestVariant {
   VariantKey key;
   std::vector<EntryPoint> entries;
-  std::string file;                // relative to the package directory
-  std::uint64_t size = 0;          // bytes of `file`
-  std::string sha256;              // of `file`
-  std::vector<std::string> archs;  // SASS archs present in `file`
+  std::string file;                          // relative to the package directory
+  std::uint64_t size = 0;                    // bytes of `file`
+  std::string sha256;                        // of `file`
+  std::vector<std::string> archs;            // SASS archs present in `file`
+  std::vector<std::string> ptx;              // PTX archs present in `file` ("compute_80")
+  std::vector<ArchResources> resources;      // per SASS arch, in `archs` order (empty: not recorded)
   bool operator==(const ManifestVariant&) const = default;
 };
 
@@ -37,7 +57,8 @@ struct Manifest {
   std::string package_version;
   std::string spec_file;    // the spec's file name, for messages that suggest spec edits
   std::string spec_sha256;  // of the canonical spec
-  std::vector<std::string> archs;
+  std::vector<std::string> archs;  // SASS archs of the spec
+  std::string ptx;                 // PTX arch of the spec ("compute_80"), empty for none
   std::vector<ManifestVariant> variants;
 
   // Reads a manifest file. Throws Error(not_found / corrupt_package) naming the file.

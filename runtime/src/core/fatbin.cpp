@@ -14,7 +14,7 @@ namespace {
 // a header (its own size at +4) followed by its payload (size at +8).
 constexpr std::uint32_t kMagic = 0xBA55ED50;
 constexpr std::uint16_t kKindPtx = 1, kKindElf = 2;
-constexpr std::uint64_t kFlagCompressed = 0x8000, kFlagArchSpecific = 0x100000;
+constexpr std::uint64_t kFlagCompressed = 0x8000, kFlagArchSpecific = 0x100000, kFlagFamily = 0x200000;
 
 template <typename T>
 T load(std::string_view bytes, std::size_t offset) {
@@ -51,11 +51,15 @@ std::vector<FatbinEntry> read_fatbin_entries(std::string_view bytes) {
       std::uint64_t flags = load<std::uint64_t>(bytes, e + 40);
       if (entry_header < 64 || entry_header > end - e || payload > end - e - entry_header)
         corrupt("entry size exceeds its container");
-      std::string suffix = std::to_string(arch) + ((flags & kFlagArchSpecific) ? "a" : "");
+      const std::uint64_t uncompressed = load<std::uint64_t>(bytes, e + 56);
+      const std::string suffix =
+          std::to_string(arch) + ((flags & kFlagArchSpecific) ? "a" : (flags & kFlagFamily) ? "f" : "");
+      const std::string_view image = bytes.substr(e + entry_header, payload);
+      const bool compressed = flags & kFlagCompressed;
       if (kind == kKindElf)
-        entries.push_back({FatbinEntry::Kind::sass, "sm_" + suffix, bool(flags & kFlagCompressed)});
+        entries.push_back({FatbinEntry::Kind::sass, "sm_" + suffix, compressed, image, uncompressed});
       else if (kind == kKindPtx)
-        entries.push_back({FatbinEntry::Kind::ptx, "compute_" + suffix, bool(flags & kFlagCompressed)});
+        entries.push_back({FatbinEntry::Kind::ptx, "compute_" + suffix, compressed, image, uncompressed});
       e += entry_header + payload;
     }
     container = end;
@@ -64,13 +68,30 @@ std::vector<FatbinEntry> read_fatbin_entries(std::string_view bytes) {
   return entries;
 }
 
-std::vector<std::string> fatbin_sass_archs(std::string_view bytes) {
+namespace {
+
+std::vector<std::string> archs_of_kind(std::string_view bytes, FatbinEntry::Kind kind) {
   std::vector<std::string> archs;
   for (const auto& e : read_fatbin_entries(bytes))
-    if (e.kind == FatbinEntry::Kind::sass) archs.push_back(e.arch);
+    if (e.kind == kind) archs.push_back(e.arch);
   std::sort(archs.begin(), archs.end());
   archs.erase(std::unique(archs.begin(), archs.end()), archs.end());
+  return archs;
+}
+
+}  // namespace
+
+std::vector<std::string> fatbin_sass_archs(std::string_view bytes) {
+  std::vector<std::string> archs = archs_of_kind(bytes, FatbinEntry::Kind::sass);
   sort_arch_names(archs);
+  return archs;
+}
+
+std::vector<std::string> fatbin_ptx_archs(std::string_view bytes) {
+  std::vector<std::string> archs = archs_of_kind(bytes, FatbinEntry::Kind::ptx);
+  const auto& known = known_ptx_names();
+  auto rank = [&](const std::string& n) { return std::find(known.begin(), known.end(), n) - known.begin(); };
+  std::stable_sort(archs.begin(), archs.end(), [&](const auto& a, const auto& b) { return rank(a) < rank(b); });
   return archs;
 }
 

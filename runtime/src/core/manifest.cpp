@@ -21,6 +21,7 @@ ordered_json manifest_to_json(const Manifest& m) {
   j["package"] = {{"name", m.package_name}, {"version", m.package_version}};
   j["spec"] = {{"file", m.spec_file}, {"sha256", m.spec_sha256}};
   j["archs"] = m.archs;
+  if (!m.ptx.empty()) j["ptx"] = m.ptx;
   j["variants"] = ordered_json::array();
   for (const auto& v : m.variants) {
     ordered_json axes = ordered_json::object();
@@ -28,14 +29,23 @@ ordered_json manifest_to_json(const Manifest& m) {
     ordered_json entries = ordered_json::array();
     for (const auto& e : v.entries)
       entries.push_back({{"name", e.name}, {"symbol", e.symbol}, {"launch_symbol", e.launch_symbol}});
-    j["variants"].push_back({{"uri", v.key.uri()},
-                             {"family", v.key.family},
-                             {"axes", axes},
-                             {"entries", entries},
-                             {"file", v.file},
-                             {"size", v.size},
-                             {"sha256", v.sha256},
-                             {"archs", v.archs}});
+    ordered_json variant = {{"uri", v.key.uri()},   {"family", v.key.family}, {"axes", axes},
+                            {"entries", entries},   {"file", v.file},         {"size", v.size},
+                            {"sha256", v.sha256},   {"archs", v.archs}};
+    if (!v.ptx.empty()) variant["ptx"] = v.ptx;
+    if (!v.resources.empty()) {
+      ordered_json resources = ordered_json::object();
+      for (const auto& per_arch : v.resources) {
+        ordered_json kernels = ordered_json::object();
+        for (const auto& k : per_arch.kernels)
+          kernels[k.entry] = {{"registers", k.registers},       {"threads", k.threads},
+                              {"static_smem", k.static_smem},   {"dynamic_smem", k.dynamic_smem},
+                              {"stack_bytes", k.stack_bytes}};
+        resources[per_arch.arch] = kernels;
+      }
+      variant["resources"] = resources;
+    }
+    j["variants"].push_back(variant);
   }
   return j;
 }
@@ -102,6 +112,31 @@ void check_file_path(const std::string& file, const std::string& where, const st
   if (p.filename().empty() || p.filename() == ".") refuse("not a file name");
 }
 
+// A variant's optional "resources": {"sm_80": {"<entry>": {"registers": 40, ...}}}.
+std::vector<ArchResources> resources_member(const ordered_json& v, const std::string& where, const std::string& source) {
+  const ordered_json& all = v.at("resources");
+  const std::string at = where + "/resources";
+  if (!all.is_object()) corrupt(source, at + ": expected an object of archs, got " + std::string(all.type_name()) + " " + shown(all));
+  std::vector<ArchResources> out;
+  for (const auto& [arch, kernels] : all.items()) {
+    const std::string here = at + "/" + arch;
+    if (!kernels.is_object()) corrupt(source, here + ": expected an object of entries, got " + std::string(kernels.type_name()));
+    ArchResources per_arch{arch, {}};
+    for (const auto& [entry, r] : kernels.items()) {
+      const std::string in = here + "/" + entry;
+      auto field = [&](const char* key) {
+        const std::uint64_t n = count_member(r, key, in, source, "a count");
+        if (n > UINT32_MAX) corrupt(source, in + "/" + key + ": expected at most 2^32 - 1, got " + std::to_string(n));
+        return std::uint32_t(n);
+      };
+      per_arch.kernels.push_back({entry, field("registers"), field("threads"), field("static_smem"), field("dynamic_smem"),
+                                  field("stack_bytes")});
+    }
+    out.push_back(std::move(per_arch));
+  }
+  return out;
+}
+
 Manifest from_json_unchecked(const ordered_json& j, const std::string& source) {
   if (!j.is_object()) corrupt(source, "a manifest is a JSON object: expected an object, got " + std::string(j.type_name()) + " " + shown(j));
   Manifest m;
@@ -123,6 +158,7 @@ Manifest from_json_unchecked(const ordered_json& j, const std::string& source) {
   m.spec_file = member<std::string>(spec, "file", "/spec", source);
   m.spec_sha256 = member<std::string>(spec, "sha256", "/spec", source);
   m.archs = member<std::vector<std::string>>(j, "archs", "", source);
+  if (j.contains("ptx")) m.ptx = member<std::string>(j, "ptx", "", source);
   const ordered_json& variants = array_member(j, "variants", "", source);
   std::map<std::string, std::size_t> uri_at, file_at;  // first position of each URI and file
   for (std::size_t i = 0; i < variants.size(); ++i) {
@@ -162,6 +198,8 @@ Manifest from_json_unchecked(const ordered_json& j, const std::string& source) {
     mv.size = count_member(v, "size", where, source, "a byte count");
     mv.sha256 = member<std::string>(v, "sha256", where, source);
     mv.archs = member<std::vector<std::string>>(v, "archs", where, source);
+    if (v.contains("ptx")) mv.ptx = member<std::vector<std::string>>(v, "ptx", where, source);
+    if (v.contains("resources")) mv.resources = resources_member(v, where, source);
     m.variants.push_back(std::move(mv));
   }
   return m;
