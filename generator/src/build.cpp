@@ -247,8 +247,8 @@ Manifest seal_package(const fs::path& out_dir) {
     for (auto& problem : resource_problems(v)) problems.push_back(std::move(problem));
   }
   if (!problems.empty()) {
-    std::string message = std::to_string(problems.size()) + " kernel" + (problems.size() == 1 ? "" : "s") +
-                          " of this package cannot launch on a GPU their code runs on:";
+    std::string message = "this package holds code that cannot launch on a chip it runs on (" + std::to_string(problems.size()) +
+                          (problems.size() == 1 ? " case" : " cases") + "):";
     for (const auto& p : problems) message += "\n  " + p;
     message += "\nList the chip's own arch in the spec's \"archs\" (its code is then built for it), and give the template "
                "smaller tiles for that arch if it still does not fit. The package was not sealed.";

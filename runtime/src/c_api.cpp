@@ -14,6 +14,7 @@
 #include "aotinfer/append_paged_kv.hpp"
 #include "aotinfer/batch_decode.hpp"
 #include "aotinfer/batch_prefill.hpp"
+#include "aotinfer/log.hpp"
 #include "aotinfer/merge_state.hpp"
 #include "aotinfer/package.hpp"
 #include "driver.hpp"
@@ -238,6 +239,8 @@ extern "C" {
 const char* aotinfer_last_error(void) {
   return last_error_lost ? "out of memory (the error message could not be stored)" : last_error.c_str();
 }
+
+void aotinfer_set_log_handler(aotinfer_log_handler handler, void* user) { aotinfer::set_log_handler(handler, user); }
 
 aotinfer_status aotinfer_package_open(const char* dir, aotinfer_package** out) {
   return guarded([&] {

@@ -9,6 +9,7 @@
 #include "aotinfer/arch.hpp"
 #include "aotinfer/files.hpp"
 #include "aotinfer/json.hpp"
+#include "aotinfer/log.hpp"
 #include "aotinfer/sha256.hpp"
 #include "driver.hpp"
 
@@ -26,6 +27,7 @@ struct Package::State {
   std::map<std::pair<CUcontext, std::string>, CUmodule> modules;          // (context, uri)
   std::map<std::tuple<CUcontext, std::string, std::string>, Kernel> kernels;  // (context, uri, entry)
   std::set<std::string> checked;  // uris whose file matched the manifest once, before any driver call
+  std::set<std::string> jit_told;  // uris whose PTX fallback was logged (once per package and variant)
 
   ~State() {
     // The driver may already be gone at process exit; unloading is best effort.
@@ -222,13 +224,17 @@ FileProblem check_variant_file(const fs::path& dir, const ManifestVariant& v, st
 
 }  // namespace
 
-void check_device_arch(const ManifestVariant& variant, int major, int minor) {
+DeviceCode check_device_arch(const ManifestVariant& variant, int major, int minor) {
   for (const auto& name : variant.archs)
-    if (auto arch = Arch::parse(name); arch && arch->runs_on(major, minor)) return;
-  std::string device = "sm_" + std::to_string(major * 10 + minor);
+    if (auto arch = Arch::parse(name); arch && arch->runs_on(major, minor)) return DeviceCode::sass;
+  for (const auto& name : variant.ptx)
+    if (auto arch = Arch::parse_ptx(name); arch && arch->ptx_runs_on(major, minor)) return DeviceCode::ptx;
+  const std::string device = "sm_" + std::to_string(major * 10 + minor);
+  std::string has = join(variant.archs);
+  if (!variant.ptx.empty()) has += (has.empty() ? "PTX " : " and PTX ") + join(variant.ptx);
   throw Error(ErrorCode::unsupported_arch,
-              "variant " + variant.key.uri() + " holds code for " + join(variant.archs) + ", none of which runs on this GPU (" +
-                  device + "); build a package whose spec lists \"" + device + "\" in \"archs\"");
+              "variant " + variant.key.uri() + " holds code for " + has + ", none of which runs on this GPU (" + device +
+                  "); build a package whose spec lists \"" + device + "\" in \"archs\" (or a \"ptx\" arch at or below it)");
 }
 
 Package Package::open(const fs::path& dir) {
@@ -316,7 +322,10 @@ Kernel Package::kernel(const VariantKey& key, std::string_view entry_name) const
   if (!module) {
     if (bytes.empty()) bytes = read_checked();  // another context: the file is read (and checked) again
     DeviceArch arch = context_arch();
-    check_device_arch(variant, arch.major, arch.minor);
+    if (check_device_arch(variant, arch.major, arch.minor) == DeviceCode::ptx && state_->jit_told.insert(uri).second)
+      detail::log("variant " + uri + " has no SASS for this GPU (sm_" + std::to_string(arch.major * 10 + arch.minor) +
+                  "): the driver compiles its PTX (" + join(variant.ptx) + ") on first use, which can take seconds; " +
+                  "a package built for this arch skips that");
     CUresult r = driver().cuModuleLoadData(&module, bytes.data());
     if (r != CUDA_SUCCESS) {
       module = nullptr;

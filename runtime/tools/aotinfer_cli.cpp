@@ -102,6 +102,15 @@ int cmd_info(const Package& pkg, const std::vector<std::string>& args, bool json
   for (const auto& e : v.entries) std::printf("entry    %s -> %s\n", e.name.c_str(), e.symbol.c_str());
   std::printf("file     %s (%s)\nsha256   %s\narchs    %s\n", (pkg.path() / v.file).c_str(), human_bytes(v.size).c_str(),
               v.sha256.c_str(), join(v.archs).c_str());
+  if (!v.ptx.empty()) std::printf("ptx      %s (compiled by the driver where no arch above runs)\n", join(v.ptx).c_str());
+  if (!v.resources.empty()) {
+    std::printf("resources per CTA (shared memory: static + dynamic bytes; stack: bytes per thread)\n");
+    std::printf("  %-8s %-14s %5s %8s %8s %8s %6s\n", "arch", "entry", "regs", "threads", "static", "dynamic", "stack");
+    for (const auto& per_arch : v.resources)
+      for (const auto& k : per_arch.kernels)
+        std::printf("  %-8s %-14s %5u %8u %8u %8u %6u\n", per_arch.arch.c_str(), k.entry.c_str(), k.registers, k.threads,
+                    k.static_smem, k.dynamic_smem, k.stack_bytes);
+  }
   return 0;
 }
 

@@ -304,6 +304,19 @@ TEST_CASE("check_device_arch applies the arch rules to a variant", "[package]") 
   CHECK(error_of([&] { aotinfer::check_device_arch(v, 9, 0); }).code() == ErrorCode::unsupported_arch);
   v.archs = {};
   CHECK(error_of([&] { aotinfer::check_device_arch(v, 9, 0); }).code() == ErrorCode::unsupported_arch);
+
+  // SASS first; PTX where no SASS runs and the driver can compile it; else refused naming both.
+  v.archs = {"sm_80", "sm_90"};
+  v.ptx = {"compute_80"};
+  CHECK(aotinfer::check_device_arch(v, 9, 0) == aotinfer::DeviceCode::sass);
+  CHECK(aotinfer::check_device_arch(v, 8, 6) == aotinfer::DeviceCode::sass);
+  CHECK(aotinfer::check_device_arch(v, 12, 0) == aotinfer::DeviceCode::ptx);
+  CHECK(aotinfer::check_device_arch(v, 10, 0) == aotinfer::DeviceCode::ptx);
+  Error on_turing = error_of([&] { aotinfer::check_device_arch(v, 7, 5); });
+  CHECK(on_turing.code() == ErrorCode::unsupported_arch);
+  CHECK_THAT(on_turing.what(), Contains("holds code for sm_80, sm_90 and PTX compute_80") && Contains("(sm_75)"));
+  v.ptx = {"compute_90a"};  // arch-specific PTX compiles for its own chip only
+  CHECK(error_of([&] { aotinfer::check_device_arch(v, 10, 0); }).code() == ErrorCode::unsupported_arch);
 }
 
 TEST_CASE("Driver::open of a missing library is no_driver naming it", "[package][driver]") {

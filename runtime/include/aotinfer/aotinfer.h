@@ -42,6 +42,12 @@ typedef struct aotinfer_package aotinfer_package;
 /* The message of the calling thread's last failed call ("" if none). */
 const char* aotinfer_last_error(void);
 
+/* Messages for a person, not for control flow (e.g. that a kernel runs from PTX the driver
+ * compiles on first use). Silent by default; AOTINFER_LOG=1 prints them to stderr; a handler set
+ * here receives them instead (for the whole process; NULL restores the default). */
+typedef void (*aotinfer_log_handler)(const char* message, void* user);
+void aotinfer_set_log_handler(aotinfer_log_handler handler, void* user);
+
 /* *out is set to NULL first, then to the package on success. */
 aotinfer_status aotinfer_package_open(const char* dir, aotinfer_package** out);
 /* NULL is allowed (does nothing), as for every destroy function below. */

@@ -103,8 +103,10 @@ class Package {
   std::shared_ptr<State> state_;
 };
 
-// The arch of the current device can run some arch of `archs` (see Arch::runs_on); the
-// message of the Error it throws otherwise names both. Exposed for tests.
-void check_device_arch(const ManifestVariant& variant, int device_major, int device_minor);
+// Which code of the variant a device runs: its SASS when some arch of `archs` runs there (see
+// Arch::runs_on), else its PTX when the driver can compile that for the device; otherwise
+// throws Error(unsupported_arch) naming both. Exposed for tests.
+enum class DeviceCode { sass, ptx };
+DeviceCode check_device_arch(const ManifestVariant& variant, int device_major, int device_minor);
 
 }  // namespace aotinfer
