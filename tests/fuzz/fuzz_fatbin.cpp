@@ -1,7 +1,8 @@
 // Fuzz target: the fatbin table-of-contents reader (runtime/src/core/fatbin.cpp) on arbitrary
 // bytes. read_fatbin_entries must either throw Error(corrupt_package) or return at least one
-// entry, each a SASS "sm_<n>[a]" or PTX "compute_<n>[a]" arch; fatbin_sass_archs must agree with
-// it (the SASS archs, without duplicates, sorted like sort_arch_names).
+// entry, each a SASS "sm_<n>[a|f]" or PTX "compute_<n>[a|f]" arch whose payload lies inside the
+// input; fatbin_sass_archs / fatbin_ptx_archs must agree with it (the archs of each kind, without
+// duplicates, SASS sorted like sort_arch_names).
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -25,7 +26,7 @@ namespace {
 bool arch_text(const std::string& s, std::string_view prefix) {
   if (s.substr(0, prefix.size()) != prefix) return false;
   std::string_view digits = std::string_view(s).substr(prefix.size());
-  if (!digits.empty() && digits.back() == 'a') digits.remove_suffix(1);
+  if (!digits.empty() && (digits.back() == 'a' || digits.back() == 'f')) digits.remove_suffix(1);
   return !digits.empty() && digits.size() <= 10 &&
          std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
@@ -50,12 +51,23 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   if (entries.empty()) finding("read_fatbin_entries returned no entries");
   if (entries.size() > size / 64) finding("more entries than 64-byte entry headers fit in the input");
-  std::set<std::string> sass;
+  std::set<std::string> sass, ptx;
   for (const auto& e : entries) {
     const bool ok = e.kind == FatbinEntry::Kind::sass ? arch_text(e.arch, "sm_") : arch_text(e.arch, "compute_");
-    if (!ok) finding("entry arch '" + e.arch + "' is not sm_<n>[a] / compute_<n>[a]");
-    if (e.kind == FatbinEntry::Kind::sass) sass.insert(e.arch);
+    if (!ok) finding("entry arch '" + e.arch + "' is not sm_<n>[a|f] / compute_<n>[a|f]");
+    (e.kind == FatbinEntry::Kind::sass ? sass : ptx).insert(e.arch);
+    const char* begin = e.payload.data();
+    if (begin < bytes.data() || begin + e.payload.size() > bytes.data() + bytes.size())
+      finding("entry " + e.arch + "'s payload lies outside the input");
   }
+  std::vector<std::string> ptx_archs;
+  try {
+    ptx_archs = fatbin_ptx_archs(bytes);
+  } catch (const std::exception& e) {
+    finding(std::string("fatbin_ptx_archs refused bytes read_fatbin_entries read: ") + e.what());
+  }
+  if (std::set<std::string>(ptx_archs.begin(), ptx_archs.end()) != ptx || ptx_archs.size() != ptx.size())
+    finding("fatbin_ptx_archs is not the set of PTX entry archs");
   std::vector<std::string> archs;
   try {
     archs = fatbin_sass_archs(bytes);

@@ -7,7 +7,7 @@
 // every input), then opens it. Package::open must either throw aotinfer::Error (not_found or
 // corrupt_package) or give a package whose queries behave: every variant is found by its own
 // key and URI (or refused as ambiguous when the manifest lists a URI twice), filters return
-// only matching variants, verify() reports per file, check_device_arch agrees with the archs,
+// only matching variants, verify() reports per file, check_device_arch agrees with the archs and PTX,
 // and the manifest survives dump() and load() unchanged.
 #include <unistd.h>
 
@@ -89,16 +89,20 @@ void query(const Package& pkg) {
     } catch (const Error& e) {
       if (e.code() != ErrorCode::invalid_argument) finding("find(family) of a listed family threw: " + std::string(e.what()));
     }
-    // Device archs: runs exactly when an arch of the variant runs on it.
-    for (const auto& [major, minor] : {std::pair{8, 0}, std::pair{9, 0}, std::pair{12, 1}}) {
-      bool runs = false;
+    // Device archs: SASS when an arch of the variant runs on the device, else PTX when one of its
+    // PTX archs compiles for it, else refused.
+    for (const auto& [major, minor] : {std::pair{7, 5}, std::pair{8, 0}, std::pair{9, 0}, std::pair{12, 1}}) {
+      bool sass = false, ptx = false;
       for (const auto& a : v.archs)
-        if (auto arch = Arch::parse(a); arch && arch->runs_on(major, minor)) runs = true;
+        if (auto arch = Arch::parse(a); arch && arch->runs_on(major, minor)) sass = true;
+      for (const auto& a : v.ptx)
+        if (auto arch = Arch::parse_ptx(a); arch && arch->ptx_runs_on(major, minor)) ptx = true;
       try {
-        check_device_arch(v, major, minor);
-        if (!runs) finding(v.key.uri() + ": check_device_arch accepted a device none of its archs runs on");
+        const DeviceCode code = check_device_arch(v, major, minor);
+        if (code != (sass ? DeviceCode::sass : DeviceCode::ptx) || !(sass || ptx))
+          finding(v.key.uri() + ": check_device_arch chose other code than the archs and PTX allow");
       } catch (const Error& e) {
-        if (runs || e.code() != ErrorCode::unsupported_arch)
+        if (sass || ptx || e.code() != ErrorCode::unsupported_arch)
           finding(v.key.uri() + ": check_device_arch refused wrongly: " + e.what());
       }
     }

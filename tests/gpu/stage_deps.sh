@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Copies the header-only build dependencies (nlohmann/json, Catch2) with their CMake configs
-# into .deps/, for GPU machines that cannot install packages. tests/gpu/run.sh picks .deps/ up.
+# into .deps/, for a GPU machine that lacks them and cannot install packages (one with Catch2 2
+# or 3 and nlohmann/json installed needs nothing). tests/gpu/run.sh picks .deps/ up.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 deps=$root/.deps
