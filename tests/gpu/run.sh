@@ -2,7 +2,8 @@
 # Every GPU check in one call, for a machine with a GPU:
 #   1. build the runtime, GPU tests and benchmarks (generator too when Clang 14 is installed),
 #   2. build the packages under test unless they were built elsewhere and carried here,
-#   3. run the GPU tests against each package, then again under compute-sanitizer,
+#   3. run the GPU tests against each package, then again under compute-sanitizer, and the PTX
+#      fallback check (tests/gpu/ptx_fallback.sh),
 #   4. run the benchmarks (bench/run.sh) unless --no-bench.
 # Usage: tests/gpu/run.sh [--no-bench] [PACKAGE_DIR...]   (default: the ci and default packages)
 # Logs go to $OUT (or build-gpu/out).
@@ -51,6 +52,12 @@ for pkg in "${packages[@]}"; do
       build-gpu/tests/aotinfer_gpu_tests "~[long]" 2>&1 | tee -a "$out/sanitizer.log" | tail -2 || status=1
   fi
 done
+
+# The PTX fallback: decode kernels sized for 99 KiB chips, compiled by the driver from PTX.
+if [ -f generated/aotinfer-ptx-decode/package/manifest.json ] || [ $generator = ON ]; then
+  echo "== PTX fallback"
+  bash tests/gpu/ptx_fallback.sh build-gpu 2>&1 | tee -a "$out/ptx_fallback.log" | tail -3 || status=1
+fi
 
 # The Python layer with PyTorch (a wheel built elsewhere and carried in dist/, if any).
 if ls dist/aotinfer-*.whl > /dev/null 2>&1; then

@@ -122,7 +122,9 @@ std::vector<ArchResources> resources_member(const ordered_json& v, const std::st
     const std::string here = at + "/" + arch;
     if (!kernels.is_object()) corrupt(source, here + ": expected an object of entries, got " + std::string(kernels.type_name()));
     ArchResources per_arch{arch, {}};
-    for (const auto& [entry, r] : kernels.items()) {
+    for (const auto& item : kernels.items()) {
+      const std::string& entry = item.key();
+      const ordered_json& r = item.value();  // (not a structured binding: Clang 14 cannot capture one)
       const std::string in = here + "/" + entry;
       auto field = [&](const char* key) {
         const std::uint64_t n = count_member(r, key, in, source, "a count");
