@@ -4,7 +4,6 @@
 #include <map>
 #include <mutex>
 #include <set>
-#include <nlohmann/json.hpp>
 
 #include "aotinfer/arch.hpp"
 #include "aotinfer/files.hpp"
@@ -153,11 +152,7 @@ std::string missing_message(const Package& pkg, const VariantKey& wanted) {
       if (unknown_axis) return msg;
     }
   }
-  nlohmann::ordered_json axes = nlohmann::ordered_json::object();
-  for (const auto& a : wanted.axes) axes[a.name] = value_json(a.value);
-  msg += ". To add it, put " + axes.dump() + " in \"families\": {\"" + wanted.family + "\": {\"include\": [...]}} of " +
-         m.spec_file + " (or extend its matrix) and rebuild the package";
-  return msg;
+  return msg + ". To add it, " + spec_include_advice(wanted, m.spec_file);
 }
 
 struct DeviceArch {
@@ -222,13 +217,24 @@ FileProblem check_variant_file(const fs::path& dir, const ManifestVariant& v, st
 
 }  // namespace
 
-void check_device_arch(const ManifestVariant& variant, int major, int minor) {
+bool runs_on(const ManifestVariant& variant, int major, int minor) {
   for (const auto& name : variant.archs)
-    if (auto arch = Arch::parse(name); arch && arch->runs_on(major, minor)) return;
+    if (auto arch = Arch::parse(name); arch && arch->runs_on(major, minor)) return true;
+  return false;
+}
+
+void check_device_arch(const ManifestVariant& variant, int major, int minor) {
+  if (runs_on(variant, major, minor)) return;
   std::string device = "sm_" + std::to_string(major * 10 + minor);
   throw Error(ErrorCode::unsupported_arch,
               "variant " + variant.key.uri() + " holds code for " + join(variant.archs) + ", none of which runs on this GPU (" +
                   device + "); build a package whose spec lists \"" + device + "\" in \"archs\"");
+}
+
+Arch current_device_arch() {
+  detail::current_context();
+  const DeviceArch device = context_arch();
+  return Arch{device.major, device.minor, false};
 }
 
 Package Package::open(const fs::path& dir) {

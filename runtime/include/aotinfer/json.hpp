@@ -14,6 +14,12 @@ namespace aotinfer {
 std::string value_text(const nlohmann::json& v);
 nlohmann::json value_json(std::string_view text);
 
+// The spec `include` entry that adds `key` ({"dtype": "bf16", "head_dim": 128}), and the advice
+// that places it: put <entry> in "families": {"<family>": {"include": [...]}} of <spec_file>
+// (or extend its matrix) and rebuild the package.
+nlohmann::ordered_json spec_include_entry(const VariantKey& key);
+std::string spec_include_advice(const VariantKey& key, const std::string& spec_file);
+
 nlohmann::ordered_json manifest_to_json(const Manifest& m);
 // `source` names the document in error messages. Throws Error(corrupt_package).
 Manifest manifest_from_json(const nlohmann::ordered_json& j, const std::string& source);

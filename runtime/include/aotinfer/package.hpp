@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "aotinfer/abi.h"
+#include "aotinfer/arch.hpp"
 #include "aotinfer/error.hpp"
 #include "aotinfer/manifest.hpp"
 #include "aotinfer/variant.hpp"
@@ -103,8 +104,16 @@ class Package {
   std::shared_ptr<State> state_;
 };
 
-// The arch of the current device can run some arch of `archs` (see Arch::runs_on); the
-// message of the Error it throws otherwise names both. Exposed for tests.
+// Some arch of the variant's code runs on a device of this compute capability (Arch::runs_on):
+// what kernel() requires before it loads a variant.
+bool runs_on(const ManifestVariant& variant, int device_major, int device_minor);
+
+// Throws Error(unsupported_arch) naming both the variant's archs and the device's unless
+// runs_on(). Exposed for tests.
 void check_device_arch(const ManifestVariant& variant, int device_major, int device_minor);
+
+// The compute capability of the calling thread's device (device 0's primary context when it has
+// none), as kernel() reads it; `specific` is false. Throws Error(no_driver / no_device).
+Arch current_device_arch();
 
 }  // namespace aotinfer
