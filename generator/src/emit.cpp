@@ -47,6 +47,7 @@ Manifest package_plan(const Spec& spec, const std::vector<FamilySchema>& familie
   m.spec_sha256 = spec.sha256;
   m.archs = spec.archs;
   sort_arch_names(m.archs);
+  for (const auto& f : families) m.families.push_back(manifest_family(f));
   for (const auto& key : spec.variants) {
     ManifestVariant v;
     v.key = key;

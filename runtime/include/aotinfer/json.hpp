@@ -14,6 +14,10 @@ namespace aotinfer {
 std::string value_text(const nlohmann::json& v);
 nlohmann::json value_json(std::string_view text);
 
+// An axis as `aotinfer-gen families --json` and the manifest's "families" write it: name, kind,
+// allowed values, and default / follows when the template has them.
+nlohmann::ordered_json axis_json(const ManifestAxis& axis);
+
 // The spec `include` entry that adds `key` ({"dtype": "bf16", "head_dim": 128}), and the advice
 // that places it: put <entry> in "families": {"<family>": {"include": [...]}} of <spec_file>
 // (or extend its matrix) and rebuild the package.
