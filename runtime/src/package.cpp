@@ -152,7 +152,7 @@ std::string missing_message(const Package& pkg, const VariantKey& wanted) {
       if (unknown_axis) return msg;
     }
   }
-  return msg + ". To add it, " + spec_include_advice(wanted, m.spec_file);
+  return msg + ". To add it, " + spec_include_advice(wanted, m.spec_file, !same_family.empty());
 }
 
 struct DeviceArch {

@@ -133,9 +133,12 @@ nlohmann::ordered_json spec_include_entry(const VariantKey& key) {
   return entry;
 }
 
-std::string spec_include_advice(const VariantKey& key, const std::string& spec_file) {
-  return "put " + spec_include_entry(key).dump() + " in \"families\": {\"" + key.family + "\": {\"include\": [...]}} of " +
-         spec_file + " (or extend its matrix) and rebuild the package";
+std::string spec_include_advice(const VariantKey& key, const std::string& spec_file, bool family_in_spec) {
+  const std::string entry = spec_include_entry(key).dump();
+  if (!family_in_spec)
+    return "put \"" + key.family + "\": {\"matrix\": " + entry + "} in \"families\" of " + spec_file + " and rebuild the package";
+  return "put " + entry + " in \"families\": {\"" + key.family + "\": {\"include\": [...]}} of " + spec_file +
+         " (or extend its matrix) and rebuild the package";
 }
 
 nlohmann::json value_json(std::string_view text) {
