@@ -519,7 +519,7 @@ TEST_CASE("Manifest round trips through JSON and through dump()/load()", "[core]
   CHECK(other.dump() != text);
 }
 
-TEST_CASE("Manifest families: recorded ones round trip; a manifest without them loads and dumps unchanged", "[core][manifest]") {
+TEST_CASE("Manifest families: recorded ones round trip, a manifest without them loads and dumps unchanged", "[core][manifest]") {
   aotinfer::Manifest m = sample_manifest();
   m.variants.pop_back();  // the attention variant: its family is not recorded below
   const std::string without = m.dump();
