@@ -48,6 +48,7 @@ Manifest package_plan(const Spec& spec, const std::vector<FamilySchema>& familie
   m.archs = spec.archs;
   sort_arch_names(m.archs);
   m.ptx = spec.ptx;
+  for (const auto& f : families) m.families.push_back(manifest_family(f));
   for (const auto& key : spec.variants) {
     ManifestVariant v;
     v.key = key;

@@ -13,8 +13,8 @@ namespace aotinfer::gen {
 
 std::string generator_id();  // "aotinfer-gen 0.1.0"
 
-// The package as planned: every variant with its file and entry points, sizes and hashes unset
-// (the seal step fills them from the built fatbins).
+// The package as planned: every family's axes, every variant with its file and entry points,
+// sizes and hashes unset (the seal step fills them from the built fatbins).
 Manifest package_plan(const Spec& spec, const std::vector<FamilySchema>& families);
 
 // One translation unit per variant: the template instantiation and its extern "C" entries.

@@ -44,15 +44,19 @@ const DType* find_dtype(const std::string& name) {
   return nullptr;
 }
 
+ManifestFamily manifest_family(const FamilySchema& f) {
+  ManifestFamily family{f.name, {}};
+  for (const auto& a : f.axes) family.axes.push_back({a.name, to_string(a.kind), a.allowed, a.default_value, a.follows});
+  return family;
+}
+
 nlohmann::ordered_json to_json(const FamilySchema& f) {
+  // The manifest's form of each axis, plus where the template declares it.
+  const ManifestFamily recorded = manifest_family(f);
   nlohmann::ordered_json axes = nlohmann::ordered_json::array();
-  for (const auto& a : f.axes) {
-    nlohmann::ordered_json j = {{"name", a.name}, {"kind", to_string(a.kind)}};
-    j["allowed"] = nlohmann::ordered_json::array();
-    for (const auto& v : a.allowed) j["allowed"].push_back(nlohmann::ordered_json(value_json(v)));
-    if (a.default_value) j["default"] = value_json(*a.default_value);
-    if (a.follows) j["follows"] = *a.follows;
-    j["where"] = a.where.str();
+  for (std::size_t i = 0; i < f.axes.size(); ++i) {
+    nlohmann::ordered_json j = axis_json(recorded.axes[i]);
+    j["where"] = f.axes[i].where.str();
     axes.push_back(std::move(j));
   }
   nlohmann::ordered_json entries = nlohmann::ordered_json::array();

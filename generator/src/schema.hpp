@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "aotinfer/manifest.hpp"
+
 namespace aotinfer::gen {
 
 struct SourceLocation {
@@ -59,6 +61,10 @@ struct DType {
 };
 const std::vector<DType>& dtypes();
 const DType* find_dtype(const std::string& name);
+
+// The family as a package's manifest records it (its axes without source locations, so a
+// comment added to a template changes no package).
+ManifestFamily manifest_family(const FamilySchema& family);
 
 nlohmann::ordered_json to_json(const FamilySchema& family);
 nlohmann::ordered_json to_json(const std::vector<FamilySchema>& families);

@@ -6,11 +6,12 @@
 
 namespace aotinfer {
 
+VariantKey AppendPagedKv::variant_key(DType dtype, int head_dim) {
+  return VariantKey{"append_paged_kv", {{"dtype", std::string(dtype_name(dtype))}, {"head_dim", std::to_string(head_dim)}}};
+}
+
 AppendPagedKv::AppendPagedKv(const Package& package, DType dtype, int head_dim)
-    : dtype_(dtype),
-      kernel_(package.kernel(VariantKey{"append_paged_kv", {{"dtype", std::string(dtype_name(dtype))},
-                                                            {"head_dim", std::to_string(head_dim)}}},
-                             "append")) {}
+    : dtype_(dtype), kernel_(package.kernel(variant_key(dtype, head_dim), "append")) {}
 
 void AppendPagedKv::run(const aotinfer_append_paged_kv_params& p, Stream stream) const {
   auto invalid = [](const std::string& what) { throw Error(ErrorCode::invalid_argument, "append_paged_kv: " + what); };

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 
+#include "aotinfer/merge_state.hpp"
 #include "aotinfer/params/merge_varlen.h"
 #include "driver.hpp"
 #include "plan_inputs.hpp"
@@ -64,31 +65,36 @@ struct BatchDecode::Impl {
   detail::PlanUpload upload;
 };
 
-BatchDecode::BatchDecode(const Package& package, const BatchDecodeConfig& c) : impl_(std::make_unique<Impl>()) {
+void BatchDecode::check_config(const BatchDecodeConfig& c) {
   detail::check_head_counts("batch_decode", c.num_qo_heads, c.num_kv_heads);
   const int group = c.num_qo_heads / c.num_kv_heads;
   if (group > 64) invalid("the GQA group size num_qo_heads / num_kv_heads is " + std::to_string(group) + "; at most 64 is supported");
   if (c.page_size < 1) invalid("page_size must be >= 1, got " + std::to_string(c.page_size));
   if (c.cuda_graph && c.max_batch < 1) invalid("CUDA-graph mode needs max_batch >= 1");
+}
 
+VariantKey BatchDecode::variant_key(const BatchDecodeConfig& c) {
+  return VariantKey{"batch_decode",
+                    {{"dtype_q", std::string(dtype_name(c.dtype_q))},
+                     {"dtype_kv", std::string(dtype_name(c.dtype_kv))},
+                     {"head_dim", std::to_string(c.head_dim)},
+                     {"dtype_o", std::string(dtype_name(c.dtype_o))},
+                     {"pos_encoding", pos_encoding_name(c.pos_encoding)},
+                     {"sliding_window", value(c.sliding_window)},
+                     {"soft_cap", value(c.soft_cap)}}};
+}
+
+BatchDecode::BatchDecode(const Package& package, const BatchDecodeConfig& c) : impl_(std::make_unique<Impl>()) {
+  check_config(c);
   impl_->config = c;
-  const VariantKey decode_key{"batch_decode",
-                              {{"dtype_q", std::string(dtype_name(c.dtype_q))},
-                               {"dtype_kv", std::string(dtype_name(c.dtype_kv))},
-                               {"head_dim", std::to_string(c.head_dim)},
-                               {"dtype_o", std::string(dtype_name(c.dtype_o))},
-                               {"pos_encoding", pos_encoding_name(c.pos_encoding)},
-                               {"sliding_window", value(c.sliding_window)},
-                               {"soft_cap", value(c.soft_cap)}}};
-  impl_->decode = package.kernel(decode_key, "decode");
-  impl_->merge = package.kernel(
-      VariantKey{"merge_state", {{"dtype", std::string(dtype_name(c.dtype_o))}, {"head_dim", std::to_string(c.head_dim)}}},
-      "merge_varlen");
+  impl_->decode = package.kernel(variant_key(c), "decode");
+  impl_->merge = package.kernel(MergeState::variant_key(c.dtype_o, c.head_dim), "merge_varlen");
 
   const aotinfer_launch_info& info = impl_->decode.launch_info();
   if (int(info.tile[2]) != c.head_dim)
     invalid("variant " + impl_->decode.uri() + " is built for head_dim " + std::to_string(info.tile[2]) + ", the config says " +
             std::to_string(c.head_dim));
+  const int group = c.num_qo_heads / c.num_kv_heads;
   impl_->row_groups = (group + int(info.tile[0]) - 1) / int(info.tile[0]);
   impl_->shape.device = detail::current_device_ordinal();
   impl_->limits.num_sms = detail::current_device_sm_count();

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "aotinfer/decode_plan.hpp"
+#include "aotinfer/merge_state.hpp"
 #include "aotinfer/params/batch_prefill.h"
 #include "aotinfer/params/merge_varlen.h"
 #include "driver.hpp"
@@ -68,7 +69,7 @@ struct BatchPrefill::Impl {
   detail::PlanUpload upload;
 };
 
-BatchPrefill::BatchPrefill(const Package& package, const BatchPrefillConfig& c) : impl_(std::make_unique<Impl>()) {
+void BatchPrefill::check_config(const BatchPrefillConfig& c) {
   detail::check_head_counts("batch_prefill", c.num_qo_heads, c.num_kv_heads);
   if (c.kv_storage == KvStorage::paged && c.page_size < 1) invalid("page_size must be >= 1, got " + std::to_string(c.page_size));
   if (c.kv_storage == KvStorage::ragged && c.layout != KvLayout::nhd)
@@ -76,23 +77,28 @@ BatchPrefill::BatchPrefill(const Package& package, const BatchPrefillConfig& c) 
   if (c.pos_encoding == PosEncoding::alibi) invalid("pos_encoding alibi is not a prefill option (none or rope_llama)");
   if (c.cuda_graph && (c.max_batch < 1 || c.max_total_q < 1))
     invalid("CUDA-graph mode needs max_batch >= 1 and max_total_q >= 1");
+}
 
+VariantKey BatchPrefill::variant_key(const BatchPrefillConfig& c) {
+  return VariantKey{c.kv_storage == KvStorage::paged ? "batch_prefill_paged" : "batch_prefill_ragged",
+                    {{"dtype_q", std::string(dtype_name(c.dtype_q))},
+                     {"head_dim", std::to_string(c.head_dim)},
+                     {"mask", c.mask == MaskMode::causal ? "causal" : "none"},
+                     {"dtype_kv", std::string(dtype_name(c.dtype_kv))},
+                     {"dtype_o", std::string(dtype_name(c.dtype_o))},
+                     {"pos_encoding", pos_encoding_name(c.pos_encoding)},
+                     {"sliding_window", value(c.sliding_window)},
+                     {"soft_cap", value(c.soft_cap)}}};
+}
+
+BatchPrefill::BatchPrefill(const Package& package, const BatchPrefillConfig& c) : impl_(std::make_unique<Impl>()) {
+  check_config(c);
   Impl& s = *impl_;
   s.config = c;
-  const VariantKey key{c.kv_storage == KvStorage::paged ? "batch_prefill_paged" : "batch_prefill_ragged",
-                       {{"dtype_q", std::string(dtype_name(c.dtype_q))},
-                        {"head_dim", std::to_string(c.head_dim)},
-                        {"mask", c.mask == MaskMode::causal ? "causal" : "none"},
-                        {"dtype_kv", std::string(dtype_name(c.dtype_kv))},
-                        {"dtype_o", std::string(dtype_name(c.dtype_o))},
-                        {"pos_encoding", pos_encoding_name(c.pos_encoding)},
-                        {"sliding_window", value(c.sliding_window)},
-                        {"soft_cap", value(c.soft_cap)}}};
+  const VariantKey key = variant_key(c);
   s.large = package.kernel(key, "prefill");
   s.small = package.kernel(key, "prefill_small");
-  s.merge = package.kernel(
-      VariantKey{"merge_state", {{"dtype", std::string(dtype_name(c.dtype_o))}, {"head_dim", std::to_string(c.head_dim)}}},
-      "merge_varlen");
+  s.merge = package.kernel(MergeState::variant_key(c.dtype_o, c.head_dim), "merge_varlen");
 
   const aotinfer_launch_info& info = s.large.launch_info();
   if (int(info.tile[2]) != c.head_dim)

@@ -4,10 +4,12 @@
 
 namespace aotinfer {
 
+VariantKey MergeState::variant_key(DType dtype, int head_dim) {
+  return VariantKey{"merge_state", {{"dtype", std::string(dtype_name(dtype))}, {"head_dim", std::to_string(head_dim)}}};
+}
+
 MergeState::MergeState(const Package& package, DType dtype, int head_dim)
-    : kernel_(package.kernel(VariantKey{"merge_state", {{"dtype", std::string(dtype_name(dtype))},
-                                                        {"head_dim", std::to_string(head_dim)}}},
-                             "merge")) {}
+    : kernel_(package.kernel(variant_key(dtype, head_dim), "merge")) {}
 
 void MergeState::run(const aotinfer_merge_state_params& p, Stream stream) const {
   if (p.rows < 0) throw Error(ErrorCode::invalid_argument, "merge_state: rows must be >= 0, got " + std::to_string(p.rows));

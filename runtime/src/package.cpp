@@ -4,7 +4,6 @@
 #include <map>
 #include <mutex>
 #include <set>
-#include <nlohmann/json.hpp>
 
 #include "aotinfer/arch.hpp"
 #include "aotinfer/files.hpp"
@@ -155,11 +154,7 @@ std::string missing_message(const Package& pkg, const VariantKey& wanted) {
       if (unknown_axis) return msg;
     }
   }
-  nlohmann::ordered_json axes = nlohmann::ordered_json::object();
-  for (const auto& a : wanted.axes) axes[a.name] = value_json(a.value);
-  msg += ". To add it, put " + axes.dump() + " in \"families\": {\"" + wanted.family + "\": {\"include\": [...]}} of " +
-         m.spec_file + " (or extend its matrix) and rebuild the package";
-  return msg;
+  return msg + ". To add it, " + spec_include_advice(wanted, m.spec_file, !same_family.empty());
 }
 
 struct DeviceArch {
@@ -224,17 +219,28 @@ FileProblem check_variant_file(const fs::path& dir, const ManifestVariant& v, st
 
 }  // namespace
 
-DeviceCode check_device_arch(const ManifestVariant& variant, int major, int minor) {
+DeviceCode device_code(const ManifestVariant& variant, int major, int minor) {
   for (const auto& name : variant.archs)
     if (auto arch = Arch::parse(name); arch && arch->runs_on(major, minor)) return DeviceCode::sass;
   for (const auto& name : variant.ptx)
     if (auto arch = Arch::parse_ptx(name); arch && arch->ptx_runs_on(major, minor)) return DeviceCode::ptx;
+  return DeviceCode::none;
+}
+
+DeviceCode check_device_arch(const ManifestVariant& variant, int major, int minor) {
+  if (const DeviceCode code = device_code(variant, major, minor); code != DeviceCode::none) return code;
   const std::string device = "sm_" + std::to_string(major * 10 + minor);
   std::string has = join(variant.archs);
   if (!variant.ptx.empty()) has += (has.empty() ? "PTX " : " and PTX ") + join(variant.ptx);
   throw Error(ErrorCode::unsupported_arch,
               "variant " + variant.key.uri() + " holds code for " + has + ", none of which runs on this GPU (" + device +
                   "); build a package whose spec lists \"" + device + "\" in \"archs\" (or a \"ptx\" arch at or below it)");
+}
+
+Arch current_device_arch() {
+  detail::current_context();
+  const DeviceArch device = context_arch();
+  return Arch{device.major, device.minor, false};
 }
 
 Package Package::open(const fs::path& dir) {

@@ -7,6 +7,8 @@
 
 #include "aotinfer/json.hpp"
 #include "aotinfer/package.hpp"
+#include "coverage/args.hpp"
+#include "coverage/report.hpp"
 
 using namespace aotinfer;
 
@@ -18,8 +20,17 @@ commands:
   list PACKAGE [FAMILY] [AXIS=VALUE...] [--json]   variants, optionally filtered
   info PACKAGE URI [--json]                        one variant: axes, entry points, file, archs
   verify PACKAGE                                   check every file against the manifest's sha256
+  coverage PACKAGE --model config.json [options]   does the package serve this model? (docs/COVERAGE.md)
+      --arch sm_XX             the GPU to check for (default: this machine's GPU)
+      --dtype f16|bf16         activation dtype (default: the config's torch_dtype)
+      --kv-dtype auto|f16|bf16|e4m3|e5m2   KV cache dtype (default auto: the activation dtype)
+      --page-size N            tokens per KV page (a run-time value: checked, not a variant axis)
+      --fused-rope             RoPE applied inside attention (rope_llama variants)
+      --json                   machine-readable report
+    exit status: 0 every variant the model needs is present, 1 something is missing or unsupported
 
 PACKAGE is a package folder (the one holding manifest.json), e.g. generated/aotinfer-default/package.
+Exit status 2: a usage error (also an unreadable package or config.json for coverage).
 )";
 
 [[noreturn]] void usage_error(const std::string& what) {
@@ -121,6 +132,42 @@ int cmd_verify(const Package& pkg) {
   return problems.empty() ? 0 : 1;
 }
 
+// The arch to check for: --arch, else this machine's GPU; with neither, a usage error naming the
+// package's archs.
+Arch coverage_arch(const coverage::Args& a, const Package& pkg) {
+  if (a.arch) return *a.arch;
+  try {
+    return current_device_arch();
+  } catch (const Error& e) {
+    usage_error("coverage: no GPU to take the arch from (" + std::string(e.what()) + "); pass --arch, e.g. one of " +
+                pkg.manifest().package_name + "'s archs: " + join(pkg.manifest().archs, ", "));
+  }
+}
+
+// Exit status 0: the package serves the model; 1: it does not; 2: the inputs could not be used.
+int cmd_coverage(const std::vector<std::string>& args) {
+  coverage::Args a;
+  try {
+    a = coverage::parse_args(args);
+  } catch (const coverage::UsageError& e) {
+    usage_error(e.what());
+  }
+  try {
+    const Package pkg = Package::open(a.package);
+    const coverage::ModelConfig model = coverage::load_model_config(a.model);
+    const coverage::Needs needs = coverage::model_needs(model, a.options);
+    const Arch arch = coverage_arch(a, pkg);
+    const coverage::Report report{model, needs, pkg.manifest(), pkg.path().string(), arch,
+                                  coverage::check_needs(pkg.manifest(), needs.needs, arch)};
+    if (a.json) std::cout << coverage::report_json(report).dump(2) << "\n";
+    else std::cout << coverage::report_text(report);
+    return coverage::serves(report.findings) ? 0 : 1;
+  } catch (const std::exception& e) {  // Error (the package) and ConfigError (config.json)
+    std::cerr << "aotinfer: coverage: " << e.what() << "\n";
+    return 2;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -129,6 +176,7 @@ int main(int argc, char** argv) {
     std::cout << kUsage;
     return args.empty() ? 2 : 0;
   }
+  if (args[0] == "coverage") return cmd_coverage({args.begin() + 1, args.end()});
   bool json = false;
   std::vector<std::string> rest;
   for (std::size_t i = 1; i < args.size(); ++i) {

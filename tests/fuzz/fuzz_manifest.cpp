@@ -7,10 +7,12 @@
 // every input), then opens it. Package::open must either throw aotinfer::Error (not_found or
 // corrupt_package) or give a package whose queries behave: every variant is found by its own
 // key and URI (or refused as ambiguous when the manifest lists a URI twice), filters return
-// only matching variants, verify() reports per file, check_device_arch agrees with the archs and PTX,
-// and the manifest survives dump() and load() unchanged.
+// only matching variants, verify() reports per file, check_device_arch agrees with the archs and
+// PTX, every variant fits the recorded families (when there are any), and the manifest survives
+// dump() and load() unchanged.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -64,6 +66,18 @@ bool inside_package(const std::string& file) {
 
 bool code_is(const Error& e, ErrorCode a, ErrorCode b) { return e.code() == a || e.code() == b; }
 
+// Manifest::load refuses a variant its recorded family does not allow; what it let through fits.
+void check_family(const Manifest& m, const ManifestVariant& v) {
+  if (m.families.empty()) return;
+  const ManifestFamily* f = m.family(v.key.family);
+  if (!f || f->axes.size() != v.key.axes.size()) finding(v.key.uri() + ": not the axes of a recorded family");
+  for (std::size_t i = 0; i < v.key.axes.size(); ++i) {
+    const auto& allowed = f->axes[i].allowed;
+    if (f->axes[i].name != v.key.axes[i].name || std::find(allowed.begin(), allowed.end(), v.key.axes[i].value) == allowed.end())
+      finding(v.key.uri() + ": axis " + v.key.axes[i].name + " does not fit its recorded family");
+  }
+}
+
 void query(const Package& pkg) {
   const Manifest& m = pkg.manifest();
   if (pkg.variants().size() != m.variants.size()) finding("variants() does not list every variant");
@@ -106,6 +120,7 @@ void query(const Package& pkg) {
           finding(v.key.uri() + ": check_device_arch refused wrongly: " + e.what());
       }
     }
+    check_family(m, v);
     all_inside = all_inside && inside_package(v.file);
   }
   // A key no package holds: not_found, with a message naming it.

@@ -48,6 +48,14 @@ struct FakePackage {
     manifest.variants.push_back(std::move(v));
   }
 
+  // Records the families as a generator does (the manifest's "families"): the axes of
+  // merge_state and rms_norm, which allow values no variant here has (head_dim 128 with f16).
+  void record_families() {
+    manifest.families = {{"merge_state", {{"dtype", "dtype", {"f16", "bf16"}}, {"head_dim", "int", {"64", "128", "256"}}}},
+                         {"rms_norm", {{"dtype", "dtype", {"f16", "bf16"}}, {"hidden", "int", {"4096"}}}}};
+    write();
+  }
+
   std::filesystem::path manifest_path() const { return dir / "manifest.json"; }
   std::filesystem::path file(const std::string& uri) const { return dir / ("kernels/" + uri + ".fatbin"); }
 

@@ -577,6 +577,32 @@ TEST_CASE("Manifest round trips through JSON and through dump()/load()", "[core]
   CHECK(other.dump() != text);
 }
 
+TEST_CASE("Manifest families: recorded ones round trip, a manifest without them loads and dumps unchanged", "[core][manifest]") {
+  aotinfer::Manifest m = sample_manifest();
+  m.variants.pop_back();  // the attention variant: its family is not recorded below
+  const std::string without = m.dump();
+  CHECK_FALSE(manifest_to_json(m).contains("families"));
+  CHECK(aotinfer::manifest_from_json(manifest_to_json(m), "memory").families.empty());
+
+  aotinfer::ManifestAxis dtype{"dtype", "dtype", {"f16", "bf16"}};
+  dtype.follows = "head_dim";
+  aotinfer::ManifestAxis head_dim{"head_dim", "int", {"64", "128"}};
+  head_dim.default_value = "128";
+  m.families = {{"merge_state", {head_dim, dtype}}};
+  const nlohmann::ordered_json j = manifest_to_json(m);
+  std::vector<std::string> keys;
+  for (const auto& item : j.items()) keys.push_back(item.key());
+  CHECK(keys == std::vector<std::string>{"format", "generator", "package", "spec", "archs", "families", "variants"});
+  CHECK(j["families"][0] == nlohmann::ordered_json::parse(R"({"family": "merge_state", "axes": [
+          {"name": "head_dim", "kind": "int", "allowed": [64, 128], "default": 128},
+          {"name": "dtype", "kind": "dtype", "allowed": ["f16", "bf16"], "follows": "head_dim"}]})"));
+  CHECK(aotinfer::manifest_from_json(j, "memory") == m);
+  CHECK(m.family("merge_state")->axis("head_dim")->default_value == "128");
+  CHECK(m.family("attention") == nullptr);
+  CHECK(m.family("merge_state")->axis("window") == nullptr);
+  CHECK(m.dump() != without);
+}
+
 TEST_CASE("Manifest::load names the file and the JSON pointer of a problem", "[core][manifest]") {
   TempDir tmp;
   const fs::path file = tmp.path / "manifest.json";

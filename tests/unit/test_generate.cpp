@@ -11,6 +11,7 @@
 #include <random>
 
 #include "aotinfer/files.hpp"
+#include "aotinfer/json.hpp"
 #include "aotinfer/package.hpp"
 #include "build.hpp"
 #include "emit.hpp"
@@ -56,6 +57,13 @@ std::map<std::string, fs::file_time_type> mtimes(const fs::path& dir) {
   return out;
 }
 
+// `m` written to a file of its own, to read back with Manifest::load.
+fs::path tmp_manifest(const Manifest& m) {
+  static TempDir tmp;
+  write_file_atomic(tmp.path / "variants.json", m.dump());
+  return tmp.path / "variants.json";
+}
+
 }  // namespace
 
 TEST_CASE("a variant's source instantiates the template and exports each entry with its launch info") {
@@ -87,6 +95,21 @@ TEST_CASE("the planned manifest and build.ninja cover every variant and arch") {
                              "src/toy.dtype-bf16.mode-plain.head_dim-128.cu"));
   CHECK_THAT(ninja, Contains("build package/manifest.json: seal variants.json |"));
   CHECK_THAT(ninja, Contains(".cu | nvcc-flags.txt"));  // a flag change recompiles everything
+}
+
+TEST_CASE("the planned manifest records every family's axes as aotinfer-gen families prints them") {
+  const Manifest plan = package_plan(toy_spec("[64]"), toy_families());
+  REQUIRE(plan.families.size() == 1);
+  const ManifestFamily& toy = plan.families[0];
+  CHECK(toy.name == "toy");
+  REQUIRE(toy.axes.size() == 3);
+  CHECK(toy.axes[1] == ManifestAxis{"mode", "enum", {"plain", "fancy"}, "plain", {}});
+  CHECK(toy.axes[2].allowed == std::vector<std::string>{"64", "128", "256"});  // the template's values, not the spec's
+  // The same axis objects as `families --json`, less where the template declares them.
+  nlohmann::ordered_json printed = to_json(toy_families())[0]["axes"];
+  for (auto& axis : printed) axis.erase("where");
+  CHECK(printed == manifest_to_json(plan)["families"][0]["axes"]);
+  CHECK(Manifest::load(tmp_manifest(plan)) == plan);
 }
 
 TEST_CASE("regenerating an unchanged spec touches no file and a new value writes only what is new") {
@@ -260,6 +283,7 @@ TEST_CASE("specs/ci.json builds into a sealed package and rebuilds compile only 
   const Manifest& m = pkg.manifest();
   CHECK(m.package_name == "aotinfer-ci");
   CHECK(m.variants.size() == variants);
+  CHECK(m.families.size() == 5);  // seal keeps what the plan recorded: every template's family
   CHECK(pkg.verify().empty());
   for (const auto& v : m.variants) {
     CHECK(v.archs == m.archs);  // read from the fatbin itself

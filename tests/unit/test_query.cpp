@@ -6,9 +6,7 @@
 #include "fake_package.hpp"
 #include "test_util.hpp"
 
-#include <cstdio>
 #include <string>
-#include <sys/wait.h>
 #include <vector>
 
 #include "aotinfer/package.hpp"
@@ -79,25 +77,8 @@ TEST_CASE("Package::find of an axis the family lacks names its axes and does not
 }
 
 #ifdef AOTINFER_CLI_EXE
-namespace {
-
-struct Run {
-  int status = -1;
-  std::string output;  // stdout and stderr
-};
-
-Run cli(const std::string& args) {
-  Run r;
-  if (FILE* p = ::popen((std::string(AOTINFER_CLI_EXE) + " " + args + " 2>&1").c_str(), "r")) {
-    char buf[4096];
-    while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) r.output.append(buf, n);
-    const int status = ::pclose(p);
-    r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  }
-  return r;
-}
-
-}  // namespace
+using aotinfer::test::cli;
+using aotinfer::test::Run;
 
 TEST_CASE("aotinfer list: a filter the package cannot match is a usage error naming what it has", "[query][cli]") {
   FakePackage fake;

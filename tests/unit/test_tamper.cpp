@@ -329,6 +329,49 @@ TEST_CASE("tamper: empty, truncated, non-object and malformed manifests", "[tamp
   }
 }
 
+TEST_CASE("tamper: a families record of the wrong shape, or one its variants contradict, is refused at open", "[tamper]") {
+  // FakePackage's variants: 0 merge_state bf16/64, 1 bf16/128, 2 f16/64, 3 f16/256, 4 rms_norm bf16/4096.
+  const std::vector<std::pair<std::function<void(ordered_json&)>, std::string>> cases = {
+      {[](ordered_json& j) { j["families"] = "all"; }, "/families: expected an array, got string"},
+      {[](ordered_json& j) { j["families"][0] = 7; }, "/families/0: expected a family (a JSON object), got number 7"},
+      {[](ordered_json& j) { j["families"][0]["family"] = "Merge state"; },
+       "/families/0/family: expected a lowercase snake_case name, got \"Merge state\""},
+      {[](ordered_json& j) { j["families"][1]["family"] = "merge_state"; },
+       "/families/1/family: family 'merge_state' is listed twice: expected each family once"},
+      {[](ordered_json& j) { j["families"][0].erase("axes"); }, "/families/0/axes is missing"},
+      {[](ordered_json& j) { j["families"][0]["axes"][1]["name"] = "dtype"; },
+       "/families/0/axes/1/name: axis 'dtype' is listed twice in family 'merge_state': expected each axis once"},
+      {[](ordered_json& j) { j["families"][0]["axes"][0]["kind"] = "float"; },
+       "/families/0/axes/0/kind: expected one of dtype, enum, bool, int, got \"float\""},
+      {[](ordered_json& j) { j["families"][0]["axes"][1]["allowed"] = ordered_json::array(); },
+       "/families/0/axes/1/allowed: expected at least one value, got []"},
+      {[](ordered_json& j) { j["families"][0]["axes"][1]["allowed"][0] = 1.5; },
+       "/families/0/axes/1/allowed/0: axis values are strings, integers or booleans, not number"},
+      {[](ordered_json& j) { j["families"][0]["axes"][1]["default"] = 512; },
+       "/families/0/axes/1/default: expected one of the allowed values (64, 128, 256), got 512"},
+      {[](ordered_json& j) { j["families"][0]["axes"][1]["follows"] = "dtype_q"; },
+       "/families/0/axes/1/follows: expected an earlier axis of family 'merge_state' (dtype), got \"dtype_q\""},
+      {[](ordered_json& j) { j["families"][0]["axes"][1]["allowed"] = {64, 128}; },
+       "/variants/3/axes/head_dim: expected a value family 'merge_state' allows (64, 128), got 256"},
+      {[](ordered_json& j) { j["families"].erase(1); },
+       "/variants/4/family: expected one of the families in /families (merge_state), got 'rms_norm'"},
+      {[](ordered_json& j) { std::swap(j["families"][0]["axes"][0], j["families"][0]["axes"][1]); },
+       "/variants/0/axes: expected the axes of family 'merge_state' in template order (head_dim, dtype), got (dtype, head_dim)"},
+  };
+  for (const auto& [mutate, expected] : cases) {
+    INFO(expected);
+    FakePackage fake;
+    fake.record_families();
+    REQUIRE_NOTHROW(Package::open(fake.dir));
+    ordered_json j = fake.json();
+    mutate(j);
+    fake.write(j);
+    const Error e = open_error(fake);
+    CHECK(e.code() == ErrorCode::corrupt_package);
+    CHECK_THAT(e.what(), Contains(fake.manifest_path().string()) && Contains(expected));
+  }
+}
+
 TEST_CASE("tamper: a URI listed twice is refused at open, naming it and both positions", "[tamper]") {
   FakePackage fake;
   ordered_json j = fake.json();

@@ -1,9 +1,11 @@
 // Helpers shared by the CPU tests.
 #pragma once
 #include "catch.hpp"
+#include <cstdio>
 #include <filesystem>
 #include <random>
 #include <string>
+#include <sys/wait.h>
 
 #include "aotinfer/error.hpp"
 
@@ -47,5 +49,24 @@ std::string invalid_argument_message(F&& f) {
 }
 
 using aotinfer_test::NamesNumber;
+
+#ifdef AOTINFER_CLI_EXE
+struct Run {
+  int status = -1;
+  std::string output;  // stdout and stderr
+};
+
+// Runs the aotinfer CLI with `args` (shell words) and collects what it printed.
+inline Run cli(const std::string& args) {
+  Run r;
+  if (FILE* p = ::popen((std::string(AOTINFER_CLI_EXE) + " " + args + " 2>&1").c_str(), "r")) {
+    char buf[4096];
+    while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) r.output.append(buf, n);
+    const int status = ::pclose(p);
+    r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+  return r;
+}
+#endif
 
 }  // namespace aotinfer::test

@@ -11,6 +11,8 @@ class AppendPagedKv {
  public:
   // dtype is the cache's element type (f16, bf16, e4m3, e5m2).
   AppendPagedKv(const Package& package, DType dtype, int head_dim);
+  // The append_paged_kv variant the constructor loads.
+  static VariantKey variant_key(DType dtype, int head_dim);
 
   // nnz == 0 launches nothing. Throws Error(invalid_argument) before launching for null pointers,
   // nnz < 0, num_kv_heads < 1, or pointers and strides that are not 16-byte aligned.

@@ -71,6 +71,11 @@ class BatchDecode {
   // Finds and loads batch_decode and merge_state(merge_varlen) for the config. Throws
   // Error(invalid_argument) for bad head counts, Error(not_found) for a missing variant.
   BatchDecode(const Package& package, const BatchDecodeConfig& config);
+  // What the constructor does before it looks at the package: refuse a config (the
+  // Error(invalid_argument) it throws: head counts, GQA group, page size, CUDA-graph bounds) and
+  // name the batch_decode variant it loads (merge_state's comes from MergeState::variant_key).
+  static void check_config(const BatchDecodeConfig& config);
+  static VariantKey variant_key(const BatchDecodeConfig& config);
   ~BatchDecode();
   BatchDecode(BatchDecode&&) noexcept;
   BatchDecode& operator=(BatchDecode&&) noexcept;

@@ -78,6 +78,12 @@ class BatchPrefill {
   // Finds and loads the prefill variant and merge_state(merge_varlen) for the config. Throws
   // Error(invalid_argument) for bad head counts or options, Error(not_found) for a missing variant.
   BatchPrefill(const Package& package, const BatchPrefillConfig& config);
+  // What the constructor does before it looks at the package: refuse a config (the
+  // Error(invalid_argument) it throws: head counts, page size, layout, position encoding,
+  // CUDA-graph bounds) and name the prefill variant it loads (merge_state's comes from
+  // MergeState::variant_key).
+  static void check_config(const BatchPrefillConfig& config);
+  static VariantKey variant_key(const BatchPrefillConfig& config);
   ~BatchPrefill();
   BatchPrefill(BatchPrefill&&) noexcept;
   BatchPrefill& operator=(BatchPrefill&&) noexcept;

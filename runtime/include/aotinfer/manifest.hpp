@@ -4,7 +4,9 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "aotinfer/variant.hpp"
@@ -50,6 +52,26 @@ struct ManifestVariant {
   bool operator==(const ManifestVariant&) const = default;
 };
 
+// One axis of a family as its template declares it (what `aotinfer-gen families` prints): the
+// values a spec may give it. Recorded so that a package alone tells a value its templates cannot
+// build from one its spec left out.
+struct ManifestAxis {
+  std::string name;
+  std::string kind;                          // "dtype", "enum", "bool" or "int"
+  std::vector<std::string> allowed;          // canonical value text, in declaration order
+  std::optional<std::string> default_value;  // the template's default argument
+  std::optional<std::string> follows;        // an earlier axis whose value it copies by default
+  bool operator==(const ManifestAxis&) const = default;
+};
+
+struct ManifestFamily {
+  std::string name;
+  std::vector<ManifestAxis> axes;  // template-parameter order
+
+  const ManifestAxis* axis(std::string_view axis_name) const;  // nullptr when it has none of that name
+  bool operator==(const ManifestFamily&) const = default;
+};
+
 struct Manifest {
   int format = kManifestFormat;
   std::string generator;  // "aotinfer-gen 0.1.0"
@@ -59,7 +81,12 @@ struct Manifest {
   std::string spec_sha256;  // of the canonical spec
   std::vector<std::string> archs;  // SASS archs of the spec
   std::string ptx;                 // PTX arch of the spec ("compute_80"), empty for none
+  // Every family the generator's templates define, used by the spec or not. Empty in manifests
+  // written before the generator recorded them; those load unchanged.
+  std::vector<ManifestFamily> families;
   std::vector<ManifestVariant> variants;
+
+  const ManifestFamily* family(std::string_view name) const;  // nullptr when not recorded
 
   // Reads a manifest file. Throws Error(not_found / corrupt_package) naming the file.
   static Manifest load(const std::filesystem::path& path);

@@ -12,6 +12,9 @@ class MergeState {
   // Finds and loads merge_state for (dtype, head_dim). Throws Error(not_found) when the
   // package lacks it, naming what it has.
   MergeState(const Package& package, DType dtype, int head_dim);
+  // The merge_state variant for (dtype, head_dim); BatchDecode and BatchPrefill load its
+  // merge_varlen entry with their dtype_o.
+  static VariantKey variant_key(DType dtype, int head_dim);
 
   // Launches on `stream`; rows == 0 launches nothing. Throws Error(invalid_argument) for null
   // pointers or negative rows, before anything is launched.

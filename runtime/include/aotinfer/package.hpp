@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "aotinfer/abi.h"
+#include "aotinfer/arch.hpp"
 #include "aotinfer/error.hpp"
 #include "aotinfer/manifest.hpp"
 #include "aotinfer/variant.hpp"
@@ -103,10 +104,18 @@ class Package {
   std::shared_ptr<State> state_;
 };
 
-// Which code of the variant a device runs: its SASS when some arch of `archs` runs there (see
-// Arch::runs_on), else its PTX when the driver can compile that for the device; otherwise
-// throws Error(unsupported_arch) naming both. Exposed for tests.
-enum class DeviceCode { sass, ptx };
+// Which code of the variant a device of this compute capability runs: its SASS when some arch of
+// `archs` runs there (Arch::runs_on), else its PTX when the driver can compile that for the
+// device (Arch::ptx_runs_on), else none.
+enum class DeviceCode { none, sass, ptx };
+DeviceCode device_code(const ManifestVariant& variant, int device_major, int device_minor);
+
+// device_code(), or Error(unsupported_arch) naming the variant's archs, its PTX and the device
+// when it is none: what kernel() requires before it loads a variant. Exposed for tests.
 DeviceCode check_device_arch(const ManifestVariant& variant, int device_major, int device_minor);
+
+// The compute capability of the calling thread's device (device 0's primary context when it has
+// none), as kernel() reads it; `specific` is false. Throws Error(no_driver / no_device).
+Arch current_device_arch();
 
 }  // namespace aotinfer

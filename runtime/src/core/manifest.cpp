@@ -2,6 +2,7 @@
 
 #include "aotinfer/json.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -14,6 +15,26 @@ namespace aotinfer {
 using nlohmann::json;
 using nlohmann::ordered_json;
 
+const ManifestAxis* ManifestFamily::axis(std::string_view axis_name) const {
+  for (const auto& a : axes)
+    if (a.name == axis_name) return &a;
+  return nullptr;
+}
+
+const ManifestFamily* Manifest::family(std::string_view name) const {
+  for (const auto& f : families)
+    if (f.name == name) return &f;
+  return nullptr;
+}
+
+ordered_json axis_json(const ManifestAxis& a) {
+  ordered_json j = {{"name", a.name}, {"kind", a.kind}, {"allowed", ordered_json::array()}};
+  for (const auto& v : a.allowed) j["allowed"].push_back(ordered_json(value_json(v)));
+  if (a.default_value) j["default"] = value_json(*a.default_value);
+  if (a.follows) j["follows"] = *a.follows;
+  return j;
+}
+
 ordered_json manifest_to_json(const Manifest& m) {
   ordered_json j;
   j["format"] = m.format;
@@ -22,6 +43,15 @@ ordered_json manifest_to_json(const Manifest& m) {
   j["spec"] = {{"file", m.spec_file}, {"sha256", m.spec_sha256}};
   j["archs"] = m.archs;
   if (!m.ptx.empty()) j["ptx"] = m.ptx;
+  // Left out when not recorded, so an older manifest dumps to the same bytes.
+  if (!m.families.empty()) {
+    j["families"] = ordered_json::array();
+    for (const auto& f : m.families) {
+      ordered_json axes = ordered_json::array();
+      for (const auto& a : f.axes) axes.push_back(axis_json(a));
+      j["families"].push_back({{"family", f.name}, {"axes", axes}});
+    }
+  }
   j["variants"] = ordered_json::array();
   for (const auto& v : m.variants) {
     ordered_json axes = ordered_json::object();
@@ -139,6 +169,103 @@ std::vector<ArchResources> resources_member(const ordered_json& v, const std::st
   return out;
 }
 
+std::string join(const std::vector<std::string>& items) {
+  std::string s;
+  for (std::size_t i = 0; i < items.size(); ++i) s += (i ? ", " : "") + items[i];
+  return s;
+}
+
+// An axis value in canonical text (a name, true/false or an integer).
+std::string axis_value(const ordered_json& v, const std::string& where, const std::string& source) {
+  try {
+    return value_text(v);
+  } catch (const Error& e) {
+    corrupt(source, where + ": " + e.what());
+  }
+}
+
+// A name (family, axis) as URIs and symbols need it.
+std::string name_member(const ordered_json& obj, const std::string& key, const std::string& where, const std::string& source) {
+  auto name = member<std::string>(obj, key, where, source);
+  if (!is_name(name))
+    corrupt(source, where + "/" + key + ": expected a lowercase snake_case name, got " + nlohmann::json(name).dump());
+  return name;
+}
+
+ManifestAxis read_axis(const ordered_json& a, const std::string& where, const ManifestFamily& family, const std::string& source) {
+  if (!a.is_object()) corrupt(source, where + ": expected an axis (a JSON object), got " + std::string(a.type_name()) + " " + shown(a));
+  ManifestAxis axis;
+  axis.name = name_member(a, "name", where, source);
+  if (family.axis(axis.name))
+    corrupt(source, where + "/name: axis '" + axis.name + "' is listed twice in family '" + family.name + "': expected each axis once");
+  axis.kind = member<std::string>(a, "kind", where, source);
+  if (axis.kind != "dtype" && axis.kind != "enum" && axis.kind != "bool" && axis.kind != "int")
+    corrupt(source, where + "/kind: expected one of dtype, enum, bool, int, got " + nlohmann::json(axis.kind).dump());
+  const ordered_json& allowed = array_member(a, "allowed", where, source);
+  if (allowed.empty()) corrupt(source, where + "/allowed: expected at least one value, got []");
+  for (std::size_t i = 0; i < allowed.size(); ++i)
+    axis.allowed.push_back(axis_value(allowed[i], where + "/allowed/" + std::to_string(i), source));
+  if (a.contains("default")) {
+    axis.default_value = axis_value(a.at("default"), where + "/default", source);
+    if (std::find(axis.allowed.begin(), axis.allowed.end(), *axis.default_value) == axis.allowed.end())
+      corrupt(source, where + "/default: expected one of the allowed values (" + join(axis.allowed) + "), got " + *axis.default_value);
+  }
+  if (a.contains("follows")) {
+    axis.follows = member<std::string>(a, "follows", where, source);
+    if (!family.axis(*axis.follows)) {
+      std::vector<std::string> earlier;
+      for (const auto& e : family.axes) earlier.push_back(e.name);
+      corrupt(source, where + "/follows: expected an earlier axis of family '" + family.name + "' (" + join(earlier) + "), got " +
+                          nlohmann::json(*axis.follows).dump());
+    }
+  }
+  return axis;
+}
+
+std::vector<ManifestFamily> read_families(const ordered_json& j, const std::string& source) {
+  if (!j.contains("families")) return {};  // written before the generator recorded them
+  const ordered_json& families = array_member(j, "families", "", source);
+  std::vector<ManifestFamily> out;
+  for (std::size_t i = 0; i < families.size(); ++i) {
+    const std::string where = "/families/" + std::to_string(i);
+    const ordered_json& f = families[i];
+    if (!f.is_object()) corrupt(source, where + ": expected a family (a JSON object), got " + std::string(f.type_name()) + " " + shown(f));
+    ManifestFamily family;
+    family.name = name_member(f, "family", where, source);
+    for (const auto& other : out)
+      if (other.name == family.name) corrupt(source, where + "/family: family '" + family.name + "' is listed twice: expected each family once");
+    const ordered_json& axes = array_member(f, "axes", where, source);
+    for (std::size_t k = 0; k < axes.size(); ++k)
+      family.axes.push_back(read_axis(axes[k], where + "/axes/" + std::to_string(k), family, source));
+    out.push_back(std::move(family));
+  }
+  return out;
+}
+
+// With families recorded, every variant names one of them and has its axes, in template order,
+// each with a value the template allows: what spec validation guarantees for a generated package.
+void check_against_families(const Manifest& m, const std::string& source) {
+  if (m.families.empty()) return;
+  std::vector<std::string> names;
+  for (const auto& f : m.families) names.push_back(f.name);
+  for (std::size_t i = 0; i < m.variants.size(); ++i) {
+    const VariantKey& key = m.variants[i].key;
+    const std::string where = "/variants/" + std::to_string(i);
+    const ManifestFamily* f = m.family(key.family);
+    if (!f) corrupt(source, where + "/family: expected one of the families in /families (" + join(names) + "), got '" + key.family + "'");
+    std::vector<std::string> expected, got;
+    for (const auto& a : f->axes) expected.push_back(a.name);
+    for (const auto& a : key.axes) got.push_back(a.name);
+    if (got != expected)
+      corrupt(source, where + "/axes: expected the axes of family '" + f->name + "' in template order (" + join(expected) +
+                          "), got (" + join(got) + ")");
+    for (std::size_t k = 0; k < key.axes.size(); ++k)
+      if (const auto& allowed = f->axes[k].allowed; std::find(allowed.begin(), allowed.end(), key.axes[k].value) == allowed.end())
+        corrupt(source, where + "/axes/" + key.axes[k].name + ": expected a value family '" + f->name + "' allows (" + join(allowed) +
+                            "), got " + key.axes[k].value);
+  }
+}
+
 Manifest from_json_unchecked(const ordered_json& j, const std::string& source) {
   if (!j.is_object()) corrupt(source, "a manifest is a JSON object: expected an object, got " + std::string(j.type_name()) + " " + shown(j));
   Manifest m;
@@ -161,6 +288,7 @@ Manifest from_json_unchecked(const ordered_json& j, const std::string& source) {
   m.spec_sha256 = member<std::string>(spec, "sha256", "/spec", source);
   m.archs = member<std::vector<std::string>>(j, "archs", "", source);
   if (j.contains("ptx")) m.ptx = member<std::string>(j, "ptx", "", source);
+  m.families = read_families(j, source);
   const ordered_json& variants = array_member(j, "variants", "", source);
   std::map<std::string, std::size_t> uri_at, file_at;  // first position of each URI and file
   for (std::size_t i = 0; i < variants.size(); ++i) {
@@ -204,6 +332,7 @@ Manifest from_json_unchecked(const ordered_json& j, const std::string& source) {
     if (v.contains("resources")) mv.resources = resources_member(v, where, source);
     m.variants.push_back(std::move(mv));
   }
+  check_against_families(m, source);
   return m;
 }
 

@@ -127,6 +127,20 @@ std::string value_text(const nlohmann::json& v) {
   throw Error(ErrorCode::invalid_argument, "axis values are strings, integers or booleans, not " + std::string(v.type_name()));
 }
 
+nlohmann::ordered_json spec_include_entry(const VariantKey& key) {
+  nlohmann::ordered_json entry = nlohmann::ordered_json::object();
+  for (const auto& a : key.axes) entry[a.name] = value_json(a.value);
+  return entry;
+}
+
+std::string spec_include_advice(const VariantKey& key, const std::string& spec_file, bool family_in_spec) {
+  const std::string entry = spec_include_entry(key).dump();
+  if (!family_in_spec)
+    return "put \"" + key.family + "\": {\"matrix\": " + entry + "} in \"families\" of " + spec_file + " and rebuild the package";
+  return "put " + entry + " in \"families\": {\"" + key.family + "\": {\"include\": [...]}} of " + spec_file +
+         " (or extend its matrix) and rebuild the package";
+}
+
 nlohmann::json value_json(std::string_view text) {
   if (text == "true") return true;
   if (text == "false") return false;

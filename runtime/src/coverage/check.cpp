@@ -1,0 +1,94 @@
+#include "coverage/check.hpp"
+
+#include <algorithm>
+
+#include "aotinfer/package.hpp"
+
+namespace aotinfer::coverage {
+
+namespace {
+
+std::string join(const std::vector<std::string>& items) {
+  std::string s;
+  for (std::size_t i = 0; i < items.size(); ++i) s += (i ? ", " : "") + items[i];
+  return s;
+}
+
+bool contains(const std::vector<std::string>& items, const std::string& item) {
+  return std::find(items.begin(), items.end(), item) != items.end();
+}
+
+// Why the recorded templates cannot build `key`; empty when they can.
+std::vector<std::string> template_refusals(const Manifest& m, const VariantKey& key) {
+  const ManifestFamily* family = m.family(key.family);
+  if (!family) {
+    std::vector<std::string> names;
+    for (const auto& f : m.families) names.push_back(f.name);
+    return {"no template defines a " + key.family + " family (the templates define " + join(names) + ")"};
+  }
+  std::vector<std::string> why;
+  for (const auto& a : key.axes) {
+    const ManifestAxis* axis = family->axis(a.name);
+    if (!axis) why.push_back("the " + key.family + " template has no " + a.name + " axis");
+    else if (!contains(axis->allowed, a.value))
+      why.push_back(a.name + " " + a.value + ": the " + key.family + " template takes " + join(axis->allowed));
+  }
+  return why;
+}
+
+// A manifest without families still shows a family's axes through its variants (every variant
+// names all of them): an axis none has is one the template lacks.
+std::vector<std::string> axis_refusals(const Manifest& m, const VariantKey& key) {
+  std::vector<std::string> axes;
+  for (const auto& v : m.variants)
+    if (v.key.family == key.family)
+      for (const auto& a : v.key.axes)
+        if (!contains(axes, a.name)) axes.push_back(a.name);
+  std::vector<std::string> why;
+  if (axes.empty()) return why;
+  for (const auto& a : key.axes)
+    if (!contains(axes, a.name)) why.push_back("the " + key.family + " template has no " + a.name + " axis");
+  return why;
+}
+
+const ManifestVariant* find_variant(const Manifest& m, const VariantKey& key) {
+  for (const auto& v : m.variants)
+    if (v.key == key) return &v;
+  return nullptr;
+}
+
+Finding check_need(const Manifest& m, const Need& need, const Arch& arch) {
+  Finding f{need, Status::missing, need.refusals, {}};
+  const auto templates = m.families.empty() ? axis_refusals(m, need.key) : template_refusals(m, need.key);
+  f.reasons.insert(f.reasons.end(), templates.begin(), templates.end());
+  if (!f.reasons.empty()) {
+    f.status = Status::unsupported;
+  } else if (const ManifestVariant* v = find_variant(m, need.key)) {
+    f.archs = v->archs;
+    f.status = device_code(*v, arch.major, arch.minor) != DeviceCode::none ? Status::present : Status::wrong_arch;
+  } else if (m.families.empty()) {
+    f.status = Status::unknown;
+  }
+  return f;
+}
+
+}  // namespace
+
+std::string_view status_name(Status status) {
+  switch (status) {
+    case Status::present: return "present";
+    case Status::wrong_arch: return "wrong-arch";
+    case Status::missing: return "missing";
+    case Status::unsupported: return "unsupported";
+    case Status::unknown: return "unknown";
+  }
+  return "?";
+}
+
+std::vector<Finding> check_needs(const Manifest& manifest, const std::vector<Need>& needs, const Arch& arch) {
+  std::vector<Finding> findings;
+  for (const auto& need : needs) findings.push_back(check_need(manifest, need, arch));
+  return findings;
+}
+
+}  // namespace aotinfer::coverage

@@ -1,0 +1,192 @@
+#include "coverage/model_config.hpp"
+
+#include <algorithm>
+#include <climits>
+
+#include "aotinfer/error.hpp"
+#include "aotinfer/files.hpp"
+
+namespace aotinfer::coverage {
+
+namespace {
+
+using nlohmann::json;
+
+// The fields of one JSON object, read with messages that name the file and the field. Hugging
+// Face writes null for a feature that is off, so null reads as absent.
+class Fields {
+ public:
+  Fields(const json& object, std::string source, std::string prefix)
+      : object_(object), source_(std::move(source)), prefix_(std::move(prefix)) {}
+
+  const json* get(const std::string& key) const {
+    const auto it = object_.find(key);
+    return it == object_.end() || it->is_null() ? nullptr : &*it;
+  }
+
+  [[noreturn]] void bad(const std::string& key, const std::string& expected) const {
+    std::string got = "nothing (the field is missing)";
+    if (const json* v = get(key)) {
+      got = v->dump();
+      if (got.size() > 60) got = got.substr(0, 57) + "...";
+    }
+    throw ConfigError(source_ + ": " + prefix_ + key + ": expected " + expected + ", got " + got);
+  }
+
+  std::optional<std::int64_t> optional_int(const std::string& key, std::int64_t min) const {
+    const json* v = get(key);
+    if (!v) return std::nullopt;
+    if (!v->is_number_integer() || v->get<std::int64_t>() < min || v->get<std::int64_t>() > INT_MAX)
+      bad(key, std::string(min > 0 ? "a positive" : "a non-negative") + " integer below 2^31");
+    return v->get<std::int64_t>();
+  }
+
+  int positive_int(const std::string& key) const {
+    const auto v = optional_int(key, 1);
+    if (!v) bad(key, "a positive integer");
+    return int(*v);
+  }
+
+  std::optional<double> optional_positive_number(const std::string& key) const {
+    const json* v = get(key);
+    if (!v) return std::nullopt;
+    if (!v->is_number() || !(v->get<double>() > 0)) bad(key, "a positive number or null");
+    return v->get<double>();
+  }
+
+  std::optional<bool> optional_bool(const std::string& key) const {
+    const json* v = get(key);
+    if (!v) return std::nullopt;
+    if (!v->is_boolean()) bad(key, "true or false");
+    return v->get<bool>();
+  }
+
+  std::string optional_string(const std::string& key) const {
+    const json* v = get(key);
+    if (!v) return {};
+    if (!v->is_string()) bad(key, "a string");
+    return v->get<std::string>();
+  }
+
+  Fields nested(const std::string& key) const { return Fields(*get(key), source_, prefix_ + key + "."); }
+
+ private:
+  const json& object_;
+  std::string source_, prefix_;
+};
+
+void read_heads(ModelConfig& m, const Fields& f) {
+  m.num_qo_heads = f.positive_int("num_attention_heads");
+  m.num_kv_heads = int(f.optional_int("num_key_value_heads", 1).value_or(m.num_qo_heads));
+  if (const auto head_dim = f.optional_int("head_dim", 1)) {
+    m.head_dim = int(*head_dim);
+    return;
+  }
+  if (!f.get("hidden_size")) f.bad("head_dim", "a positive integer, or hidden_size to derive it from");
+  const int hidden = f.positive_int("hidden_size");
+  if (hidden % m.num_qo_heads != 0)
+    f.bad("hidden_size", "a multiple of num_attention_heads (" + std::to_string(m.num_qo_heads) + ") when head_dim is absent");
+  m.head_dim = hidden / m.num_qo_heads;
+}
+
+void read_layer_types(ModelConfig& m, const Fields& f) {
+  const json& types = *f.get("layer_types");
+  const std::string expected = "an array of layer types such as \"full_attention\" and \"sliding_attention\"";
+  if (!types.is_array()) f.bad("layer_types", expected);
+  for (const auto& t : types) {
+    if (!t.is_string()) f.bad("layer_types", expected);
+    const auto type = t.get<std::string>();
+    if (type == "full_attention") m.full_layers = true;
+    else if (type == "sliding_attention") m.sliding_layers = true;
+    else if (std::find(m.other_layer_types.begin(), m.other_layer_types.end(), type) == m.other_layer_types.end())
+      m.other_layer_types.push_back(type);
+  }
+  if (m.sliding_layers && !m.sliding_window) f.bad("sliding_window", "a positive integer: layer_types has sliding_attention layers");
+}
+
+// Which layers attend through the window. layer_types says it outright; older configs say it
+// through sliding_window and the model's conventions.
+void read_layers(ModelConfig& m, const Fields& f) {
+  m.sliding_window = f.optional_int("sliding_window", 1);
+  if (f.get("layer_types")) return read_layer_types(m, f);
+  const auto use_window = f.optional_bool("use_sliding_window");
+  if (!m.sliding_window || use_window == false) {
+    m.full_layers = true;
+    return;
+  }
+  // Qwen2: layers from max_window_layers on use the window, the ones before attend to everything.
+  const auto window_from = f.optional_int("max_window_layers", 0), layers = f.optional_int("num_hidden_layers", 1);
+  if (use_window == true && window_from && layers) {
+    m.full_layers = *window_from > 0;
+    m.sliding_layers = *window_from < *layers;
+    return;
+  }
+  // Gemma 2's config does not list its layers: they alternate between the window and the whole
+  // context (transformers' Gemma2Config). Gemma 3-style configs give the period of full layers.
+  const auto pattern = f.optional_int("sliding_window_pattern", 1);
+  m.full_layers = m.model_type == "gemma2" || (pattern && *pattern > 1);
+  m.sliding_layers = true;
+}
+
+void read_rope(ModelConfig& m, const Fields& f) {
+  m.rope_theta = f.optional_positive_number("rope_theta").value_or(10000);
+  m.partial_rotary_factor = f.optional_positive_number("partial_rotary_factor").value_or(1);
+  if (m.partial_rotary_factor > 1) f.bad("partial_rotary_factor", "a fraction of head_dim in (0, 1]");
+  // transformers 5 names it rope_parameters and always writes it, with rope_type "default".
+  const std::string key = f.get("rope_scaling") ? "rope_scaling" : "rope_parameters";
+  if (!f.get(key)) return;
+  if (!f.get(key)->is_object()) f.bad(key, "an object naming rope_type, or null");
+  const Fields scaling = f.nested(key);
+  m.rope_type = scaling.optional_string(scaling.get("rope_type") ? "rope_type" : "type");
+  if (m.rope_type.empty()) scaling.bad("rope_type", "the name of the RoPE scaling (\"linear\", \"llama3\", \"yarn\", ...)");
+  if (m.rope_type == "default") m.rope_type.clear();
+  m.rope_factor = scaling.optional_positive_number("factor");
+  if (const auto theta = scaling.optional_positive_number("rope_theta")) m.rope_theta = *theta;
+}
+
+}  // namespace
+
+ModelConfig parse_model_config(const json& config, const std::string& source) {
+  if (!config.is_object())
+    throw ConfigError(source + ": expected a JSON object (a Hugging Face config.json), got " + std::string(config.type_name()));
+  const Fields top(config, source, "");
+  // Multimodal configs keep the language model's fields in text_config.
+  const bool nested = !config.contains("num_attention_heads") && config.contains("text_config") && config["text_config"].is_object();
+  const Fields f = nested ? top.nested("text_config") : top;
+  ModelConfig m;
+  m.source = source;
+  m.model_type = f.optional_string("model_type");
+  read_heads(m, f);
+  // transformers 4.56 renamed torch_dtype to dtype; a multimodal config may give it at the top only.
+  for (const Fields* fields : {&f, &top})
+    for (const char* key : {"torch_dtype", "dtype"})
+      if (m.torch_dtype.empty()) m.torch_dtype = fields->optional_string(key);
+  read_layers(m, f);
+  read_rope(m, f);
+  // final_logit_softcapping caps the LM head's logits, not attention scores.
+  m.soft_cap = f.optional_positive_number("attn_logit_softcapping");
+  m.query_pre_attn_scalar = f.optional_positive_number("query_pre_attn_scalar");
+  // gpt-oss's sinks are weights (self_attn.sinks) that config.json does not announce; its model type does.
+  m.attention_sinks = m.model_type == "gpt_oss";
+  return m;
+}
+
+ModelConfig load_model_config(const std::filesystem::path& file) {
+  if (std::error_code ec; std::filesystem::is_directory(file, ec))
+    throw ConfigError(file.string() + ": expected a config.json file, got a directory");
+  std::string text;
+  try {
+    text = read_file(file);
+  } catch (const Error& e) {
+    throw ConfigError(e.what());
+  }
+  json config;
+  try {
+    config = json::parse(text);
+  } catch (const json::exception& e) {
+    throw ConfigError(file.string() + ": not valid JSON: " + e.what());
+  }
+  return parse_model_config(config, file.string());
+}
+
+}  // namespace aotinfer::coverage

@@ -1,0 +1,138 @@
+#include "coverage/needs.hpp"
+
+#include <cstdio>
+
+#include "aotinfer/append_paged_kv.hpp"
+#include "aotinfer/batch_decode.hpp"
+#include "aotinfer/batch_prefill.hpp"
+#include "aotinfer/merge_state.hpp"
+
+namespace aotinfer::coverage {
+
+namespace {
+
+std::string number(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.10g", v);
+  return text;
+}
+
+DType activation_dtype(const ModelConfig& m, const Options& o, std::vector<std::string>& notes) {
+  if (o.dtype) return *o.dtype;
+  if (m.torch_dtype == "bfloat16") return DType::bf16;
+  if (m.torch_dtype == "float16") return DType::f16;
+  if (m.torch_dtype == "float32") {
+    notes.push_back("torch_dtype is float32 (a float32 checkpoint) and the kernels take f16 or bf16 activations: "
+                    "pass --dtype bf16 (or f16), the dtype the engine runs the model in");
+    return DType::f32;
+  }
+  const std::string got = m.torch_dtype.empty() ? "nothing (the field is missing)" : "\"" + m.torch_dtype + "\"";
+  throw ConfigError(m.source + ": torch_dtype: expected \"bfloat16\", \"float16\" or \"float32\", got " + got +
+                    "; or pass --dtype f16|bf16");
+}
+
+// Model features that no attention template implements, whatever the spec asks for.
+std::vector<std::string> attention_refusals(const ModelConfig& m, const Options& o) {
+  std::vector<std::string> why;
+  if (m.attention_sinks)
+    why.push_back("attention sinks (" + m.model_type + " adds a learned per-head logit to every softmax): no attention template computes them");
+  for (const auto& type : m.other_layer_types)
+    why.push_back("layer type \"" + type + "\": the templates implement full_attention and sliding_attention only");
+  if (!o.fused_rope) return why;
+  // rope_llama (templates/aotinfer/attention.cuh, rope_rotate8) rotates by
+  // pos * rope_rcp_scale * rope_rcp_theta^(2i/d): one theta and one linear scale for all frequencies.
+  if (!m.rope_type.empty() && m.rope_type != "linear")
+    why.push_back("fused RoPE with " + m.rope_type + " scaling: rope_llama computes plain frequencies (theta^(-2i/d) / scale), not " +
+                  m.rope_type + "'s; apply RoPE in the engine (leave out --fused-rope)");
+  if (m.partial_rotary_factor < 1)
+    why.push_back("fused RoPE over part of head_dim (partial_rotary_factor " + number(m.partial_rotary_factor) +
+                  "): rope_llama rotates all of it; apply RoPE in the engine (leave out --fused-rope)");
+  return why;
+}
+
+// What a front-end's check_config refuses, in its own words.
+template <typename Check>
+std::vector<std::string> refusal_of(Check check) {
+  try {
+    check();
+  } catch (const Error& e) {
+    return {e.what()};
+  }
+  return {};
+}
+
+std::vector<std::string> notes_of(const ModelConfig& m, const Options& o) {
+  std::vector<std::string> notes = {"page size " + std::to_string(o.page_size) +
+                                    ": a run-time value (kv.page_size of the kernels' params), not a variant axis; "
+                                    "every page size uses these variants"};
+  if (o.fused_rope) {
+    std::string scale = m.rope_type == "linear" && m.rope_factor ? ", rope_scale " + number(*m.rope_factor) : "";
+    notes.push_back("RoPE inside attention (pos_encoding rope_llama): pass rope_theta " + number(m.rope_theta) + scale + " at run time");
+  } else {
+    notes.push_back("RoPE applied by the engine (pos_encoding none); --fused-rope checks for rope_llama variants instead");
+  }
+  if (m.sliding_layers && m.sliding_window)
+    notes.push_back("sliding_window " + std::to_string(*m.sliding_window) + ": a run-time value of the sliding_window variants (window_left)");
+  if (m.soft_cap) notes.push_back("attn_logit_softcapping " + number(*m.soft_cap) + ": a run-time value of the soft_cap variants (logits_soft_cap)");
+  if (m.query_pre_attn_scalar)
+    notes.push_back("query_pre_attn_scalar " + number(*m.query_pre_attn_scalar) + ": pass sm_scale = 1/sqrt(" +
+                    number(*m.query_pre_attn_scalar) + ") at run time");
+  return notes;
+}
+
+}  // namespace
+
+std::string_view op_name(Op op) {
+  switch (op) {
+    case Op::decode: return "decode";
+    case Op::prefill_paged: return "prefill paged";
+    case Op::prefill_ragged: return "prefill ragged";
+    case Op::append: return "append";
+    case Op::merge: return "merge";
+  }
+  return "?";
+}
+
+Needs model_needs(const ModelConfig& m, const Options& o) {
+  Needs n;
+  n.activation = activation_dtype(m, o, n.notes);
+  n.kv_cache = o.kv_dtype.value_or(n.activation);
+  const std::vector<std::string> common = attention_refusals(m, o);
+  const PosEncoding pos = o.fused_rope ? PosEncoding::rope_llama : PosEncoding::none;
+
+  std::vector<bool> windows;
+  if (m.full_layers || !m.sliding_layers) windows.push_back(false);  // layers of other types only: refused above
+  if (m.sliding_layers) windows.push_back(true);
+  auto add = [&](Op op, VariantKey key, bool window, std::vector<std::string> refusals) {
+    refusals.insert(refusals.begin(), common.begin(), common.end());
+    const std::string layers = windows.size() == 2 ? (window ? "window" : "full") : "";
+    n.needs.push_back({op, std::move(key), layers, std::move(refusals)});
+  };
+  for (bool window : windows) {
+    BatchDecodeConfig d;
+    d.dtype_q = d.dtype_o = n.activation;
+    d.dtype_kv = n.kv_cache;
+    d.head_dim = m.head_dim, d.num_qo_heads = m.num_qo_heads, d.num_kv_heads = m.num_kv_heads;
+    d.page_size = o.page_size, d.pos_encoding = pos, d.sliding_window = window, d.soft_cap = m.soft_cap.has_value();
+    add(Op::decode, BatchDecode::variant_key(d), window, refusal_of([&] { BatchDecode::check_config(d); }));
+  }
+  for (KvStorage storage : {KvStorage::paged, KvStorage::ragged})
+    for (bool window : windows) {
+      BatchPrefillConfig p;
+      p.dtype_q = p.dtype_o = n.activation;
+      // Paged prefill reads the KV cache; ragged prefill reads the step's own K and V, activations.
+      p.dtype_kv = storage == KvStorage::paged ? n.kv_cache : n.activation;
+      p.head_dim = m.head_dim, p.num_qo_heads = m.num_qo_heads, p.num_kv_heads = m.num_kv_heads;
+      p.kv_storage = storage, p.page_size = o.page_size, p.mask = MaskMode::causal;
+      p.pos_encoding = pos, p.sliding_window = window, p.soft_cap = m.soft_cap.has_value();
+      add(storage == KvStorage::paged ? Op::prefill_paged : Op::prefill_ragged, BatchPrefill::variant_key(p), window,
+          refusal_of([&] { BatchPrefill::check_config(p); }));
+    }
+  n.needs.push_back({Op::append, AppendPagedKv::variant_key(n.kv_cache, m.head_dim), "", {}});
+  n.needs.push_back({Op::merge, MergeState::variant_key(n.activation, m.head_dim), "", {}});
+  const auto notes = notes_of(m, o);
+  n.notes.insert(n.notes.end(), notes.begin(), notes.end());
+  return n;
+}
+
+}  // namespace aotinfer::coverage
