@@ -265,6 +265,14 @@ TEST_CASE("coverage: present, wrong arch, missing, unsupported, and unknown with
   // Arch-specific code runs on exactly its chip; sm_80 code runs on no sm_90.
   CHECK(statuses(check_needs(m, n.needs, sm_90)) == std::vector<S>{S::wrong_arch, S::present, S::missing, S::present, S::missing});
   CHECK(check_needs(m, n.needs, sm_90)[0].archs == std::vector<std::string>{"sm_80"});
+  // With PTX, code for sm_80 serves a Blackwell GPU too (the driver compiles it), and says so.
+  m.variants[0].ptx = {"compute_80"};
+  const Arch sm_120{12, 0, false};
+  const auto from_ptx = check_needs(m, n.needs, sm_120);
+  CHECK(statuses(from_ptx) == std::vector<S>{S::present, S::wrong_arch, S::missing, S::wrong_arch, S::missing});
+  CHECK(from_ptx[0].ptx == std::vector<std::string>{"compute_80"});
+  CHECK(check_needs(m, n.needs, sm_86)[0].ptx.empty());  // its SASS runs there
+  m.variants[0].ptx.clear();
 
   const Needs phi = model_needs(fixture_model("Phi-3-mini-4k-instruct"), {});
   const auto unsupported = check_needs(m, phi.needs, sm_90);

@@ -65,7 +65,9 @@ Finding check_need(const Manifest& m, const Need& need, const Arch& arch) {
     f.status = Status::unsupported;
   } else if (const ManifestVariant* v = find_variant(m, need.key)) {
     f.archs = v->archs;
-    f.status = device_code(*v, arch.major, arch.minor) != DeviceCode::none ? Status::present : Status::wrong_arch;
+    const DeviceCode code = device_code(*v, arch.major, arch.minor);
+    f.status = code != DeviceCode::none ? Status::present : Status::wrong_arch;
+    if (code == DeviceCode::ptx) f.ptx = v->ptx;
   } else if (m.families.empty()) {
     f.status = Status::unknown;
   }

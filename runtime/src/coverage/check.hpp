@@ -24,9 +24,10 @@ struct Finding {
   Status status = Status::missing;
   std::vector<std::string> reasons;  // unsupported: why
   std::vector<std::string> archs;    // present, wrong_arch: the archs the variant's code is for
+  std::vector<std::string> ptx;      // present from PTX only: the PTX the driver compiles for the arch
 };
 
-// One finding per need. Arch availability is kernel()'s rule (runs_on); what the templates can
+// One finding per need. Arch availability is kernel()'s rule (device_code: SASS, else PTX); what the templates can
 // build comes from the manifest's families, or, in a manifest without them, from the axes its
 // variants have.
 std::vector<Finding> check_needs(const Manifest& manifest, const std::vector<Need>& needs, const Arch& arch);

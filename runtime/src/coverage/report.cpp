@@ -49,7 +49,10 @@ std::string model_line(const Report& r) {
 // The lines under a finding's row: what to do about it.
 std::vector<std::string> advice(const Report& r, const Finding& f) {
   switch (f.status) {
-    case Status::present: return {};
+    case Status::present:
+      if (f.ptx.empty()) return {};
+      return {"from PTX " + join(f.ptx) + ": the driver compiles it on first use (seconds); add \"" + r.arch.name() +
+              "\" to \"archs\" of " + r.manifest.spec_file + " to skip that"};
     case Status::wrong_arch:
       return {"its code is for " + join(f.archs) + ": add \"" + r.arch.name() + "\" to \"archs\" of " + r.manifest.spec_file +
               " and rebuild the package"};
@@ -156,6 +159,7 @@ ordered_json report_json(const Report& r) {
     ordered_json n = {{"op", op}, {"layers", f.need.layers.empty() ? "all" : f.need.layers}, {"family", f.need.key.family},
                       {"uri", f.need.key.uri()}, {"status", std::string(status_name(f.status))}};
     if (!f.archs.empty()) n["archs"] = f.archs;
+    if (!f.ptx.empty()) n["ptx"] = f.ptx;
     if (!f.reasons.empty()) n["reasons"] = f.reasons;
     if (wants_spec_entry(f.status)) n["spec_entry"] = spec_include_entry(f.need.key);
     j["needs"].push_back(std::move(n));
