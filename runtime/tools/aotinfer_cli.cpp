@@ -93,11 +93,12 @@ int cmd_list(const Package& pkg, const std::vector<std::string>& args, bool json
   std::printf("%-*s  %10s  %s\n", int(width), "URI", "SIZE", "ARCHS");
   std::uint64_t total = 0;
   for (auto* v : variants) {
-    std::printf("%-*s  %10s  %s\n", int(width), v->key.uri().c_str(), human_bytes(v->size).c_str(), join(v->archs).c_str());
+    const std::string code = join(v->archs) + (v->ptx.empty() ? "" : " + PTX " + join(v->ptx));
+    std::printf("%-*s  %10s  %s\n", int(width), v->key.uri().c_str(), human_bytes(v->size).c_str(), code.c_str());
     total += v->size;
   }
-  std::printf("%zu of %zu variants, %s, archs: %s\n", variants.size(), m.variants.size(), human_bytes(total).c_str(),
-              join(m.archs).c_str());
+  std::printf("%zu of %zu variants, %s, archs: %s%s\n", variants.size(), m.variants.size(), human_bytes(total).c_str(),
+              join(m.archs).c_str(), m.ptx.empty() ? "" : (" + PTX " + m.ptx).c_str());
   return 0;
 }
 
