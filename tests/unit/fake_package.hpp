@@ -51,8 +51,15 @@ struct FakePackage {
   // Records the families as a generator does (the manifest's "families"): the axes of
   // merge_state and rms_norm, which allow values no variant here has (head_dim 128 with f16).
   void record_families() {
-    manifest.families = {{"merge_state", {{"dtype", "dtype", {"f16", "bf16"}}, {"head_dim", "int", {"64", "128", "256"}}}},
-                         {"rms_norm", {{"dtype", "dtype", {"f16", "bf16"}}, {"hidden", "int", {"4096"}}}}};
+    auto axis = [](std::string name, std::string kind, std::vector<std::string> allowed) {
+      ManifestAxis a;
+      a.name = std::move(name);
+      a.kind = std::move(kind);
+      a.allowed = std::move(allowed);
+      return a;
+    };
+    manifest.families = {{"merge_state", {axis("dtype", "dtype", {"f16", "bf16"}), axis("head_dim", "int", {"64", "128", "256"})}},
+                         {"rms_norm", {axis("dtype", "dtype", {"f16", "bf16"}), axis("hidden", "int", {"4096"})}}};
     write();
   }
 

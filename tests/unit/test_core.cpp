@@ -584,9 +584,9 @@ TEST_CASE("Manifest families: recorded ones round trip, a manifest without them 
   CHECK_FALSE(manifest_to_json(m).contains("families"));
   CHECK(aotinfer::manifest_from_json(manifest_to_json(m), "memory").families.empty());
 
-  aotinfer::ManifestAxis dtype{"dtype", "dtype", {"f16", "bf16"}};
+  aotinfer::ManifestAxis dtype{"dtype", "dtype", {"f16", "bf16"}, std::nullopt, std::nullopt};
   dtype.follows = "head_dim";
-  aotinfer::ManifestAxis head_dim{"head_dim", "int", {"64", "128"}};
+  aotinfer::ManifestAxis head_dim{"head_dim", "int", {"64", "128"}, std::nullopt, std::nullopt};
   head_dim.default_value = "128";
   m.families = {{"merge_state", {head_dim, dtype}}};
   const nlohmann::ordered_json j = manifest_to_json(m);

@@ -259,7 +259,12 @@ TEST_CASE("coverage: present, wrong arch, missing, unsupported, and unknown with
   m.spec_file = "mine.json";
   m.families = template_families();
   auto hold = [&](std::size_t i, std::vector<std::string> archs) {
-    m.variants.push_back({n.needs[i].key, {}, "kernels/" + std::to_string(i), 1, "", std::move(archs)});
+    ManifestVariant v;
+    v.key = n.needs[i].key;
+    v.file = "kernels/" + std::to_string(i);
+    v.size = 1;
+    v.archs = std::move(archs);
+    m.variants.push_back(std::move(v));
   };
   hold(0, {"sm_80"});
   hold(1, {"sm_90a"});

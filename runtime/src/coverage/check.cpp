@@ -58,7 +58,7 @@ const ManifestVariant* find_variant(const Manifest& m, const VariantKey& key) {
 }
 
 Finding check_need(const Manifest& m, const Need& need, const Arch& arch) {
-  Finding f{need, Status::missing, need.refusals, {}};
+  Finding f{need, Status::missing, need.refusals, {}, {}};
   const auto templates = m.families.empty() ? axis_refusals(m, need.key) : template_refusals(m, need.key);
   f.reasons.insert(f.reasons.end(), templates.begin(), templates.end());
   if (!f.reasons.empty()) {
