@@ -44,8 +44,8 @@ options:
   --templates DIR        kernel templates (default: $AOTINFER_TEMPLATES or the source tree's)
   --cuda DIR             CUDA toolkit (default: $CUDA_HOME or )" AOTINFER_DEFAULT_CUDA_HOME R"()
   --launcher CMD         compiler launcher for nvcc, e.g. ccache (default: $AOTINFER_LAUNCHER)
-  --archs A,B            build only these of the spec's archs (per-arch packages); the default
-                         output folder becomes generated/<package name>-<archs>
+  --archs A,B            build only these of the spec's archs (per-arch packages; the spec's
+                         PTX stays); the default output folder becomes generated/<package name>-<archs>
   --shard I/N            generate/build shard I of N (balanced by estimated compile cost); the
                          default output folder becomes generated/<package name>-shard-I-of-N
 )";
