@@ -28,32 +28,14 @@
 
 using namespace aotinfer;
 using fuzz::finding;
+using fuzz::refused;
+using fuzz::stop;
 
 namespace {
-
-// AOTINFER_FUZZ_VERBOSE=1 (running one input: fuzz_X INPUT) says where an input ends.
-const bool verbose = std::getenv("AOTINFER_FUZZ_VERBOSE") != nullptr;
-int stop(const char* where) {
-  if (verbose) std::fprintf(stderr, "input ends: %s\n", where);
-  return 0;
-}
 
 constexpr std::int32_t kMaxBatch = 4096;            // requests per input
 constexpr std::int32_t kMaxGraphBatch = 1 << 16;    // CUDA-graph max_batch (sizes the padded grid)
 constexpr std::int64_t kMaxIndices = 1 << 16;
-
-// Runs f; returns whether it threw aotinfer::Error. Any Error must be invalid_argument.
-template <typename F>
-bool refused(const char* what, F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    if (e.code() != ErrorCode::invalid_argument)
-      finding(std::string(what) + " threw error code " + std::to_string(int(e.code())) + ", not invalid_argument: " + e.what());
-    return true;
-  }
-  return false;
-}
 
 DecodeWorkPlan reused;  // one plan object across inputs, as BatchDecode keeps one
 
@@ -147,7 +129,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   plan_decode_work(lengths, limits, fresh);
   if (std::string problem = fuzz::decode_plans_differ(reused, fresh); !problem.empty())
     finding("a reused plan differs from a fresh one: " + problem);
-  if (verbose)
+  if (fuzz::verbose())
     std::fprintf(stderr, "planned: split %d, num_work %d, padded_work %d, chunk_tokens %d\n", int(reused.split), reused.num_work,
                  reused.padded_work, reused.chunk_tokens);
   return 0;

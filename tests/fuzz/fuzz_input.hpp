@@ -15,6 +15,8 @@
 #include <cstring>
 #include <string>
 
+#include "aotinfer/error.hpp"
+
 namespace aotinfer::fuzz {
 
 class Input {
@@ -64,6 +66,33 @@ class Input {
   std::fprintf(stderr, "\n==aotinfer fuzz finding== %s\n", what.c_str());
   std::fflush(stderr);
   std::abort();
+}
+
+// AOTINFER_FUZZ_VERBOSE=1, for running one input (fuzz_X INPUT): say where it ends and what it planned.
+inline bool verbose() {
+  static const bool on = std::getenv("AOTINFER_FUZZ_VERBOSE") != nullptr;
+  return on;
+}
+
+// Where an input ends (when verbose); returns 0 for LLVMFuzzerTestOneInput to return.
+inline int stop(const char* where) {
+  if (verbose()) std::fprintf(stderr, "input ends: %s\n", where);
+  return 0;
+}
+
+// Runs f; returns whether it threw aotinfer::Error (its message into *message when given). Any
+// Error must be invalid_argument: the planners refuse bad input, nothing else.
+template <typename F>
+bool refused(const char* what, F&& f, std::string* message = nullptr) {
+  try {
+    f();
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::invalid_argument)
+      finding(std::string(what) + " threw error code " + std::to_string(int(e.code())) + ", not invalid_argument: " + e.what());
+    if (message) *message = e.what();
+    return true;
+  }
+  return false;
 }
 
 }  // namespace aotinfer::fuzz

@@ -172,7 +172,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   try {
     pkg = Package::open(dir);
   } catch (const Error& e) {
-    if (std::getenv("AOTINFER_FUZZ_VERBOSE")) std::fprintf(stderr, "Package::open: %s\n", e.what());
+    if (fuzz::verbose()) std::fprintf(stderr, "Package::open: %s\n", e.what());
     if (!code_is(e, ErrorCode::corrupt_package, ErrorCode::not_found))
       finding(std::string("Package::open threw error code ") + std::to_string(int(e.code())) + ": " + e.what());
     return 0;

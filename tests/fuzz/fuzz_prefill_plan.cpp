@@ -32,15 +32,10 @@
 
 using namespace aotinfer;
 using fuzz::finding;
+using fuzz::refused;
+using fuzz::stop;
 
 namespace {
-
-// AOTINFER_FUZZ_VERBOSE=1 (running one input: fuzz_X INPUT) says where an input ends.
-const bool verbose = std::getenv("AOTINFER_FUZZ_VERBOSE") != nullptr;
-int stop(const char* where) {
-  if (verbose) std::fprintf(stderr, "input ends: %s\n", where);
-  return 0;
-}
 
 constexpr std::int32_t kMaxBatch = 1024;       // requests per input
 constexpr std::int64_t kMaxIndices = 1 << 16;
@@ -55,19 +50,6 @@ constexpr std::int64_t kMaxKvTiles = 1 << 16;
 // CUDA-graph capacities beyond this many work items are skipped: the planner pads every plan to
 // it (memory proportional to the configured capacity, by design).
 constexpr std::int64_t kMaxGraphWork = 1 << 20;
-
-template <typename F>
-bool refused(const char* what, F&& f, std::string* message = nullptr) {
-  try {
-    f();
-  } catch (const Error& e) {
-    if (e.code() != ErrorCode::invalid_argument)
-      finding(std::string(what) + " threw error code " + std::to_string(int(e.code())) + ", not invalid_argument: " + e.what());
-    if (message) *message = e.what();
-    return true;
-  }
-  return false;
-}
 
 // [batch + 1] entries, starting at 0, not decreasing (lengths_from_indptr's contract).
 bool indptr_valid(const std::vector<std::int32_t>& indptr) {
@@ -217,7 +199,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   plan_prefill_work(qo_indptr, kv_lengths, limits, fresh);
   if (std::string problem = fuzz::prefill_plans_differ(reused, fresh); !problem.empty())
     finding("a reused plan differs from a fresh one: " + problem);
-  if (verbose)
+  if (fuzz::verbose())
     std::fprintf(stderr, "planned: large_tile %d, split %d, num_work %d, padded_work %d, chunk_tokens %d, states %d, outputs %d\n",
                  int(reused.large_tile), int(reused.split), reused.num_work, reused.padded_work, reused.chunk_tokens,
                  reused.num_states, reused.num_outputs());

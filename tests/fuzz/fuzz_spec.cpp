@@ -1,6 +1,6 @@
 // Fuzz target: the spec reader, validation and expansion (generator/src/spec.cpp). The input is
 // a spec file's text. The family schemas come from scanning templates/ once at start-up (Clang,
-// ~0.6 s), plus the hand-built toy families of tests/unit/test_spec.cpp (a follower restricted
+// ~0.6 s), plus the hand-built toy families of tests/unit/toy_families.hpp (a follower restricted
 // to fewer values than its leader), and are reused for every input.
 //
 // parse_spec must either throw SpecError (whose message names the file) or return a spec whose
@@ -22,6 +22,7 @@
 #include "fuzz/fuzz_input.hpp"
 #include "scanner.hpp"
 #include "spec.hpp"
+#include "unit/toy_families.hpp"
 
 using namespace aotinfer;
 using namespace aotinfer::gen;
@@ -32,25 +33,8 @@ namespace {
 std::vector<FamilySchema> families;
 constexpr const char* kFile = "specs/fuzz.json";
 
-std::vector<FamilySchema> toy_families() {
-  FamilySchema toy;
-  toy.name = "toy";
-  toy.cpp_name = "aotinfer::toy";
-  toy.header = "toy.cuh";
-  toy.where = {"toy.cuh", 10};
-  toy.axes = {
-      {"dtype", AxisKind::dtype, {"f16", "bf16"}, {}, {}, "", {"toy.cuh", 11}},
-      {"dtype_o", AxisKind::dtype, {"f16", "bf16", "f32"}, {}, "dtype", "", {"toy.cuh", 12}},
-      {"mask", AxisKind::enumeration, {"none", "causal"}, "none", {}, "aotinfer::Mask", {"toy.cuh", 13}},
-      {"soft_cap", AxisKind::boolean, {"false", "true"}, "false", {}, "", {"toy.cuh", 14}},
-      {"head_dim", AxisKind::integer, {"64", "128", "256", "-1"}, {}, {}, "int", {"toy.cuh", 15}},
-  };
-  toy.entries = {{"run", "toy_params", {"toy.cuh", 20}}};
-  FamilySchema narrow = toy;
-  narrow.name = "narrow";
-  narrow.axes[1].allowed = {"f16"};  // dtype_o follows dtype but allows only f16
-  return {narrow, toy};
-}
+// The spec tests' toy families, with a head_dim value (-1) that checks negative integers.
+std::vector<FamilySchema> toy_families() { return test::toy_families({"64", "128", "256", "-1"}); }
 
 const FamilySchema* family_named(const std::string& name) {
   for (const auto& f : families)
@@ -107,7 +91,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   try {
     check(parse_spec(text, kFile, families));
   } catch (const SpecError& e) {
-    if (std::getenv("AOTINFER_FUZZ_VERBOSE")) std::fprintf(stderr, "SpecError: %s\n", e.what());
+    if (fuzz::verbose()) std::fprintf(stderr, "SpecError: %s\n", e.what());
     if (std::string_view(e.what()).substr(0, std::string_view(kFile).size()) != kFile)
       finding(std::string("a SpecError does not start with the file name: ") + e.what());
   } catch (const std::exception& e) {

@@ -3,32 +3,14 @@
 #include "catch.hpp"
 
 #include "spec.hpp"
+#include "unit/toy_families.hpp"
 
 using namespace aotinfer;
 using namespace aotinfer::gen;
 using aotinfer_test::Contains;
+using aotinfer::test::toy_families;
 
 namespace {
-
-std::vector<FamilySchema> toy_families() {
-  FamilySchema toy;
-  toy.name = "toy";
-  toy.cpp_name = "aotinfer::toy";
-  toy.header = "toy.cuh";
-  toy.where = {"toy.cuh", 10};
-  toy.axes = {
-      {"dtype", AxisKind::dtype, {"f16", "bf16"}, {}, {}, "", {"toy.cuh", 11}},
-      {"dtype_o", AxisKind::dtype, {"f16", "bf16", "f32"}, {}, "dtype", "", {"toy.cuh", 12}},
-      {"mask", AxisKind::enumeration, {"none", "causal"}, "none", {}, "aotinfer::Mask", {"toy.cuh", 13}},
-      {"soft_cap", AxisKind::boolean, {"false", "true"}, "false", {}, "", {"toy.cuh", 14}},
-      {"head_dim", AxisKind::integer, {"64", "128", "256"}, {}, {}, "int", {"toy.cuh", 15}},
-  };
-  toy.entries = {{"run", "toy_params", {"toy.cuh", 20}}};
-  FamilySchema narrow = toy;
-  narrow.name = "narrow";
-  narrow.axes[1].allowed = {"f16"};  // dtype_o follows dtype but allows only f16
-  return {narrow, toy};
-}
 
 std::string spec_with(const std::string& families) {
   return R"({"format": 1, "package": {"name": "p", "version": "1"}, "archs": ["sm_90"], "families": )" + families + "}";
