@@ -12,15 +12,27 @@
 #include "aotinfer/annotate.h"
 #include "aotinfer/attention.cuh"
 #include "aotinfer/prefill_mma.cuh"
+#include "aotinfer/prefill_sm90.cuh"
 
 namespace aotinfer {
+
+// The sm_90a compile pass (wgmma and setmaxnreg exist there only) puts the Hopper kernel behind
+// the large-tile entry; every other pass, and the host, keeps the mma.sync kernel.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+constexpr bool kSm90Pass = true;
+#else
+constexpr bool kSm90Pass = false;
+#endif
 
 // The entries of a prefill family over the KV source `KvRows`: the two query tiles.
 #define AOTINFER_PREFILL_ENTRIES(KvRows)                                                                        \
   template <int kMmaQ>                                                                                          \
   using Kernel =                                                                                                \
       PrefillMma<dtype_q, dtype_kv, head_dim, dtype_o, mask, pos_encoding, sliding_window, soft_cap, KvRows, kMmaQ>; \
-  using Large = Kernel<head_dim <= 128 ? 2 : 1>;                                                                \
+  using Large = std::conditional_t<kSm90Pass && prefill_sm90_serves<dtype_q, dtype_kv, head_dim, dtype_o>(),     \
+                                   PrefillSm90<dtype_q, dtype_kv, head_dim, dtype_o, mask, pos_encoding,          \
+                                               sliding_window, soft_cap, KvRows>,                                 \
+                                   Kernel<head_dim <= 128 ? 2 : 1>>;                                              \
   using Small = Kernel<1>;                                                                                      \
                                                                                                                 \
   static constexpr aotinfer_launch_info prefill_launch = Large::launch;                                         \

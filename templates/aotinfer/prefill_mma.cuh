@@ -16,57 +16,10 @@
 #include "aotinfer/attention.cuh"
 #include "aotinfer/mma.cuh"
 #include "aotinfer/params/batch_prefill.h"
+#include "aotinfer/prefill_work.cuh"
+#include "aotinfer/score_fragment.cuh"
 
 namespace aotinfer {
-
-// A request's keys in a paged cache, for one KV head: element offset of key `pos`.
-template <typename T>
-struct PagedKvRows {
-  const T* k;
-  const T* v;
-  const int32_t* pages;
-  int64_t stride_page, stride_token;
-  int page_size;
-  FastDiv page_of;  // key -> page index
-  int length;
-
-  __device__ __forceinline__ PagedKvRows(const aotinfer_batch_prefill_params& p, int request, int kv_head)
-      : page_of(uint32_t(p.paged.page_size)) {
-    const aotinfer_paged_kv& kv = p.paged;
-    const int first = kv.indptr[request], num_pages = kv.indptr[request + 1] - first;
-    k = static_cast<const T*>(kv.k_pages) + kv_head * kv.stride_head;
-    v = static_cast<const T*>(kv.v_pages) + kv_head * kv.stride_head;
-    pages = kv.indices + first;
-    stride_page = kv.stride_page;
-    stride_token = kv.stride_token;
-    page_size = kv.page_size;
-    length = num_pages == 0 ? 0 : (num_pages - 1) * kv.page_size + kv.last_page_len[request];
-  }
-  __device__ __forceinline__ int64_t offset(int pos) const {
-    const int page = int(page_of(uint32_t(pos)));
-    return int64_t(pages[page]) * stride_page + int64_t(pos - page * page_size) * stride_token;
-  }
-};
-
-// A request's keys in ragged K/V tensors, for one KV head.
-template <typename T>
-struct RaggedKvRows {
-  const T* k;
-  const T* v;
-  int64_t stride_token;
-  int length;
-
-  __device__ __forceinline__ RaggedKvRows(const aotinfer_batch_prefill_params& p, int request, int kv_head) {
-    const aotinfer_ragged_kv& kv = p.ragged;
-    const int first = kv.indptr[request];
-    const int64_t base = int64_t(first) * kv.stride_token + kv_head * kv.stride_head;
-    k = static_cast<const T*>(kv.k) + base;
-    v = static_cast<const T*>(kv.v) + base;
-    stride_token = kv.stride_token;
-    length = kv.indptr[request + 1] - first;
-  }
-  __device__ __forceinline__ int64_t offset(int pos) const { return int64_t(pos) * stride_token; }
-};
 
 template <typename dtype_q, typename dtype_kv, int head_dim, typename dtype_o, MaskMode mask, PosEncoding pos_encoding,
           bool sliding_window, bool soft_cap, template <typename> class KvRows, int kMmaQ>
@@ -174,21 +127,11 @@ struct PrefillMma {
     float* freq_s = reinterpret_cast<float*>(smem + kFreqOffset);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
-    const int kv_head = blockIdx.y, request = p.work_request[item], q_row = p.work_q_row[item];
-    const KvRows<dtype_kv> rows(p, request, kv_head);
-    const int group = p.num_qo_heads / gridDim.y;
-    const int qo_begin = p.qo_indptr[request], qo_len = p.qo_indptr[request + 1] - qo_begin;
-    const int packed_len = qo_len * group;
-    const int valid_rows = min(kRows, packed_len - q_row);
-    const int kv_len = rows.length;
-    const int q_offset = kv_len - qo_len;  // position of query token 0
-    const int t_first = q_row / group, t_last = (q_row + valid_rows - 1) / group;
-
-    // The keys this CTA visits: its item's range, cut to what its rows can see.
-    int begin = p.work_kv_begin[item], end = min(p.work_kv_end[item], kv_len);
-    if constexpr (mask == MaskMode::causal) end = min(end, q_offset + t_last + 1);
-    if constexpr (sliding_window) begin = max(begin, q_offset + t_first - p.window_left);
-    const int num_tiles = end > begin ? (end - begin + kKv - 1) / kKv : 0;
+    const PrefillCta<KvRows, dtype_kv, mask, sliding_window> cta(p, item, kRows, kKv);
+    const KvRows<dtype_kv>& rows = cta.rows;
+    const int kv_head = cta.kv_head, q_row = cta.q_row, group = cta.group, valid_rows = cta.valid_rows;
+    const int q_offset = cta.q_offset, t_first = cta.t_first, t_last = cta.t_last;
+    const int begin = cta.begin, end = cta.end, num_tiles = cta.num_tiles;
 
     if constexpr (kRope) {
       for (int i = threadIdx.x; i < head_dim / 2; i += kThreads)
@@ -197,10 +140,7 @@ struct PrefillMma {
     }
 
     // q rows (zeros beyond packed_len), then the first stages of KV.
-    auto q_source = [&](int row) {
-      const int packed = q_row + row, t = packed / group, head = kv_head * group + packed % group;
-      return static_cast<const dtype_q*>(p.q) + (int64_t(qo_begin + t) * p.num_qo_heads + head) * head_dim;
-    };
+    auto q_source = [&](int row) { return cta.template q_source<dtype_q>(p, row, head_dim); };
     if constexpr (kQCopied) {
 #pragma unroll
       for (int i = 0; i < kRows * kChunks / kThreads; ++i) {
@@ -290,15 +230,9 @@ struct PrefillMma {
       // Element (m, j, e) is row (m, e / 2), key start + 8 j + 2 (lane % 4) + e % 2. The mask is a
       // loop of its own behind a warp-uniform branch: interleaved with the max below, the
       // compiler turned it into selects that every stage paid for.
-      if constexpr (soft_cap) {  // before the mask: a masked score must stay -inf
+      if constexpr (soft_cap)
 #pragma unroll
-        for (int m = 0; m < kMmaQ; ++m)
-#pragma unroll
-          for (int j = 0; j < kKvTiles; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e)
-              s[m][j][e] = p.logits_soft_cap * tanhf(s[m][j][e] * p.sm_scale / p.logits_soft_cap) * kLog2e;
-      }
+        for (int m = 0; m < kMmaQ; ++m) soft_cap_scores(s[m], p.sm_scale, p.logits_soft_cap);
       if (edge) {
 #pragma unroll
         for (int m = 0; m < kMmaQ; ++m) {
@@ -309,64 +243,18 @@ struct PrefillMma {
             if constexpr (mask == MaskMode::causal) key_hi[h] = q_offset + t;
             if constexpr (sliding_window) key_lo[h] = q_offset + t - p.window_left;
           }
-#pragma unroll
-          for (int j = 0; j < kKvTiles; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int pos = start + 8 * j + 2 * (lane % 4) + e % 2, h = e / 2;
-              if (pos >= end || pos > key_hi[h] || pos < key_lo[h]) s[m][j][e] = -INFINITY;
-            }
+          mask_scores(s[m], start, end, key_lo, key_hi);
         }
       }
 #pragma unroll
-      for (int m = 0; m < kMmaQ; ++m) {
-        float tile_max[2] = {fmaxf(s[m][0][0], s[m][0][1]), fmaxf(s[m][0][2], s[m][0][3])};
-#pragma unroll
-        for (int j = 1; j < kKvTiles; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) tile_max[e / 2] = fmaxf(tile_max[e / 2], s[m][j][e]);
-        float alpha[2], m_scaled[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
-          tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
-          const float new_m = fmaxf(row_m[m][h], tile_max[h]);
-          alpha[h] = new_m == -INFINITY ? 1.f : fast_exp2((row_m[m][h] - new_m) * scale);
-          row_m[m][h] = new_m;
-          m_scaled[h] = new_m == -INFINITY ? 0.f : new_m * scale;  // masked scores stay -inf: p = 0
-        }
-#pragma unroll
-        for (int j = 0; j < kKvTiles; ++j)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s[m][j][e] = fast_exp2(fmaf(s[m][j][e], scale, -m_scaled[e / 2]));
-        // Row sums stay per thread (each lane holds a quarter of a row) until the epilogue.
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          float sum = 0.f;
-#pragma unroll
-          for (int j = 0; j < kKvTiles; ++j) sum += s[m][j][2 * h] + s[m][j][2 * h + 1];
-          row_l[m][h] = row_l[m][h] * alpha[h] + sum;
-        }
-#pragma unroll
-        for (int j = 0; j < kDimTiles; ++j) {
-          o[m][j][0] *= alpha[0];
-          o[m][j][1] *= alpha[0];
-          o[m][j][2] *= alpha[1];
-          o[m][j][3] *= alpha[1];
-        }
-      }
+      for (int m = 0; m < kMmaQ; ++m) online_softmax(s[m], row_m[m], row_l[m], o[m], scale);
 
       // O += P V, 16 keys at a time: two S n-tiles are exactly the A fragment of a 16x16 P.
 #pragma unroll
       for (int jj = 0; jj < kKv / 16; ++jj) {
         uint32_t a[kMmaQ][4];
 #pragma unroll
-        for (int m = 0; m < kMmaQ; ++m) {
-          a[m][0] = pack2<dtype>(s[m][2 * jj][0], s[m][2 * jj][1]);
-          a[m][1] = pack2<dtype>(s[m][2 * jj][2], s[m][2 * jj][3]);
-          a[m][2] = pack2<dtype>(s[m][2 * jj + 1][0], s[m][2 * jj + 1][1]);
-          a[m][3] = pack2<dtype>(s[m][2 * jj + 1][2], s[m][2 * jj + 1][3]);
-        }
+        for (int m = 0; m < kMmaQ; ++m) weights_fragment<dtype>(a[m], s[m], jj);
 #pragma unroll
         for (int j = 0; j < kDimTiles; j += 2) {
           uint32_t b[4];
@@ -389,29 +277,22 @@ struct PrefillMma {
     for (int m = 0; m < kMmaQ; ++m)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        float l = row_l[m][h];
-        l += __shfl_xor_sync(0xffffffffu, l, 1);
-        l += __shfl_xor_sync(0xffffffffu, l, 2);
-        const float inv = l > 0.f ? 1.f / l : 0.f;
-        const float lse = l > 0.f ? (row_m[m][h] * scale + log2f(l)) * kLn2 : -INFINITY;
+        const RowResult r(row_m[m][h], row_l[m][h], scale);
         const int row = warp * kWarpRows + m * 16 + lane / 4 + 8 * h;
         if (state_base < 0) {
 #pragma unroll
           for (int j = 0; j < kDimTiles; ++j) {
-            const uint32_t pair = pack2<dtype_o>(o[m][j][2 * h] * inv, o[m][j][2 * h + 1] * inv);
+            const uint32_t pair = pack2<dtype_o>(o[m][j][2 * h] * r.inv, o[m][j][2 * h + 1] * r.inv);
             *reinterpret_cast<uint32_t*>(q_s + swizzle(row, j) + (lane % 4) * 4) = pair;
           }
-          if (p.lse && lane % 4 == 0 && row < valid_rows) {
-            const int packed = q_row + row;
-            p.lse[int64_t(qo_begin + packed / group) * p.num_qo_heads + kv_head * group + packed % group] = lse;
-          }
+          if (p.lse && lane % 4 == 0 && row < valid_rows) p.lse[cta.out_row(p, row)] = r.lse;
         } else if (row < valid_rows) {
           const int64_t state = state_base + int64_t(kv_head * valid_rows + row) * state_stride;
 #pragma unroll
           for (int j = 0; j < kDimTiles; ++j)
             *reinterpret_cast<float2*>(p.partial_o + state * head_dim + j * 8 + 2 * (lane % 4)) =
-                make_float2(o[m][j][2 * h] * inv, o[m][j][2 * h + 1] * inv);
-          if (lane % 4 == 0) p.partial_lse[state] = lse;
+                make_float2(o[m][j][2 * h] * r.inv, o[m][j][2 * h + 1] * r.inv);
+          if (lane % 4 == 0) p.partial_lse[state] = r.lse;
         }
       }
     if (state_base < 0) {
@@ -419,9 +300,7 @@ struct PrefillMma {
       for (int i = lane; i < kWarpRows * kChunks; i += 32) {
         const int row = warp * kWarpRows + i / kChunks, chunk = i % kChunks;
         if (row >= valid_rows) continue;
-        const int packed = q_row + row;
-        dtype_o* dst = static_cast<dtype_o*>(p.o) +
-                       (int64_t(qo_begin + packed / group) * p.num_qo_heads + kv_head * group + packed % group) * head_dim;
+        dtype_o* dst = static_cast<dtype_o*>(p.o) + cta.out_row(p, row) * head_dim;
         *reinterpret_cast<uint4*>(dst + chunk * 8) = *reinterpret_cast<const uint4*>(q_s + swizzle(row, chunk));
       }
     }

@@ -1,0 +1,306 @@
+// Batch prefill on Hopper (sm_90a), FlashAttention-3 style: the same work items and contract as
+// prefill_mma.cuh (aotinfer/params/batch_prefill.h), on warpgroup MMA fed from shared memory.
+//
+// A CTA of three warpgroups owns 128 packed query rows of one KV head:
+//   - the producer (warpgroup 0, few registers) copies q once and then K and V tiles of kKv keys
+//     into a two-stage ring of 128-byte-swizzled shared-memory tiles with cp.async, through the
+//     KvRows policy (paged or ragged rows), rotating q and K for RoPE on the way; per stage, an
+//     mbarrier says "K landed" and another "V landed";
+//   - two consumers (warpgroups 1 and 2, the freed registers) own 64 rows each:
+//       S = Q K^T  wgmma, A = q and B = K from shared memory (both K-major),
+//       online softmax on S in registers (aotinfer/score_fragment.cuh),
+//       O += P V   wgmma, A = P from registers, B = V from shared memory (MN-major),
+//     and release each K and V stage through "empty" mbarriers as soon as their wgmma is done.
+// The two consumers run the same loop without coordination, so one's softmax naturally overlaps
+// the other's matrix products.
+#pragma once
+#include <limits.h>
+#include <math.h>
+
+#include <type_traits>
+
+#include "aotinfer/abi.h"
+#include "aotinfer/attention.cuh"
+#include "aotinfer/mma.cuh"
+#include "aotinfer/params/batch_prefill.h"
+#include "aotinfer/prefill_work.cuh"
+#include "aotinfer/score_fragment.cuh"
+#include "aotinfer/sm90.cuh"
+
+namespace aotinfer {
+
+// Whether PrefillSm90 serves a variant (the others keep the mma.sync kernel on sm_90a too).
+template <typename dtype_q, typename dtype_kv, int head_dim, typename dtype_o>
+constexpr bool prefill_sm90_serves() {
+  return head_dim == 128 && sizeof(dtype_q) == 2 && sizeof(dtype_kv) == 2 && sizeof(dtype_o) == 2;
+}
+
+template <typename dtype_q, typename dtype_kv, int head_dim, typename dtype_o, MaskMode mask, PosEncoding pos_encoding,
+          bool sliding_window, bool soft_cap, template <typename> class KvRows>
+struct PrefillSm90 {
+  static_assert(prefill_sm90_serves<dtype_q, dtype_kv, head_dim, dtype_o>(), "head_dim 128, 16-bit types");
+  using dtype = dtype_kv;  // the wgmma operand type
+  static constexpr bool kRope = pos_encoding == PosEncoding::rope_llama;
+  static constexpr int kConsumers = 2;
+  static constexpr int kThreads = 128 * (1 + kConsumers);
+  static constexpr int kRows = 64 * kConsumers;  // packed query rows per CTA
+  static constexpr int kKv = 128;                 // keys per stage
+  static constexpr int kStages = 2;
+  static constexpr int kChunks = head_dim / 8;  // 16-byte chunks per row
+  static constexpr int kDimTiles = head_dim / 8;  // n8 tiles of O
+  static constexpr int kKvTiles = kKv / 8;        // n8 tiles of S
+  static constexpr int kQBytes = kRows * head_dim * 2;
+  static constexpr int kTileBytes = kKv * head_dim * 2;  // K or V of one stage
+  // Shared memory from a 1024-aligned base (the swizzle atoms must be): q, K stages, V stages,
+  // mbarriers, RoPE frequencies; 1024 bytes of slack to align the base.
+  static constexpr int kKOffset = kQBytes;
+  static constexpr int kVOffset = kKOffset + kStages * kTileBytes;
+  static constexpr int kBarOffset = kVOffset + kStages * kTileBytes;
+  static constexpr int kNumBars = 1 + 4 * kStages;
+  static constexpr int kFreqOffset = kBarOffset + 8 * kNumBars;
+  static constexpr int kSmemBytes = 1024 + kFreqOffset + (kRope ? head_dim / 2 * 4 : 0);
+  // Registers per thread after reallocation: 128 * (kProducerRegs + 2 * kConsumerRegs) = 64K.
+  static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+  // Producer copies: a row's chunks c and c + kChunks / 2 (a RoPE pair) go to one thread, so
+  // kThreadsPerRow threads share a row and an instruction of theirs covers consecutive chunks.
+  static constexpr int kThreadsPerRow = kChunks / 2;
+  static constexpr int kRowsPerPass = 128 / kThreadsPerRow;
+  static_assert(kRows % kRowsPerPass == 0 && kKv % kRowsPerPass == 0, "tile shape");
+
+  static constexpr aotinfer_launch_info launch =
+      make_launch_info<aotinfer_batch_prefill_params>(kThreads, kSmemBytes, kRows, kKv, head_dim);
+
+  using Cta = PrefillCta<KvRows, dtype_kv, mask, sliding_window>;
+
+  struct Shared {
+    char* q;
+    char* k;  // stage s at k + s * kTileBytes
+    char* v;
+    uint64_t* bars;
+    float* freq;
+    __device__ __forceinline__ explicit Shared(char* base)
+        : q(base),
+          k(base + kKOffset),
+          v(base + kVOffset),
+          bars(reinterpret_cast<uint64_t*>(base + kBarOffset)),
+          freq(reinterpret_cast<float*>(base + kFreqOffset)) {}
+    __device__ __forceinline__ uint64_t* q_full() const { return bars; }
+    __device__ __forceinline__ uint64_t* k_full(int s) const { return bars + 1 + s; }
+    __device__ __forceinline__ uint64_t* v_full(int s) const { return bars + 1 + kStages + s; }
+    __device__ __forceinline__ uint64_t* k_empty(int s) const { return bars + 1 + 2 * kStages + s; }
+    __device__ __forceinline__ uint64_t* v_empty(int s) const { return bars + 1 + 3 * kStages + s; }
+  };
+
+  static __device__ void run(const aotinfer_batch_prefill_params& p) {
+    const int item = blockIdx.x;
+    if (item >= *p.num_work) return;
+    extern __shared__ char smem_raw[];
+    char* base = smem_raw + ((1024 - sm90::smem_u32(smem_raw) % 1024) % 1024);
+    const Shared sh(base);
+    const Cta cta(p, item, kRows, kKv);
+    // Consumers whose 64 rows hold no valid row stay out; the stages wait for the others only.
+    const int consumers = max(1, min(kConsumers, (cta.valid_rows + 63) / 64));
+    if (threadIdx.x == 0) {
+      sm90::mbar_init(sh.q_full(), 128);
+      for (int s = 0; s < kStages; ++s) {
+        sm90::mbar_init(sh.k_full(s), 128);
+        sm90::mbar_init(sh.v_full(s), 128);
+        sm90::mbar_init(sh.k_empty(s), 128 * consumers);
+        sm90::mbar_init(sh.v_empty(s), 128 * consumers);
+      }
+    }
+    if constexpr (kRope)
+      for (int i = threadIdx.x; i < head_dim / 2; i += kThreads)
+        sh.freq[i] = p.rope_rcp_scale * powf(p.rope_rcp_theta, float(2 * i) / float(head_dim));
+    __syncthreads();
+
+    const int role = threadIdx.x / 128;
+    if (role == 0) {
+      sm90::shrink_registers<kProducerRegs>();
+      produce(p, cta, sh);
+    } else {
+      sm90::grow_registers<kConsumerRegs>();
+      if (role - 1 < consumers) consume(p, cta, sh, role - 1);
+    }
+  }
+
+  // Rows row0 + kRowsPerPass i of a tile: this thread's chunks c and c + kChunks / 2.
+  static __device__ __forceinline__ void copy_rows(const KvRows<dtype_kv>& rows, const dtype_kv* src, char* tile,
+                                                   int start, int end) {
+    const int c = threadIdx.x % kThreadsPerRow, row0 = threadIdx.x / kThreadsPerRow;
+#pragma unroll
+    for (int i = 0; i < kKv / kRowsPerPass; ++i) {
+      const int key = row0 + i * kRowsPerPass, pos = start + key;
+      const bool valid = pos < end;
+      const dtype_kv* from = src + (valid ? rows.offset(pos) : 0);
+      cp_async_16(tile + sm90::sw128_offset(kKv, key, c), from + c * 8, valid);
+      cp_async_16(tile + sm90::sw128_offset(kKv, key, c + kChunks / 2), from + (c + kChunks / 2) * 8, valid);
+    }
+  }
+
+  // RoPE on this thread's landed K chunks (keys beyond `end` are zeros and stay zeros).
+  static __device__ __forceinline__ void rotate_k(char* tile, const float* freq, int start) {
+    const int c = threadIdx.x % kThreadsPerRow, row0 = threadIdx.x / kThreadsPerRow;
+#pragma unroll 1
+    for (int i = 0; i < kKv / kRowsPerPass; ++i) {
+      const int key = row0 + i * kRowsPerPass;
+      dtype* lo_p = reinterpret_cast<dtype*>(tile + sm90::sw128_offset(kKv, key, c));
+      dtype* hi_p = reinterpret_cast<dtype*>(tile + sm90::sw128_offset(kKv, key, c + kChunks / 2));
+      float lo[8], hi[8];
+      load8(lo_p, lo);
+      load8(hi_p, hi);
+      rope_rotate8(lo, hi, freq, c * 8, start + key);
+      store8(lo_p, lo);
+      store8(hi_p, hi);
+    }
+  }
+
+  // Warpgroup 0: q, then K and V of every tile into the ring. A stage's "full" barrier is
+  // arrived at once this thread's copies into it landed and were fenced for the async proxy.
+  static __device__ void produce(const aotinfer_batch_prefill_params& p, const Cta& cta, const Shared& sh) {
+    const int c = threadIdx.x % kThreadsPerRow, row0 = threadIdx.x / kThreadsPerRow;
+    // q rows (zeros beyond the valid rows): copied, or converted and rotated through registers.
+#pragma unroll 1
+    for (int i = 0; i < kRows / kRowsPerPass; ++i) {
+      const int row = row0 + i * kRowsPerPass;
+      const bool valid = row < cta.valid_rows;
+      const dtype_q* src = valid ? cta.template q_source<dtype_q>(p, row, head_dim) : static_cast<const dtype_q*>(p.q);
+      char* lo_dst = sh.q + sm90::sw128_offset(kRows, row, c);
+      char* hi_dst = sh.q + sm90::sw128_offset(kRows, row, c + kChunks / 2);
+      if constexpr (std::is_same_v<dtype_q, dtype_kv> && !kRope) {
+        cp_async_16(lo_dst, src + c * 8, valid);
+        cp_async_16(hi_dst, src + (c + kChunks / 2) * 8, valid);
+      } else {
+        float lo[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f}, hi[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+        if (valid) {
+          load8(src + c * 8, lo);
+          load8(src + (c + kChunks / 2) * 8, hi);
+          if constexpr (kRope) rope_rotate8(lo, hi, sh.freq, c * 8, cta.q_offset + (cta.q_row + row) / cta.group);
+        }
+        store8(reinterpret_cast<dtype*>(lo_dst), lo);
+        store8(reinterpret_cast<dtype*>(hi_dst), hi);
+      }
+    }
+    cp_async_commit();
+
+    const KvRows<dtype_kv>& rows = cta.rows;
+#pragma unroll 1
+    for (int tile = 0; tile < cta.num_tiles; ++tile) {
+      const int s = tile % kStages, use = tile / kStages, start = cta.begin + tile * kKv;
+      if (use > 0) sm90::mbar_wait(sh.k_empty(s), (use - 1) & 1);
+      copy_rows(rows, rows.k, sh.k + s * kTileBytes, start, cta.end);
+      cp_async_commit();
+      cp_async_wait<1>();  // the group before: q (first tile) or the previous tile's V
+      sm90::fence_async_shared();
+      sm90::mbar_arrive(tile == 0 ? sh.q_full() : sh.v_full((tile - 1) % kStages));
+
+      if (use > 0) sm90::mbar_wait(sh.v_empty(s), (use - 1) & 1);
+      copy_rows(rows, rows.v, sh.v + s * kTileBytes, start, cta.end);
+      cp_async_commit();
+      cp_async_wait<1>();  // this tile's K
+      if constexpr (kRope) rotate_k(sh.k + s * kTileBytes, sh.freq, start);
+      sm90::fence_async_shared();
+      sm90::mbar_arrive(sh.k_full(s));
+    }
+    cp_async_wait<0>();  // the last V (or q, when there are no tiles)
+    sm90::fence_async_shared();
+    sm90::mbar_arrive(cta.num_tiles == 0 ? sh.q_full() : sh.v_full((cta.num_tiles - 1) % kStages));
+  }
+
+  // Consumer warpgroup g: rows 64 g .. 64 g + 63 of the tile.
+  static __device__ void consume(const aotinfer_batch_prefill_params& p, const Cta& cta, const Shared& sh, int g) {
+    const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+    // Softmax in log2 units (score_fragment.cuh).
+    const float scale = soft_cap ? 1.f : p.sm_scale * kLog2e;
+    float row_m[2] = {-INFINITY, -INFINITY}, row_l[2] = {0.f, 0.f};
+    float o[kDimTiles][4], s[kKvTiles][4];
+#pragma unroll
+    for (int j = 0; j < kDimTiles; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+#pragma unroll
+    for (int j = 0; j < kKvTiles; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+    auto& o_flat = reinterpret_cast<float(&)[kDimTiles * 4]>(o);
+    auto& s_flat = reinterpret_cast<float(&)[kKvTiles * 4]>(s);
+
+    // Keys the rows of this thread see (mask edges), per row half.
+    int key_lo[2] = {INT_MIN, INT_MIN}, key_hi[2] = {INT_MAX, INT_MAX};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int t = (cta.q_row + 64 * g + 16 * warp + lane / 4 + 8 * h) / cta.group;
+      if constexpr (mask == MaskMode::causal) key_hi[h] = cta.q_offset + t;
+      if constexpr (sliding_window) key_lo[h] = cta.q_offset + t - p.window_left;
+    }
+
+    const uint32_t q_addr = sm90::smem_u32(sh.q) + g * 64 * 128;
+    sm90::mbar_wait(sh.q_full(), 0);
+#pragma unroll 1
+    for (int tile = 0; tile < cta.num_tiles; ++tile) {
+      const int st = tile % kStages, start = cta.begin + tile * kKv;
+      const uint32_t parity = (tile / kStages) & 1;
+      const uint32_t k_addr = sm90::smem_u32(sh.k + st * kTileBytes);
+      const uint32_t v_addr = sm90::smem_u32(sh.v + st * kTileBytes);
+
+      // S = Q K^T over head_dim in k16 steps; a step moves 32 bytes along a 128-byte row, and
+      // every 4 steps to the next 64-wide column block.
+      sm90::mbar_wait(sh.k_full(st), parity);
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < head_dim / 16; ++kk) {
+        sm90::wgmma_ss_n128<dtype>(s_flat, sm90::sw128_desc(q_addr + (kk / 4) * kRows * 128 + (kk % 4) * 32),
+                                   sm90::sw128_desc(k_addr + (kk / 4) * kKv * 128 + (kk % 4) * 32), kk > 0);
+      }
+      sm90::wgmma_commit();
+      sm90::wgmma_wait<0>();
+      sm90::pin(s_flat);
+      sm90::mbar_arrive(sh.k_empty(st));
+
+      if constexpr (soft_cap) soft_cap_scores(s, p.sm_scale, p.logits_soft_cap);
+      // Masks only where the tile crosses an edge some row of the CTA can see.
+      const bool edge = start + kKv > cta.end ||
+                        (mask == MaskMode::causal && start + kKv - 1 > cta.q_offset + cta.t_first) ||
+                        (sliding_window && start < cta.q_offset + cta.t_last - p.window_left);
+      if (edge) mask_scores(s, start, cta.end, key_lo, key_hi);
+      online_softmax(s, row_m, row_l, o, scale);
+      uint32_t a[kKv / 16][4];
+#pragma unroll
+      for (int jj = 0; jj < kKv / 16; ++jj) weights_fragment<dtype>(a[jj], s, jj);
+
+      // O += P V over the tile's keys in k16 steps: 16 keys are two 1024-byte row groups of V;
+      // its 64-wide head-dim blocks are kKv * 128 bytes apart (the leading byte offset).
+      sm90::mbar_wait(sh.v_full(st), parity);
+      sm90::pin(o_flat);
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int jj = 0; jj < kKv / 16; ++jj)
+        sm90::wgmma_rs_n128<dtype>(o_flat, a[jj], sm90::sw128_desc(v_addr + jj * 2048, kKv * 128));
+      sm90::wgmma_commit();
+      sm90::wgmma_wait<0>();
+      sm90::pin(o_flat);
+      sm90::mbar_arrive(sh.v_empty(st));
+    }
+
+    // Epilogue: normalise; o/lse, or the float state of a split tile.
+    const int state_base = p.work_state[blockIdx.x], state_stride = p.work_state_stride[blockIdx.x];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const RowResult r(row_m[h], row_l[h], scale);
+      const int row = 64 * g + 16 * warp + lane / 4 + 8 * h;
+      if (row >= cta.valid_rows) continue;
+      if (state_base < 0) {
+        dtype_o* dst = static_cast<dtype_o*>(p.o) + cta.out_row(p, row) * head_dim + 2 * (lane % 4);
+#pragma unroll
+        for (int j = 0; j < kDimTiles; ++j)
+          *reinterpret_cast<uint32_t*>(dst + 8 * j) = pack2<dtype_o>(o[j][2 * h] * r.inv, o[j][2 * h + 1] * r.inv);
+        if (p.lse && lane % 4 == 0) p.lse[cta.out_row(p, row)] = r.lse;
+      } else {
+        const int64_t state = state_base + int64_t(cta.kv_head * cta.valid_rows + row) * state_stride;
+        float* dst = p.partial_o + state * head_dim + 2 * (lane % 4);
+#pragma unroll
+        for (int j = 0; j < kDimTiles; ++j)
+          *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(o[j][2 * h] * r.inv, o[j][2 * h + 1] * r.inv);
+        if (lane % 4 == 0) p.partial_lse[state] = r.lse;
+      }
+    }
+  }
+};
+
+}  // namespace aotinfer

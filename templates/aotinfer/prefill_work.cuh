@@ -1,0 +1,104 @@
+// What a prefill CTA works on (aotinfer/params/batch_prefill.h): where its request's K and V rows
+// live (the KvRows policies: a paged cache or ragged tensors) and its work item, cut to the keys
+// its query rows can see. Both prefill kernels (prefill_mma.cuh, prefill_sm90.cuh) share them.
+#pragma once
+#include "aotinfer/abi.h"
+#include "aotinfer/attention.cuh"
+#include "aotinfer/params/batch_prefill.h"
+
+namespace aotinfer {
+
+// A request's keys in a paged cache, for one KV head: element offset of key `pos`.
+template <typename T>
+struct PagedKvRows {
+  const T* k;
+  const T* v;
+  const int32_t* pages;
+  int64_t stride_page, stride_token;
+  int page_size;
+  FastDiv page_of;  // key -> page index
+  int length;
+
+  __device__ __forceinline__ PagedKvRows(const aotinfer_batch_prefill_params& p, int request, int kv_head)
+      : page_of(uint32_t(p.paged.page_size)) {
+    const aotinfer_paged_kv& kv = p.paged;
+    const int first = kv.indptr[request], num_pages = kv.indptr[request + 1] - first;
+    k = static_cast<const T*>(kv.k_pages) + kv_head * kv.stride_head;
+    v = static_cast<const T*>(kv.v_pages) + kv_head * kv.stride_head;
+    pages = kv.indices + first;
+    stride_page = kv.stride_page;
+    stride_token = kv.stride_token;
+    page_size = kv.page_size;
+    length = num_pages == 0 ? 0 : (num_pages - 1) * kv.page_size + kv.last_page_len[request];
+  }
+  __device__ __forceinline__ int64_t offset(int pos) const {
+    const int page = int(page_of(uint32_t(pos)));
+    return int64_t(pages[page]) * stride_page + int64_t(pos - page * page_size) * stride_token;
+  }
+};
+
+// A request's keys in ragged K/V tensors, for one KV head.
+template <typename T>
+struct RaggedKvRows {
+  const T* k;
+  const T* v;
+  int64_t stride_token;
+  int length;
+
+  __device__ __forceinline__ RaggedKvRows(const aotinfer_batch_prefill_params& p, int request, int kv_head) {
+    const aotinfer_ragged_kv& kv = p.ragged;
+    const int first = kv.indptr[request];
+    const int64_t base = int64_t(first) * kv.stride_token + kv_head * kv.stride_head;
+    k = static_cast<const T*>(kv.k) + base;
+    v = static_cast<const T*>(kv.v) + base;
+    stride_token = kv.stride_token;
+    length = kv.indptr[request + 1] - first;
+  }
+  __device__ __forceinline__ int64_t offset(int pos) const { return int64_t(pos) * stride_token; }
+};
+
+// Work item blockIdx.x for KV head blockIdx.y, with tiles of `tile_rows` packed query rows and
+// `kv_tile` keys.
+template <template <typename> class KvRows, typename T, MaskMode mask, bool sliding_window>
+struct PrefillCta {
+  int kv_head, request, q_row;
+  KvRows<T> rows;
+  int group;       // query heads per KV head
+  int qo_begin;    // first query token of the request
+  int valid_rows;  // packed rows of this tile that exist
+  int q_offset;    // position of query token 0 (kv_len - qo_len)
+  int t_first, t_last;  // query tokens of the first and last valid row
+  int begin, end;       // the keys this CTA visits: its item's range, cut to what its rows can see
+  int num_tiles;
+
+  __device__ __forceinline__ PrefillCta(const aotinfer_batch_prefill_params& p, int item, int tile_rows, int kv_tile)
+      : kv_head(blockIdx.y), request(p.work_request[item]), q_row(p.work_q_row[item]), rows(p, request, kv_head) {
+    group = p.num_qo_heads / gridDim.y;
+    qo_begin = p.qo_indptr[request];
+    const int qo_len = p.qo_indptr[request + 1] - qo_begin;
+    valid_rows = min(tile_rows, qo_len * group - q_row);
+    q_offset = rows.length - qo_len;
+    t_first = q_row / group;
+    t_last = (q_row + valid_rows - 1) / group;
+    begin = p.work_kv_begin[item];
+    end = min(p.work_kv_end[item], rows.length);
+    if constexpr (mask == MaskMode::causal) end = min(end, q_offset + t_last + 1);
+    if constexpr (sliding_window) begin = max(begin, q_offset + t_first - p.window_left);
+    num_tiles = end > begin ? (end - begin + kv_tile - 1) / kv_tile : 0;
+  }
+
+  // Query row `row` of the tile (packed row q_row + row) in q.
+  template <typename Q>
+  __device__ __forceinline__ const Q* q_source(const aotinfer_batch_prefill_params& p, int row, int head_dim) const {
+    const int packed = q_row + row, t = packed / group, head = kv_head * group + packed % group;
+    return static_cast<const Q*>(p.q) + (int64_t(qo_begin + t) * p.num_qo_heads + head) * head_dim;
+  }
+  // Row index of packed row q_row + row in o viewed as [total_q * num_qo_heads, head_dim], and
+  // in lse.
+  __device__ __forceinline__ int64_t out_row(const aotinfer_batch_prefill_params& p, int row) const {
+    const int packed = q_row + row;
+    return int64_t(qo_begin + packed / group) * p.num_qo_heads + kv_head * group + packed % group;
+  }
+};
+
+}  // namespace aotinfer

@@ -1,0 +1,105 @@
+// Online softmax on the tensor-core score fragment of one warp's 16 query rows against a tile of
+// 8 * kTiles keys. Both prefill kernels keep S in this layout (the mma.sync m16n8 accumulator,
+// which wgmma's m64 accumulator repeats per warp): s[j][e] is row lane / 4 + 8 (e / 2), key
+// 8 j + 2 (lane % 4) + e % 2 of the tile, so a row lives in the 4 lanes of a quad.
+#pragma once
+#include <limits.h>
+#include <math.h>
+
+#include "aotinfer/attention.cuh"
+#include "aotinfer/mma.cuh"
+
+namespace aotinfer {
+
+// Raw products to capped scores in log2 units, cap * tanh(s * sm_scale / cap) * log2(e); before
+// the mask, since a masked score must stay -inf.
+template <int kTiles>
+__device__ __forceinline__ void soft_cap_scores(float (&s)[kTiles][4], float sm_scale, float cap) {
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[j][e] = cap * tanhf(s[j][e] * sm_scale / cap) * kLog2e;
+}
+
+// -inf for the keys at or past `end` and, per row half h, outside [key_lo[h], key_hi[h]]; the tile
+// starts at key `start`. Callers branch around it when no row of theirs sees an edge: interleaved
+// with the softmax max, the compiler turned it into selects that every tile paid for.
+template <int kTiles>
+__device__ __forceinline__ void mask_scores(float (&s)[kTiles][4], int start, int end, const int (&key_lo)[2],
+                                            const int (&key_hi)[2]) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int pos = start + 8 * j + 2 * (lane % 4) + e % 2, h = e / 2;
+      if (pos >= end || pos > key_hi[h] || pos < key_lo[h]) s[j][e] = -INFINITY;
+    }
+}
+
+// One online-softmax step in log2 units with one FFMA per score: p = exp2(x * scale - m * scale),
+// x the raw product or (soft cap) the capped score already in log2 units. Turns s into the
+// tile's weights, updates the running max and the per-thread partial row sums (the quad sums
+// them in the epilogue), and rescales the output rows o (kDimTiles n8 tiles of head dims).
+template <int kTiles, int kDimTiles>
+__device__ __forceinline__ void online_softmax(float (&s)[kTiles][4], float (&row_m)[2], float (&row_l)[2],
+                                               float (&o)[kDimTiles][4], float scale) {
+  float tile_max[2] = {fmaxf(s[0][0], s[0][1]), fmaxf(s[0][2], s[0][3])};
+#pragma unroll
+  for (int j = 1; j < kTiles; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) tile_max[e / 2] = fmaxf(tile_max[e / 2], s[j][e]);
+  float alpha[2], m_scaled[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
+    tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
+    const float new_m = fmaxf(row_m[h], tile_max[h]);
+    alpha[h] = new_m == -INFINITY ? 1.f : fast_exp2((row_m[h] - new_m) * scale);
+    row_m[h] = new_m;
+    m_scaled[h] = new_m == -INFINITY ? 0.f : new_m * scale;  // masked scores stay -inf: p = 0
+  }
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[j][e] = fast_exp2(fmaf(s[j][e], scale, -m_scaled[e / 2]));
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j) sum += s[j][2 * h] + s[j][2 * h + 1];
+    row_l[h] = row_l[h] * alpha[h] + sum;
+  }
+#pragma unroll
+  for (int j = 0; j < kDimTiles; ++j) {
+    o[j][0] *= alpha[0];
+    o[j][1] *= alpha[0];
+    o[j][2] *= alpha[1];
+    o[j][3] *= alpha[1];
+  }
+}
+
+// Weights of keys 16 jj .. 16 jj + 15 as the A fragment of a 16x16 product: two n8 tiles of S are
+// exactly the m16n8k16 A layout (mma.sync, and wgmma with A in registers).
+template <typename T, int kTiles>
+__device__ __forceinline__ void weights_fragment(uint32_t (&a)[4], const float (&s)[kTiles][4], int jj) {
+  a[0] = pack2<T>(s[2 * jj][0], s[2 * jj][1]);
+  a[1] = pack2<T>(s[2 * jj][2], s[2 * jj][3]);
+  a[2] = pack2<T>(s[2 * jj + 1][0], s[2 * jj + 1][1]);
+  a[3] = pack2<T>(s[2 * jj + 1][2], s[2 * jj + 1][3]);
+}
+
+// Normalisation of a finished row half: 1 / l (0 for a row that kept no key) and the natural-log
+// lse (-inf then). Sums the quad's partial row sums.
+struct RowResult {
+  float inv, lse;
+  __device__ __forceinline__ RowResult(float row_m, float partial_l, float scale) {
+    float l = partial_l;
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    inv = l > 0.f ? 1.f / l : 0.f;
+    lse = l > 0.f ? (row_m * scale + log2f(l)) * kLn2 : -INFINITY;
+  }
+};
+
+}  // namespace aotinfer

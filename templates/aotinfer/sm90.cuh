@@ -1,0 +1,140 @@
+// Hopper building blocks (sm_90a): shared-memory matrix descriptors and warpgroup MMA (wgmma),
+// mbarriers, the async-proxy fence and register reallocation. Only code compiled for sm_90a may
+// call them (aotinfer/prefill_sm90.cuh guards its use with __CUDA_ARCH_FEAT_SM90_ALL).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include <type_traits>
+
+namespace aotinfer::sm90 {
+
+__device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+
+// 128-byte swizzle: a tile is stored as rows of 128 bytes (64 16-bit values); 16-byte chunk c of
+// row r sits at chunk c ^ (r % 8), so 8 rows form a 1024-byte atom (1024-aligned) in which the
+// rows a tensor-core read touches fall in distinct banks. A matrix wider than 64 values is split
+// into 64-wide column blocks stored one after the other.
+//
+// Byte offset of 16-byte chunk `chunk` (of the full row) of row `row` in a tile of `rows` rows.
+__device__ __forceinline__ int sw128_offset(int rows, int row, int chunk) {
+  return (chunk / 8) * rows * 128 + row * 128 + (((chunk % 8) ^ (row % 8)) << 4);
+}
+
+// The wgmma descriptor of a 128-byte-swizzled operand starting at shared address `addr`:
+// 8-row groups 1024 bytes apart (stride byte offset); `lbo` is the leading byte offset, which
+// only MN-major operands use (bytes between their 64-wide column blocks).
+__device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t lbo = 16) {
+  return uint64_t((addr & 0x3FFFF) >> 4) | uint64_t(lbo >> 4) << 16 | uint64_t(1024 >> 4) << 32 | uint64_t(1) << 62;
+}
+
+// Ordering of wgmma against the registers it reads and writes: `fence` before the first wgmma
+// of a batch whose accumulators or A registers ordinary code wrote; `commit` closes a batch;
+// `wait<N>` returns when at most N batches are pending.
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int pending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(pending) : "memory");
+}
+// Keeps the compiler from moving ordinary reads or writes of accumulator registers across a
+// wgmma_wait or wgmma_fence (the asm statements of wgmma name the registers only at issue).
+template <int N>
+__device__ __forceinline__ void pin(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+
+#define AOTINFER_F8(d, i) \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
+#define AOTINFER_F64(d)                                                                                      \
+  AOTINFER_F8(d, 0), AOTINFER_F8(d, 8), AOTINFER_F8(d, 16), AOTINFER_F8(d, 24), AOTINFER_F8(d, 32), \
+      AOTINFER_F8(d, 40), AOTINFER_F8(d, 48), AOTINFER_F8(d, 56)
+#define AOTINFER_D64                                                                                     \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
+  "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, "  \
+  "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, "  \
+  "%59, %60, %61, %62, %63}"
+
+// d (64 x 128, fp32) = a (64 x 16) * b (16 x 128) + (accumulate ? d : 0), with a and b in shared
+// memory, both K-major. Accumulator layout: warp w of the group owns rows 16 w .. 16 w + 15;
+// d[4 j + e] is row 16 w + lane / 4 + 8 (e / 2), column 8 j + 2 (lane % 4) + e % 2.
+template <typename T>
+__device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], uint64_t a, uint64_t b, bool accumulate) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " AOTINFER_D64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : AOTINFER_F64(d)
+        : "l"(a), "l"(b), "r"(int(accumulate)));
+  } else {
+    static_assert(std::is_same_v<T, __half>, "bf16 or f16 operands");
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " AOTINFER_D64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+        : AOTINFER_F64(d)
+        : "l"(a), "l"(b), "r"(int(accumulate)));
+  }
+}
+
+// d (64 x 128) += a (64 x 16, registers) * b (16 x 128, shared memory, MN-major: rows of b are
+// K). a holds the mma.sync m16n8k16 A fragment of the warp's 16 rows: {(r, c), (r + 8, c),
+// (r, c + 8), (r + 8, c + 8)} for r = lane / 4, c = 2 (lane % 4), two values each.
+template <typename T>
+__device__ __forceinline__ void wgmma_rs_n128(float (&d)[64], const uint32_t (&a)[4], uint64_t b) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " AOTINFER_D64 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+        : AOTINFER_F64(d)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+  } else {
+    static_assert(std::is_same_v<T, __half>, "bf16 or f16 operands");
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " AOTINFER_D64 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+        : AOTINFER_F64(d)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+  }
+}
+
+#undef AOTINFER_D64
+#undef AOTINFER_F64
+#undef AOTINFER_F8
+
+// mbarriers in shared memory (8 bytes each), tracked by phase parity.
+__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+// Returns once the phase with parity `parity` has completed.
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_u32(bar)), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+// Makes this thread's completed shared-memory writes (stores, landed cp.async) visible to the
+// async proxy, which wgmma reads through.
+__device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// Register reallocation between warpgroups (the kernel needs a register cap at entry:
+// __launch_bounds__(threads, 1)).
+template <int regs>
+__device__ __forceinline__ void grow_registers() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(regs));
+}
+template <int regs>
+__device__ __forceinline__ void shrink_registers() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(regs));
+}
+
+}  // namespace aotinfer::sm90
