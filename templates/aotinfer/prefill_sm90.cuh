@@ -57,10 +57,13 @@ struct PrefillSm90 {
   static constexpr int kVOffset = kKOffset + kStages * kTileBytes;
   static constexpr int kBarOffset = kVOffset + kStages * kTileBytes;
   static constexpr int kNumBars = 1 + 4 * kStages;
-  static constexpr int kFreqOffset = kBarOffset + 8 * kNumBars;
+  static constexpr int kOffsetsOffset = kBarOffset + 8 * kNumBars;  // key offsets, two tiles
+  static constexpr int kFreqOffset = kOffsetsOffset + 2 * kKv * 8;
   static constexpr int kSmemBytes = 1024 + kFreqOffset + (kRope ? head_dim / 2 * 4 : 0);
   // Registers per thread after reallocation: 128 * (kProducerRegs + 2 * kConsumerRegs) = 64K.
   static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+  // Named barriers: 1 among the producer's threads, kTurnBarrier + g for consumer g's turns.
+  static constexpr int kProducerBarrier = 1, kTurnBarrier = 2;
   // Producer copies: a row's chunks c and c + kChunks / 2 (a RoPE pair) go to one thread, so
   // kThreadsPerRow threads share a row and an instruction of theirs covers consecutive chunks.
   static constexpr int kThreadsPerRow = kChunks / 2;
@@ -77,12 +80,14 @@ struct PrefillSm90 {
     char* k;  // stage s at k + s * kTileBytes
     char* v;
     uint64_t* bars;
+    int64_t* offsets;  // element offsets of a tile's keys, slot t % 2 for tile t
     float* freq;
     __device__ __forceinline__ explicit Shared(char* base)
         : q(base),
           k(base + kKOffset),
           v(base + kVOffset),
           bars(reinterpret_cast<uint64_t*>(base + kBarOffset)),
+          offsets(reinterpret_cast<int64_t*>(base + kOffsetsOffset)),
           freq(reinterpret_cast<float*>(base + kFreqOffset)) {}
     __device__ __forceinline__ uint64_t* q_full() const { return bars; }
     __device__ __forceinline__ uint64_t* k_full(int s) const { return bars + 1 + s; }
@@ -120,19 +125,20 @@ struct PrefillSm90 {
       produce(p, cta, sh);
     } else {
       sm90::grow_registers<kConsumerRegs>();
-      if (role - 1 < consumers) consume(p, cta, sh, role - 1);
+      if (role - 1 < consumers) consume(p, cta, sh, role - 1, consumers);
     }
   }
 
-  // Rows row0 + kRowsPerPass i of a tile: this thread's chunks c and c + kChunks / 2.
-  static __device__ __forceinline__ void copy_rows(const KvRows<dtype_kv>& rows, const dtype_kv* src, char* tile,
-                                                   int start, int end) {
+  // Keys row0 + kRowsPerPass i of a tile (element offsets in `offsets`): this thread's chunks c
+  // and c + kChunks / 2.
+  static __device__ __forceinline__ void copy_rows(const dtype_kv* src, const int64_t* offsets, char* tile, int start,
+                                                   int end) {
     const int c = threadIdx.x % kThreadsPerRow, row0 = threadIdx.x / kThreadsPerRow;
 #pragma unroll
     for (int i = 0; i < kKv / kRowsPerPass; ++i) {
-      const int key = row0 + i * kRowsPerPass, pos = start + key;
-      const bool valid = pos < end;
-      const dtype_kv* from = src + (valid ? rows.offset(pos) : 0);
+      const int key = row0 + i * kRowsPerPass;
+      const bool valid = start + key < end;
+      const dtype_kv* from = src + offsets[key];
       cp_async_16(tile + sm90::sw128_offset(kKv, key, c), from + c * 8, valid);
       cp_async_16(tile + sm90::sw128_offset(kKv, key, c + kChunks / 2), from + (c + kChunks / 2) * 8, valid);
     }
@@ -155,11 +161,16 @@ struct PrefillSm90 {
     }
   }
 
-  // Warpgroup 0: q, then K and V of every tile into the ring. A stage's "full" barrier is
-  // arrived at once this thread's copies into it landed and were fenced for the async proxy.
+  // Warpgroup 0: q, then K and V of every tile into the ring. The copies arrive on a stage's
+  // "full" barrier by themselves once they land (cp.async.mbarrier.arrive.noinc), so the
+  // producer never waits for its own copies and runs ahead as far as the stages allow; what it
+  // writes with ordinary stores (converted or rotated q, rotated K) it fences for the async
+  // proxy and announces with a plain arrive. The consumers fence after their waits too: the
+  // cp.async writes are generic-proxy writes of other threads, which wgmma reads next.
   static __device__ void produce(const aotinfer_batch_prefill_params& p, const Cta& cta, const Shared& sh) {
     const int c = threadIdx.x % kThreadsPerRow, row0 = threadIdx.x / kThreadsPerRow;
     // q rows (zeros beyond the valid rows): copied, or converted and rotated through registers.
+    constexpr bool kQCopied = std::is_same_v<dtype_q, dtype_kv> && !kRope;
 #pragma unroll 1
     for (int i = 0; i < kRows / kRowsPerPass; ++i) {
       const int row = row0 + i * kRowsPerPass;
@@ -167,7 +178,7 @@ struct PrefillSm90 {
       const dtype_q* src = valid ? cta.template q_source<dtype_q>(p, row, head_dim) : static_cast<const dtype_q*>(p.q);
       char* lo_dst = sh.q + sm90::sw128_offset(kRows, row, c);
       char* hi_dst = sh.q + sm90::sw128_offset(kRows, row, c + kChunks / 2);
-      if constexpr (std::is_same_v<dtype_q, dtype_kv> && !kRope) {
+      if constexpr (kQCopied) {
         cp_async_16(lo_dst, src + c * 8, valid);
         cp_async_16(hi_dst, src + (c + kChunks / 2) * 8, valid);
       } else {
@@ -181,34 +192,54 @@ struct PrefillSm90 {
         store8(reinterpret_cast<dtype*>(hi_dst), hi);
       }
     }
-    cp_async_commit();
+    if constexpr (kQCopied) {
+      sm90::cp_async_arrive(sh.q_full());
+    } else {
+      sm90::fence_async_shared();
+      sm90::mbar_arrive(sh.q_full());
+    }
 
+    // Each producer thread looks up one key of a tile (a page-table read for paged KV) a tile
+    // ahead, into shared memory, so the copies of the next tile do not wait on it.
+    static_assert(kKv == 128, "one key per producer thread");
     const KvRows<dtype_kv>& rows = cta.rows;
+    auto key_offset = [&](int tile) {
+      const int pos = cta.begin + tile * kKv + int(threadIdx.x);
+      return pos < cta.end ? rows.offset(pos) : int64_t(0);
+    };
+    int64_t next_offset = key_offset(0);
 #pragma unroll 1
     for (int tile = 0; tile < cta.num_tiles; ++tile) {
       const int s = tile % kStages, use = tile / kStages, start = cta.begin + tile * kKv;
-      if (use > 0) sm90::mbar_wait(sh.k_empty(s), (use - 1) & 1);
-      copy_rows(rows, rows.k, sh.k + s * kTileBytes, start, cta.end);
-      cp_async_commit();
-      cp_async_wait<1>();  // the group before: q (first tile) or the previous tile's V
-      sm90::fence_async_shared();
-      sm90::mbar_arrive(tile == 0 ? sh.q_full() : sh.v_full((tile - 1) % kStages));
+      int64_t* offsets = sh.offsets + (tile % 2) * kKv;
+      offsets[threadIdx.x] = next_offset;
+      // The tile's offsets are written (slot tile % 2 was last read two tiles ago, before the
+      // previous barrier).
+      sm90::named_barrier_sync<128>(kProducerBarrier);
+      next_offset = key_offset(tile + 1);
 
+      if (use > 0) sm90::mbar_wait(sh.k_empty(s), (use - 1) & 1);
+      copy_rows(rows.k, offsets, sh.k + s * kTileBytes, start, cta.end);
+      if constexpr (kRope) {  // rotated in place once landed
+        cp_async_commit();
+        cp_async_wait<0>();
+        rotate_k(sh.k + s * kTileBytes, sh.freq, start);
+        sm90::fence_async_shared();
+        sm90::mbar_arrive(sh.k_full(s));
+      } else {
+        sm90::cp_async_arrive(sh.k_full(s));
+      }
       if (use > 0) sm90::mbar_wait(sh.v_empty(s), (use - 1) & 1);
-      copy_rows(rows, rows.v, sh.v + s * kTileBytes, start, cta.end);
-      cp_async_commit();
-      cp_async_wait<1>();  // this tile's K
-      if constexpr (kRope) rotate_k(sh.k + s * kTileBytes, sh.freq, start);
-      sm90::fence_async_shared();
-      sm90::mbar_arrive(sh.k_full(s));
+      copy_rows(rows.v, offsets, sh.v + s * kTileBytes, start, cta.end);
+      sm90::cp_async_arrive(sh.v_full(s));
     }
-    cp_async_wait<0>();  // the last V (or q, when there are no tiles)
-    sm90::fence_async_shared();
-    sm90::mbar_arrive(cta.num_tiles == 0 ? sh.q_full() : sh.v_full((cta.num_tiles - 1) % kStages));
+    cp_async_commit();
+    cp_async_wait<0>();  // nothing in flight when the producer's threads exit
   }
 
-  // Consumer warpgroup g: rows 64 g .. 64 g + 63 of the tile.
-  static __device__ void consume(const aotinfer_batch_prefill_params& p, const Cta& cta, const Shared& sh, int g) {
+  // Consumer warpgroup g of `consumers`: rows 64 g .. 64 g + 63 of the tile.
+  static __device__ void consume(const aotinfer_batch_prefill_params& p, const Cta& cta, const Shared& sh, int g,
+                                 int consumers) {
     const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
     // Softmax in log2 units (score_fragment.cuh).
     const float scale = soft_cap ? 1.f : p.sm_scale * kLog2e;
@@ -231,51 +262,109 @@ struct PrefillSm90 {
     }
 
     const uint32_t q_addr = sm90::smem_u32(sh.q) + g * 64 * 128;
-    sm90::mbar_wait(sh.q_full(), 0);
-#pragma unroll 1
-    for (int tile = 0; tile < cta.num_tiles; ++tile) {
-      const int st = tile % kStages, start = cta.begin + tile * kKv;
-      const uint32_t parity = (tile / kStages) & 1;
-      const uint32_t k_addr = sm90::smem_u32(sh.k + st * kTileBytes);
-      const uint32_t v_addr = sm90::smem_u32(sh.v + st * kTileBytes);
-
-      // S = Q K^T over head_dim in k16 steps; a step moves 32 bytes along a 128-byte row, and
-      // every 4 steps to the next 64-wide column block.
-      sm90::mbar_wait(sh.k_full(st), parity);
-      sm90::wgmma_fence();
+    // S = Q K^T of tile t into s, issued (not waited for): head_dim in k16 steps, a step moves
+    // 32 bytes along a 128-byte row, and every 4 steps to the next 64-wide column block.
+    auto issue_scores = [&](int t) {
+      const uint32_t k_addr = sm90::smem_u32(sh.k + (t % kStages) * kTileBytes);
 #pragma unroll
-      for (int kk = 0; kk < head_dim / 16; ++kk) {
+      for (int kk = 0; kk < head_dim / 16; ++kk)
         sm90::wgmma_ss_n128<dtype>(s_flat, sm90::sw128_desc(q_addr + (kk / 4) * kRows * 128 + (kk % 4) * 32),
                                    sm90::sw128_desc(k_addr + (kk / 4) * kKv * 128 + (kk % 4) * 32), kk > 0);
-      }
       sm90::wgmma_commit();
-      sm90::wgmma_wait<0>();
-      sm90::pin(s_flat);
-      sm90::mbar_arrive(sh.k_empty(st));
-
+    };
+    // O += P V of tile t, issued: the tile's keys in k16 steps; 16 keys are two 1024-byte row
+    // groups of V, whose 64-wide head-dim blocks are kKv * 128 bytes apart (leading byte offset).
+    uint32_t p_frag[kKv / 16][4];  // weights of the tile whose O product is next or in flight
+    auto issue_output = [&](int t) {
+      const uint32_t v_addr = sm90::smem_u32(sh.v + (t % kStages) * kTileBytes);
+#pragma unroll
+      for (int jj = 0; jj < kKv / 16; ++jj)
+        sm90::wgmma_rs_n128<dtype>(o_flat, p_frag[jj], sm90::sw128_desc(v_addr + jj * 2048, kKv * 128));
+      sm90::wgmma_commit();
+    };
+    // Scores of tile t (landed in s) to weights, with the running max and sums; alpha rescales
+    // the output once the product before is done.
+    float alpha[2];
+    auto softmax_scores = [&](int t) {
+      const int start = cta.begin + t * kKv;
       if constexpr (soft_cap) soft_cap_scores(s, p.sm_scale, p.logits_soft_cap);
       // Masks only where the tile crosses an edge some row of the CTA can see.
       const bool edge = start + kKv > cta.end ||
                         (mask == MaskMode::causal && start + kKv - 1 > cta.q_offset + cta.t_first) ||
                         (sliding_window && start < cta.q_offset + cta.t_last - p.window_left);
       if (edge) mask_scores(s, start, cta.end, key_lo, key_hi);
-      online_softmax(s, row_m, row_l, o, scale);
-      uint32_t a[kKv / 16][4];
-#pragma unroll
-      for (int jj = 0; jj < kKv / 16; ++jj) weights_fragment<dtype>(a[jj], s, jj);
+      softmax_step(s, row_m, row_l, alpha, scale);
+    };
+    auto parity = [](int t) { return uint32_t(t / kStages) & 1; };
+    // Ping-pong between the consumers (FlashAttention-3): they take turns to issue their
+    // products, so the tensor cores finish one group's products before the other's and the
+    // groups' softmaxes fall into each other's products instead of coinciding. Turn barrier
+    // kTurnBarrier + g: group g waits on its own and, after issuing, arrives on the other's.
+    // Group 1 opens group 0's first turn and skips the arrive after its last issue, so that
+    // every arrive is matched (both run num_tiles + 1 turns).
+    const bool pingpong = consumers == 2 && cta.num_tiles > 0;
+    auto turn_begin = [&]() {
+      if (pingpong) sm90::named_barrier_sync<256>(kTurnBarrier + g);
+    };
+    auto turn_end = [&](bool last) {
+      if (pingpong && !(g == 1 && last)) sm90::named_barrier_arrive<256>(kTurnBarrier + 1 - g);
+    };
+    if (pingpong && g == 1) sm90::named_barrier_arrive<256>(kTurnBarrier);
 
-      // O += P V over the tile's keys in k16 steps: 16 keys are two 1024-byte row groups of V;
-      // its 64-wide head-dim blocks are kKv * 128 bytes apart (the leading byte offset).
-      sm90::mbar_wait(sh.v_full(st), parity);
-      sm90::pin(o_flat);
+    // Software pipeline (FlashAttention-3's intra-warpgroup overlap): the scores of tile t are
+    // computed while the output product of tile t - 1 runs, and its softmax overlaps that
+    // product too; only the rescale of O waits for it.
+    sm90::mbar_wait(sh.q_full(), 0);
+    if (cta.num_tiles > 0) {
+      sm90::mbar_wait(sh.k_full(0), 0);
+      sm90::fence_async_shared();  // the copies landed through the generic proxy (see produce)
+      turn_begin();
       sm90::wgmma_fence();
+      issue_scores(0);
+      turn_end(false);
+      sm90::wgmma_wait<0>();
+      sm90::pin(s_flat);
+      sm90::mbar_arrive(sh.k_empty(0));
+      softmax_scores(0);
 #pragma unroll
-      for (int jj = 0; jj < kKv / 16; ++jj)
-        sm90::wgmma_rs_n128<dtype>(o_flat, a[jj], sm90::sw128_desc(v_addr + jj * 2048, kKv * 128));
-      sm90::wgmma_commit();
+      for (int jj = 0; jj < kKv / 16; ++jj) weights_fragment<dtype>(p_frag[jj], s, jj);
+    }
+#pragma unroll 1
+    for (int t = 1; t < cta.num_tiles; ++t) {
+      // Both waits before the fence: a wait loop between it and a wgmma makes the compiler fence
+      // again (warning C7519).
+      sm90::mbar_wait(sh.k_full(t % kStages), parity(t));
+      sm90::mbar_wait(sh.v_full((t - 1) % kStages), parity(t - 1));
+      sm90::fence_async_shared();
+      turn_begin();
+      sm90::wgmma_fence();
+      issue_scores(t);
+      issue_output(t - 1);
+      turn_end(false);
+      sm90::wgmma_wait<1>();  // the scores
+      sm90::pin(s_flat);
+      sm90::mbar_arrive(sh.k_empty(t % kStages));
+      softmax_scores(t);
+      sm90::wgmma_wait<0>();  // the output product of tile t - 1
+      sm90::pin(o_flat);
+      sm90::pin(p_frag);
+      sm90::mbar_arrive(sh.v_empty((t - 1) % kStages));
+      rescale_rows(o, alpha);
+#pragma unroll
+      for (int jj = 0; jj < kKv / 16; ++jj) weights_fragment<dtype>(p_frag[jj], s, jj);
+    }
+    if (cta.num_tiles > 0) {
+      const int last = cta.num_tiles - 1;
+      sm90::mbar_wait(sh.v_full(last % kStages), parity(last));
+      sm90::fence_async_shared();
+      turn_begin();
+      sm90::wgmma_fence();
+      issue_output(last);
+      turn_end(true);
       sm90::wgmma_wait<0>();
       sm90::pin(o_flat);
-      sm90::mbar_arrive(sh.v_empty(st));
+      sm90::pin(p_frag);
+      sm90::mbar_arrive(sh.v_empty(last % kStages));
     }
 
     // Epilogue: normalise; o/lse, or the float state of a split tile.

@@ -40,16 +40,16 @@ __device__ __forceinline__ void mask_scores(float (&s)[kTiles][4], int start, in
 // One online-softmax step in log2 units with one FFMA per score: p = exp2(x * scale - m * scale),
 // x the raw product or (soft cap) the capped score already in log2 units. Turns s into the
 // tile's weights, updates the running max and the per-thread partial row sums (the quad sums
-// them in the epilogue), and rescales the output rows o (kDimTiles n8 tiles of head dims).
-template <int kTiles, int kDimTiles>
-__device__ __forceinline__ void online_softmax(float (&s)[kTiles][4], float (&row_m)[2], float (&row_l)[2],
-                                               float (&o)[kDimTiles][4], float scale) {
+// them in the epilogue), and gives the factor alpha by which earlier output rows must shrink.
+template <int kTiles>
+__device__ __forceinline__ void softmax_step(float (&s)[kTiles][4], float (&row_m)[2], float (&row_l)[2],
+                                             float (&alpha)[2], float scale) {
   float tile_max[2] = {fmaxf(s[0][0], s[0][1]), fmaxf(s[0][2], s[0][3])};
 #pragma unroll
   for (int j = 1; j < kTiles; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) tile_max[e / 2] = fmaxf(tile_max[e / 2], s[j][e]);
-  float alpha[2], m_scaled[2];
+  float m_scaled[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
@@ -70,6 +70,11 @@ __device__ __forceinline__ void online_softmax(float (&s)[kTiles][4], float (&ro
     for (int j = 0; j < kTiles; ++j) sum += s[j][2 * h] + s[j][2 * h + 1];
     row_l[h] = row_l[h] * alpha[h] + sum;
   }
+}
+
+// Output rows o (kDimTiles n8 tiles of head dims) times alpha per row half.
+template <int kDimTiles>
+__device__ __forceinline__ void rescale_rows(float (&o)[kDimTiles][4], const float (&alpha)[2]) {
 #pragma unroll
   for (int j = 0; j < kDimTiles; ++j) {
     o[j][0] *= alpha[0];
@@ -77,6 +82,15 @@ __device__ __forceinline__ void online_softmax(float (&s)[kTiles][4], float (&ro
     o[j][2] *= alpha[1];
     o[j][3] *= alpha[1];
   }
+}
+
+// softmax_step, then the output rescaled at once (kernels whose O product is not in flight).
+template <int kTiles, int kDimTiles>
+__device__ __forceinline__ void online_softmax(float (&s)[kTiles][4], float (&row_m)[2], float (&row_l)[2],
+                                               float (&o)[kDimTiles][4], float scale) {
+  float alpha[2];
+  softmax_step(s, row_m, row_l, alpha, scale);
+  rescale_rows(o, alpha);
 }
 
 // Weights of keys 16 jj .. 16 jj + 15 as the A fragment of a 16x16 product: two n8 tiles of S are

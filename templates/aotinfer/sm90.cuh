@@ -39,11 +39,20 @@ __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(pending) : "memory");
 }
 // Keeps the compiler from moving ordinary reads or writes of accumulator registers across a
-// wgmma_wait or wgmma_fence (the asm statements of wgmma name the registers only at issue).
+// wgmma_wait or wgmma_fence (the asm statements of wgmma name the registers only at issue), and
+// keeps the A registers of a wgmma in flight from being reused before its wait.
 template <int N>
 __device__ __forceinline__ void pin(float (&r)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+
+template <int N, int M>
+__device__ __forceinline__ void pin(uint32_t (&r)[N][M]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int j = 0; j < M; ++j) asm volatile("" : "+r"(r[i][j])::"memory");
 }
 
 #define AOTINFER_F8(d, i) \
@@ -122,9 +131,26 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
   } while (!done);
 }
 
+// An arrive on `bar` once every cp.async this thread issued before has landed (the barrier's
+// count includes it: noinc).
+__device__ __forceinline__ void cp_async_arrive(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+
 // Makes this thread's completed shared-memory writes (stores, landed cp.async) visible to the
 // async proxy, which wgmma reads through.
 __device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+// Named barrier `id` (1..15; 0 is __syncthreads) among `threads` threads of the CTA: sync waits
+// for all of them, arrive counts this thread without waiting.
+template <int threads>
+__device__ __forceinline__ void named_barrier_sync(int id) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(threads) : "memory");
+}
+template <int threads>
+__device__ __forceinline__ void named_barrier_arrive(int id) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(threads) : "memory");
+}
 
 // Register reallocation between warpgroups (the kernel needs a register cap at entry:
 // __launch_bounds__(threads, 1)).
