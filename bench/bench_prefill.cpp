@@ -3,7 +3,7 @@
 // plan() host time. Writes its rows as JSON lines for bench/prefill_torch.py, which measures
 // PyTorch SDPA (flash, cuDNN) on the same shapes and prints the comparison.
 // Usage: aotinfer_bench_prefill PACKAGE_DIR RESULTS.jsonl   (AOTINFER_BENCH_ONLY=ragged:causal:4:4096:8
-// runs one case, for profilers)
+// runs one case, for profilers; ...:8:64 one of head_dim 64 or 256)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -41,6 +41,7 @@ struct Case {
   aotinfer::KvStorage storage;
   bool causal;
   int batch, len, kv_heads;
+  int head_dim = 128;
 };
 
 }  // namespace
@@ -58,23 +59,29 @@ int main(int argc, char** argv) {
   std::printf("device %s, %d SMs; copy bandwidth %.0f GB/s\n", prop.name, prop.multiProcessorCount, copy_gbs);
   results << "{\"copy_gbs\": " << copy_gbs << "}\n";
 
-  const int qo_heads = 32, head_dim = 128, page = 16;
-  std::printf("\nbatch_prefill: bf16, %d qo heads, head_dim %d, qo_len = kv_len, paged: page %d NHD\n", qo_heads, head_dim, page);
-  std::printf("%-7s %-7s %5s %6s %4s %5s %6s %6s %10s %8s\n", "kv", "mask", "batch", "len", "kvh", "tile", "split", "ctas",
-              "time us", "TF/s");
+  const int qo_heads = 32, page = 16;
+  std::printf("\nbatch_prefill: bf16, %d qo heads, qo_len = kv_len, paged: page %d NHD\n", qo_heads, page);
+  std::printf("%-7s %-7s %5s %6s %4s %4s %5s %6s %6s %10s %8s\n", "kv", "mask", "batch", "len", "kvh", "hd", "tile", "split",
+              "ctas", "time us", "TF/s");
   std::vector<Case> cases;
   for (int kv_heads : {32, 8})
     for (bool causal : {true, false})
       for (auto [batch, len] : {std::pair{16, 1024}, {4, 4096}, {1, 16384}})
         for (auto storage : {aotinfer::KvStorage::ragged, aotinfer::KvStorage::paged})
           cases.push_back({storage, causal, batch, len, kv_heads});
+  // The other head dims on the mid-size shape.
+  for (int head_dim : {64, 256})
+    for (bool causal : {true, false})
+      for (auto storage : {aotinfer::KvStorage::ragged, aotinfer::KvStorage::paged})
+        cases.push_back({storage, causal, 4, 4096, 8, head_dim});
 
   const char* only = std::getenv("AOTINFER_BENCH_ONLY");
   for (const Case& c : cases) {
     const std::string kv_name = c.storage == aotinfer::KvStorage::paged ? "paged" : "ragged";
     const std::string mask = c.causal ? "causal" : "none";
     const std::string name = kv_name + ":" + mask + ":" + std::to_string(c.batch) + ":" + std::to_string(c.len) + ":" +
-                             std::to_string(c.kv_heads);
+                             std::to_string(c.kv_heads) + (c.head_dim == 128 ? "" : ":" + std::to_string(c.head_dim));
+    const int head_dim = c.head_dim;
     if (only && name != only) continue;
     aotinfer::BatchPrefillConfig cfg;
     cfg.head_dim = head_dim;
@@ -124,10 +131,10 @@ int main(int argc, char** argv) {
     const double flops = 4.0 * c.batch * double(c.len) * c.len * qo_heads * head_dim * (c.causal ? 0.5 : 1.0);
     const double tflops = flops / us / 1e6;
     const auto& plan = prefill.work_plan();
-    std::printf("%-7s %-7s %5d %6d %4d %5d %6s %6d %10.1f %8.1f\n", kv_name.c_str(), mask.c_str(), c.batch, c.len, c.kv_heads,
-                plan.tile_rows, plan.split ? "yes" : "no", plan.padded_work * c.kv_heads, us, tflops);
+    std::printf("%-7s %-7s %5d %6d %4d %4d %5d %6s %6d %10.1f %8.1f\n", kv_name.c_str(), mask.c_str(), c.batch, c.len,
+                c.kv_heads, head_dim, plan.tile_rows, plan.split ? "yes" : "no", plan.padded_work * c.kv_heads, us, tflops);
     results << "{\"kv\": \"" << kv_name << "\", \"causal\": " << (c.causal ? "true" : "false") << ", \"batch\": " << c.batch
-            << ", \"len\": " << c.len << ", \"kv_heads\": " << c.kv_heads << ", \"us\": " << us << ", \"flops\": " << flops
+            << ", \"len\": " << c.len << ", \"kv_heads\": " << c.kv_heads << ", \"head_dim\": " << head_dim << ", \"us\": " << us << ", \"flops\": " << flops
             << "}\n";
     for (void* p : {q, o, k, v, static_cast<void*>(d_qo), static_cast<void*>(d_kv), static_cast<void*>(d_last),
                     static_cast<void*>(d_indices), ws.float_buffer, ws.int_buffer})

@@ -1,12 +1,15 @@
 // batch_prefill_paged and batch_prefill_ragged: every query token of a batch of requests
 // attends to its request's KV (paged cache or ragged tensors). Contract:
-// aotinfer/params/batch_prefill.h. Both families run the tensor-core kernel of
-// aotinfer/prefill_mma.cuh and differ only in where K and V rows live.
+// aotinfer/params/batch_prefill.h. Both families run the same kernels and differ only in where K
+// and V rows live (the KvRows policy, aotinfer/prefill_work.cuh).
 //
 // Two entries per variant, one per CTA query tile, so that the planner can match the tile to the
-// batch: `prefill` (128 packed rows, 2 m-tiles per warp; 64 for head_dim 256, whose output
-// accumulators leave no registers for a second m-tile) and `prefill_small` (64 rows), which
-// wastes fewer rows on short or decode-like requests.
+// batch: `prefill` (128 packed rows) and `prefill_small` (64 rows), which wastes fewer rows on
+// short or decode-like requests. Behind `prefill`, the sm_90a compile pass puts the Hopper
+// kernel (aotinfer/prefill_sm90.cuh: wgmma, warp-specialized); every other pass the mma.sync
+// kernel (aotinfer/prefill_mma.cuh: 2 m-tiles per warp; 64 rows for head_dim 256, whose output
+// accumulators leave no registers for a second m-tile), which also serves `prefill_small`.
+// Each cubin exports its own launch info, so the runtime takes whichever geometry it loaded.
 #pragma once
 #include "aotinfer/abi.h"
 #include "aotinfer/annotate.h"
@@ -16,8 +19,8 @@
 
 namespace aotinfer {
 
-// The sm_90a compile pass (wgmma and setmaxnreg exist there only) puts the Hopper kernel behind
-// the large-tile entry; every other pass, and the host, keeps the mma.sync kernel.
+// The sm_90a compile pass, where wgmma and setmaxnreg exist (the host pass and the scanner see
+// false).
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 constexpr bool kSm90Pass = true;
 #else

@@ -72,9 +72,8 @@ std::string variant_source(const FamilySchema& family, const VariantKey& key) {
   s += "namespace {\nusing Family = " + family.cpp_name + "<" + args + ">;\n}  // namespace\n";
   for (const auto& e : family.entries) {
     const std::string launch = "Family::" + e.name + "_launch";
-    // One resident CTA guaranteed, not requested: the ", 1" only gives the kernel a register cap at
-    // entry (65536 / threads), which setmaxnreg needs; the cap never binds below 255 for the
-    // block sizes of the mma.sync kernels.
+    // The ", 1" makes the register cap at entry explicit, which setmaxnreg needs; the cap,
+    // 65536 / threads, is the one the block size alone implies.
     s += "\nextern \"C\" __global__ void __launch_bounds__(" + launch + ".block[0] * " + launch + ".block[1] * " +
          launch + ".block[2], 1)\n";
     s += entry_symbol(key, e.name) + "(const __grid_constant__ " + e.params_type + " params) {\n";

@@ -32,20 +32,23 @@ namespace aotinfer {
 // Whether PrefillSm90 serves a variant (the others keep the mma.sync kernel on sm_90a too).
 template <typename dtype_q, typename dtype_kv, int head_dim, typename dtype_o>
 constexpr bool prefill_sm90_serves() {
-  return head_dim == 128 && sizeof(dtype_q) == 2 && sizeof(dtype_kv) == 2 && sizeof(dtype_o) == 2;
+  return (head_dim == 64 || head_dim == 128 || head_dim == 256) && sizeof(dtype_q) == 2 && sizeof(dtype_kv) == 2 &&
+         sizeof(dtype_o) == 2;
 }
 
 template <typename dtype_q, typename dtype_kv, int head_dim, typename dtype_o, MaskMode mask, PosEncoding pos_encoding,
           bool sliding_window, bool soft_cap, template <typename> class KvRows>
 struct PrefillSm90 {
-  static_assert(prefill_sm90_serves<dtype_q, dtype_kv, head_dim, dtype_o>(), "head_dim 128, 16-bit types");
+  static_assert(prefill_sm90_serves<dtype_q, dtype_kv, head_dim, dtype_o>(), "head_dim 64, 128 or 256; 16-bit types");
   using dtype = dtype_kv;  // the wgmma operand type
   static constexpr bool kRope = pos_encoding == PosEncoding::rope_llama;
   static constexpr int kConsumers = 2;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kRows = 64 * kConsumers;  // packed query rows per CTA
-  static constexpr int kKv = 128;                 // keys per stage
-  static constexpr int kStages = 2;
+  // Keys per stage: 64 for head_dim 256, whose O accumulators (128 registers a thread) leave
+  // room for a 64 x 64 score tile only. Four stages for head_dim 64, whose tiles are small.
+  static constexpr int kKv = head_dim == 256 ? 64 : 128;
+  static constexpr int kStages = head_dim == 64 ? 4 : 2;
   static constexpr int kChunks = head_dim / 8;  // 16-byte chunks per row
   static constexpr int kDimTiles = head_dim / 8;  // n8 tiles of O
   static constexpr int kKvTiles = kKv / 8;        // n8 tiles of S
@@ -60,8 +63,9 @@ struct PrefillSm90 {
   static constexpr int kOffsetsOffset = kBarOffset + 8 * kNumBars;  // key offsets, two tiles
   static constexpr int kFreqOffset = kOffsetsOffset + 2 * kKv * 8;
   static constexpr int kSmemBytes = 1024 + kFreqOffset + (kRope ? head_dim / 2 * 4 : 0);
-  // Registers per thread after reallocation: 128 * (kProducerRegs + 2 * kConsumerRegs) = 64K.
-  static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+  // Registers per thread after reallocation, 128 * (kProducerRegs + 2 * kConsumerRegs) <= 64K:
+  // the producer needs more where it rotates (RoPE), which the consumers can spare.
+  static constexpr int kProducerRegs = kRope ? 56 : 40, kConsumerRegs = kRope ? 224 : 232;
   // Named barriers: 1 among the producer's threads, kTurnBarrier + g for consumer g's turns.
   static constexpr int kProducerBarrier = 1, kTurnBarrier = 2;
   // Producer copies: a row's chunks c and c + kChunks / 2 (a RoPE pair) go to one thread, so
@@ -201,18 +205,18 @@ struct PrefillSm90 {
 
     // Each producer thread looks up one key of a tile (a page-table read for paged KV) a tile
     // ahead, into shared memory, so the copies of the next tile do not wait on it.
-    static_assert(kKv == 128, "one key per producer thread");
+    static_assert(kKv <= 128, "at most one key per producer thread");
     const KvRows<dtype_kv>& rows = cta.rows;
     auto key_offset = [&](int tile) {
       const int pos = cta.begin + tile * kKv + int(threadIdx.x);
-      return pos < cta.end ? rows.offset(pos) : int64_t(0);
+      return threadIdx.x < kKv && pos < cta.end ? rows.offset(pos) : int64_t(0);
     };
     int64_t next_offset = key_offset(0);
 #pragma unroll 1
     for (int tile = 0; tile < cta.num_tiles; ++tile) {
       const int s = tile % kStages, use = tile / kStages, start = cta.begin + tile * kKv;
       int64_t* offsets = sh.offsets + (tile % 2) * kKv;
-      offsets[threadIdx.x] = next_offset;
+      if (threadIdx.x < kKv) offsets[threadIdx.x] = next_offset;
       // The tile's offsets are written (slot tile % 2 was last read two tiles ago, before the
       // previous barrier).
       sm90::named_barrier_sync<128>(kProducerBarrier);
@@ -268,7 +272,7 @@ struct PrefillSm90 {
       const uint32_t k_addr = sm90::smem_u32(sh.k + (t % kStages) * kTileBytes);
 #pragma unroll
       for (int kk = 0; kk < head_dim / 16; ++kk)
-        sm90::wgmma_ss_n128<dtype>(s_flat, sm90::sw128_desc(q_addr + (kk / 4) * kRows * 128 + (kk % 4) * 32),
+        sm90::wgmma_ss<dtype>(s_flat, sm90::sw128_desc(q_addr + (kk / 4) * kRows * 128 + (kk % 4) * 32),
                                    sm90::sw128_desc(k_addr + (kk / 4) * kKv * 128 + (kk % 4) * 32), kk > 0);
       sm90::wgmma_commit();
     };
@@ -279,7 +283,7 @@ struct PrefillSm90 {
       const uint32_t v_addr = sm90::smem_u32(sh.v + (t % kStages) * kTileBytes);
 #pragma unroll
       for (int jj = 0; jj < kKv / 16; ++jj)
-        sm90::wgmma_rs_n128<dtype>(o_flat, p_frag[jj], sm90::sw128_desc(v_addr + jj * 2048, kKv * 128));
+        sm90::wgmma_rs<dtype>(o_flat, p_frag[jj], sm90::sw128_desc(v_addr + jj * 2048, kKv * 128));
       sm90::wgmma_commit();
     };
     // Scores of tile t (landed in s) to weights, with the running max and sums; alpha rescales

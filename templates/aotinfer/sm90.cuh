@@ -55,61 +55,153 @@ __device__ __forceinline__ void pin(uint32_t (&r)[N][M]) {
     for (int j = 0; j < M; ++j) asm volatile("" : "+r"(r[i][j])::"memory");
 }
 
+// wgmma for m64nNk16 with fp32 accumulators, N = 64, 128 or 256 (chosen by the accumulator
+// array, N / 2 registers per thread), bf16 or f16 operands:
+//   wgmma_ss: d (64 x N) = a (64 x 16) * b (16 x N) + (accumulate ? d : 0), a and b in shared
+//             memory, both K-major;
+//   wgmma_rs: d += a (64 x 16, registers) * b (16 x N, shared memory, MN-major: b's rows are K);
+//             a holds the mma.sync m16n8k16 A fragment of the warp's 16 rows: {(r, c), (r + 8, c),
+//             (r, c + 8), (r + 8, c + 8)} for r = lane / 4, c = 2 (lane % 4), two values each.
+// Accumulator layout: warp w of the group owns rows 16 w .. 16 w + 15; d[4 j + e] is row
+// 16 w + lane / 4 + 8 (e / 2), column 8 j + 2 (lane % 4) + e % 2.
 #define AOTINFER_F8(d, i) \
   "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), "+f"(d[i + 7])
-#define AOTINFER_F64(d)                                                                                      \
-  AOTINFER_F8(d, 0), AOTINFER_F8(d, 8), AOTINFER_F8(d, 16), AOTINFER_F8(d, 24), AOTINFER_F8(d, 32), \
-      AOTINFER_F8(d, 40), AOTINFER_F8(d, 48), AOTINFER_F8(d, 56)
-#define AOTINFER_D64                                                                                     \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, " \
-  "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, "  \
-  "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, "  \
-  "%59, %60, %61, %62, %63}"
+#define AOTINFER_F32(d, i) AOTINFER_F8(d, i), AOTINFER_F8(d, i + 8), AOTINFER_F8(d, i + 16), AOTINFER_F8(d, i + 24)
+#define AOTINFER_F64(d, i) AOTINFER_F32(d, i), AOTINFER_F32(d, i + 32)
+#define AOTINFER_F128(d, i) AOTINFER_F64(d, i), AOTINFER_F64(d, i + 64)
 
-// d (64 x 128, fp32) = a (64 x 16) * b (16 x 128) + (accumulate ? d : 0), with a and b in shared
-// memory, both K-major. Accumulator layout: warp w of the group owns rows 16 w .. 16 w + 15;
-// d[4 j + e] is row 16 w + lane / 4 + 8 (e / 2), column 8 j + 2 (lane % 4) + e % 2.
+#define AOTINFER_D32 \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+
+#define AOTINFER_D64 \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, " \
+  "%39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, " \
+  "%58, %59, %60, %61, %62, %63}"
+
+#define AOTINFER_D128 \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, " \
+  "%39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, " \
+  "%58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, " \
+  "%77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
+  "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+  "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
+
+
 template <typename T>
-__device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], uint64_t a, uint64_t b, bool accumulate) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+constexpr bool is_bf16 = std::is_same_v<T, __nv_bfloat16>;
+
+template <typename T>
+__device__ __forceinline__ void wgmma_ss(float (&d)[32], uint64_t a, uint64_t b, bool accumulate) {
+  if constexpr (is_bf16<T>) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " AOTINFER_D32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : AOTINFER_F32(d, 0)
+        : "l"(a), "l"(b), "r"(int(accumulate)));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " AOTINFER_D32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : AOTINFER_F32(d, 0)
+        : "l"(a), "l"(b), "r"(int(accumulate)));
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void wgmma_rs(float (&d)[32], const uint32_t (&a)[4], uint64_t b) {
+  if constexpr (is_bf16<T>) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " AOTINFER_D32 ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+        : AOTINFER_F32(d, 0)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " AOTINFER_D32 ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+        : AOTINFER_F32(d, 0)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void wgmma_ss(float (&d)[64], uint64_t a, uint64_t b, bool accumulate) {
+  if constexpr (is_bf16<T>) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " AOTINFER_D64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
-        : AOTINFER_F64(d)
+        : AOTINFER_F64(d, 0)
         : "l"(a), "l"(b), "r"(int(accumulate)));
   } else {
-    static_assert(std::is_same_v<T, __half>, "bf16 or f16 operands");
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " AOTINFER_D64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
-        : AOTINFER_F64(d)
+        : AOTINFER_F64(d, 0)
         : "l"(a), "l"(b), "r"(int(accumulate)));
   }
 }
 
-// d (64 x 128) += a (64 x 16, registers) * b (16 x 128, shared memory, MN-major: rows of b are
-// K). a holds the mma.sync m16n8k16 A fragment of the warp's 16 rows: {(r, c), (r + 8, c),
-// (r, c + 8), (r + 8, c + 8)} for r = lane / 4, c = 2 (lane % 4), two values each.
 template <typename T>
-__device__ __forceinline__ void wgmma_rs_n128(float (&d)[64], const uint32_t (&a)[4], uint64_t b) {
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+__device__ __forceinline__ void wgmma_rs(float (&d)[64], const uint32_t (&a)[4], uint64_t b) {
+  if constexpr (is_bf16<T>) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " AOTINFER_D64 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-        : AOTINFER_F64(d)
+        : AOTINFER_F64(d, 0)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
   } else {
-    static_assert(std::is_same_v<T, __half>, "bf16 or f16 operands");
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " AOTINFER_D64 ", {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
-        : AOTINFER_F64(d)
+        : AOTINFER_F64(d, 0)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
   }
 }
 
+template <typename T>
+__device__ __forceinline__ void wgmma_ss(float (&d)[128], uint64_t a, uint64_t b, bool accumulate) {
+  if constexpr (is_bf16<T>) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " AOTINFER_D128 ", %128, %129, p, 1, 1, 0, 0;\n}\n"
+        : AOTINFER_F128(d, 0)
+        : "l"(a), "l"(b), "r"(int(accumulate)));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " AOTINFER_D128 ", %128, %129, p, 1, 1, 0, 0;\n}\n"
+        : AOTINFER_F128(d, 0)
+        : "l"(a), "l"(b), "r"(int(accumulate)));
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void wgmma_rs(float (&d)[128], const uint32_t (&a)[4], uint64_t b) {
+  if constexpr (is_bf16<T>) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " AOTINFER_D128 ", {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"
+        : AOTINFER_F128(d, 0)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " AOTINFER_D128 ", {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"
+        : AOTINFER_F128(d, 0)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+  }
+}
+
+
+#undef AOTINFER_D128
 #undef AOTINFER_D64
+#undef AOTINFER_D32
+#undef AOTINFER_F128
 #undef AOTINFER_F64
+#undef AOTINFER_F32
 #undef AOTINFER_F8
 
 // mbarriers in shared memory (8 bytes each), tracked by phase parity.
