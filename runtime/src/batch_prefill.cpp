@@ -1,5 +1,6 @@
 #include "aotinfer/batch_prefill.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -278,7 +279,14 @@ void BatchPrefill::run(const PrefillRunArgs& a, Stream stream) const {
   p.rope_rcp_scale = 1.f / a.rope_scale;
   p.rope_rcp_theta = 1.f / a.rope_theta;
   const Kernel& kernel = s.work.large_tile ? s.large : s.small;
-  kernel.launch(Grid{unsigned(s.work.padded_work), unsigned(c.num_kv_heads)}, p, stream);
+  const PrefillTile& tile = s.work.large_tile ? s.limits.large : s.limits.small;
+  if (kernel.launch_info().tile[3] != 0) {  // persistent: one wave strides over (item, KV head) pairs
+    const std::int64_t pairs = std::int64_t(s.work.padded_work) * c.num_kv_heads;
+    const std::int64_t wave = std::int64_t(s.limits.num_sms) * tile.ctas_per_sm;
+    kernel.launch(Grid{unsigned(std::min(pairs, wave))}, p, stream);
+  } else {
+    kernel.launch(Grid{unsigned(s.work.padded_work), unsigned(c.num_kv_heads)}, p, stream);
+  }
 
   // The merge of split tiles: always launched in CUDA-graph mode (the device count may be 0).
   const std::int64_t outputs = c.cuda_graph ? s.graph_capacity.outputs : s.work.num_outputs();

@@ -1,18 +1,21 @@
 // Batch prefill on Hopper (sm_90a), FlashAttention-3 style: the same work items and contract as
 // prefill_mma.cuh (aotinfer/params/batch_prefill.h), on warpgroup MMA fed from shared memory.
 //
-// A CTA of three warpgroups owns 128 packed query rows of one KV head:
-//   - the producer (warpgroup 0, few registers) copies q once and then K and V tiles of kKv keys
-//     into a two-stage ring of 128-byte-swizzled shared-memory tiles with cp.async, through the
+// A CTA of three warpgroups works through (item, KV head) pairs (persistent without a causal
+// mask, see run()), 128 packed query rows each:
+//   - the producer (warpgroup 0, few registers) copies a pair's q and then its K and V tiles of
+//     kKv keys into a ring of 128-byte-swizzled shared-memory stages with cp.async, through the
 //     KvRows policy (paged or ragged rows), rotating q and K for RoPE on the way; per stage, an
 //     mbarrier says "K landed" and another "V landed";
 //   - two consumers (warpgroups 1 and 2, the freed registers) own 64 rows each:
 //       S = Q K^T  wgmma, A = q and B = K from shared memory (both K-major),
 //       online softmax on S in registers (aotinfer/score_fragment.cuh),
 //       O += P V   wgmma, A = P from registers, B = V from shared memory (MN-major),
-//     and release each K and V stage through "empty" mbarriers as soon as their wgmma is done.
-// The two consumers run the same loop without coordination, so one's softmax naturally overlaps
-// the other's matrix products.
+//     and release each K and V stage through "empty" mbarriers as soon as their wgmma is done,
+//     and q after the pair's last score product, so the producer moves on to the next pair.
+// Each consumer overlaps its softmax with its own products (S of tile t goes out with P V of
+// tile t - 1), and the two take turns issuing (ping-pong), so one's softmax overlaps the other's
+// products.
 #pragma once
 #include <limits.h>
 #include <math.h>
@@ -59,7 +62,7 @@ struct PrefillSm90 {
   static constexpr int kKOffset = kQBytes;
   static constexpr int kVOffset = kKOffset + kStages * kTileBytes;
   static constexpr int kBarOffset = kVOffset + kStages * kTileBytes;
-  static constexpr int kNumBars = 1 + 4 * kStages;
+  static constexpr int kNumBars = 2 + 4 * kStages;
   static constexpr int kOffsetsOffset = kBarOffset + 8 * kNumBars;  // key offsets, two tiles
   static constexpr int kFreqOffset = kOffsetsOffset + 2 * kKv * 8;
   static constexpr int kSmemBytes = 1024 + kFreqOffset + (kRope ? head_dim / 2 * 4 : 0);
@@ -74,8 +77,9 @@ struct PrefillSm90 {
   static constexpr int kRowsPerPass = 128 / kThreadsPerRow;
   static_assert(kRows % kRowsPerPass == 0 && kKv % kRowsPerPass == 0, "tile shape");
 
+  static constexpr bool kPersistent = mask == MaskMode::none;  // see run()
   static constexpr aotinfer_launch_info launch =
-      make_launch_info<aotinfer_batch_prefill_params>(kThreads, kSmemBytes, kRows, kKv, head_dim);
+      make_launch_info<aotinfer_batch_prefill_params>(kThreads, kSmemBytes, kRows, kKv, head_dim, kPersistent);
 
   using Cta = PrefillCta<KvRows, dtype_kv, mask, sliding_window>;
 
@@ -84,7 +88,7 @@ struct PrefillSm90 {
     char* k;  // stage s at k + s * kTileBytes
     char* v;
     uint64_t* bars;
-    int64_t* offsets;  // element offsets of a tile's keys, slot t % 2 for tile t
+    int64_t* offsets;  // element offsets of a tile's keys, slot n % 2 for the n-th tile of the CTA
     float* freq;
     __device__ __forceinline__ explicit Shared(char* base)
         : q(base),
@@ -94,28 +98,38 @@ struct PrefillSm90 {
           offsets(reinterpret_cast<int64_t*>(base + kOffsetsOffset)),
           freq(reinterpret_cast<float*>(base + kFreqOffset)) {}
     __device__ __forceinline__ uint64_t* q_full() const { return bars; }
-    __device__ __forceinline__ uint64_t* k_full(int s) const { return bars + 1 + s; }
-    __device__ __forceinline__ uint64_t* v_full(int s) const { return bars + 1 + kStages + s; }
-    __device__ __forceinline__ uint64_t* k_empty(int s) const { return bars + 1 + 2 * kStages + s; }
-    __device__ __forceinline__ uint64_t* v_empty(int s) const { return bars + 1 + 3 * kStages + s; }
+    __device__ __forceinline__ uint64_t* q_empty() const { return bars + 1; }
+    __device__ __forceinline__ uint64_t* k_full(int s) const { return bars + 2 + s; }
+    __device__ __forceinline__ uint64_t* v_full(int s) const { return bars + 2 + kStages + s; }
+    __device__ __forceinline__ uint64_t* k_empty(int s) const { return bars + 2 + 2 * kStages + s; }
+    __device__ __forceinline__ uint64_t* v_empty(int s) const { return bars + 2 + 3 * kStages + s; }
   };
 
+  // A CTA works through (item, KV head) pairs, flattened as w = kv_head * num_work + item.
+  // Without a causal mask it is persistent (launch info tile[3] = 1): one wave of CTAs, each
+  // taking w = blockIdx.x, blockIdx.x + gridDim.x, ..., so the producer copies the next pair's q
+  // and first tiles while the consumers finish the last one; the ring's stages and phases run
+  // on across pairs. KV head major, as the hardware schedules an (items, heads) grid: CTAs
+  // running together read the same head's K and V, which stay in L2 (item major, 132 CTAs
+  // would stream up to 132 heads' KV from DRAM). Causal items differ in cost, and the
+  // hardware's dynamic assignment of one CTA per pair balanced them better than this static
+  // stride (docs/PERF.md), so causal variants keep the (items, heads) grid.
   static __device__ void run(const aotinfer_batch_prefill_params& p) {
-    const int item = blockIdx.x;
-    if (item >= *p.num_work) return;
+    const int num_work = *p.num_work, pairs = num_work * KvRows<dtype_kv>::num_kv_heads(p);
+    const int first = kPersistent ? int(blockIdx.x) : int(blockIdx.y) * num_work + int(blockIdx.x);
+    const int stride = kPersistent ? int(gridDim.x) : pairs;  // non-persistent: one pair
+    if (int(blockIdx.x) >= (kPersistent ? pairs : num_work)) return;
     extern __shared__ char smem_raw[];
     char* base = smem_raw + ((1024 - sm90::smem_u32(smem_raw) % 1024) % 1024);
     const Shared sh(base);
-    const Cta cta(p, item, kRows, kKv);
-    // Consumers whose 64 rows hold no valid row stay out; the stages wait for the others only.
-    const int consumers = max(1, min(kConsumers, (cta.valid_rows + 63) / 64));
     if (threadIdx.x == 0) {
       sm90::mbar_init(sh.q_full(), 128);
+      sm90::mbar_init(sh.q_empty(), 128 * kConsumers);
       for (int s = 0; s < kStages; ++s) {
         sm90::mbar_init(sh.k_full(s), 128);
         sm90::mbar_init(sh.v_full(s), 128);
-        sm90::mbar_init(sh.k_empty(s), 128 * consumers);
-        sm90::mbar_init(sh.v_empty(s), 128 * consumers);
+        sm90::mbar_init(sh.k_empty(s), 128 * kConsumers);
+        sm90::mbar_init(sh.v_empty(s), 128 * kConsumers);
       }
     }
     if constexpr (kRope)
@@ -126,10 +140,10 @@ struct PrefillSm90 {
     const int role = threadIdx.x / 128;
     if (role == 0) {
       sm90::shrink_registers<kProducerRegs>();
-      produce(p, cta, sh);
+      produce(p, sh, first, stride, pairs, num_work);
     } else {
       sm90::grow_registers<kConsumerRegs>();
-      if (role - 1 < consumers) consume(p, cta, sh, role - 1, consumers);
+      consume(p, sh, role - 1, first, stride, pairs, num_work);
     }
   }
 
@@ -171,9 +185,25 @@ struct PrefillSm90 {
   // writes with ordinary stores (converted or rotated q, rotated K) it fences for the async
   // proxy and announces with a plain arrive. The consumers fence after their waits too: the
   // cp.async writes are generic-proxy writes of other threads, which wgmma reads next.
-  static __device__ void produce(const aotinfer_batch_prefill_params& p, const Cta& cta, const Shared& sh) {
+  static __device__ void produce(const aotinfer_batch_prefill_params& p, const Shared& sh, int first, int stride,
+                                 int pairs, int num_work) {
+    int done = 0;  // tiles this CTA loaded before the current pair: the ring position
+#pragma unroll 1
+    for (int w = first, n = 0; w < pairs; w += stride, ++n) {
+      const Cta cta(p, w % num_work, w / num_work, pairs / num_work, kRows, kKv);
+      if (n > 0) sm90::mbar_wait(sh.q_empty(), (n - 1) & 1);  // the consumers' last product with q
+      load_q(p, cta, sh);
+      load_kv(cta, sh, done);
+      done += cta.num_tiles;
+    }
+    cp_async_commit();
+    cp_async_wait<0>();  // nothing in flight when the producer's threads exit
+  }
+
+  // q rows (zeros beyond the valid rows): copied, or converted and rotated through registers.
+  static __device__ __forceinline__ void load_q(const aotinfer_batch_prefill_params& p, const Cta& cta,
+                                                const Shared& sh) {
     const int c = threadIdx.x % kThreadsPerRow, row0 = threadIdx.x / kThreadsPerRow;
-    // q rows (zeros beyond the valid rows): copied, or converted and rotated through registers.
     constexpr bool kQCopied = std::is_same_v<dtype_q, dtype_kv> && !kRope;
 #pragma unroll 1
     for (int i = 0; i < kRows / kRowsPerPass; ++i) {
@@ -202,7 +232,10 @@ struct PrefillSm90 {
       sm90::fence_async_shared();
       sm90::mbar_arrive(sh.q_full());
     }
+  }
 
+  // K and V of the pair's tiles into the ring, from ring position `done`.
+  static __device__ __forceinline__ void load_kv(const Cta& cta, const Shared& sh, int done) {
     // Each producer thread looks up one key of a tile (a page-table read for paged KV) a tile
     // ahead, into shared memory, so the copies of the next tile do not wait on it.
     static_assert(kKv <= 128, "at most one key per producer thread");
@@ -214,10 +247,10 @@ struct PrefillSm90 {
     int64_t next_offset = key_offset(0);
 #pragma unroll 1
     for (int tile = 0; tile < cta.num_tiles; ++tile) {
-      const int s = tile % kStages, use = tile / kStages, start = cta.begin + tile * kKv;
-      int64_t* offsets = sh.offsets + (tile % 2) * kKv;
+      const int ring = done + tile, s = ring % kStages, use = ring / kStages, start = cta.begin + tile * kKv;
+      int64_t* offsets = sh.offsets + (ring % 2) * kKv;
       if (threadIdx.x < kKv) offsets[threadIdx.x] = next_offset;
-      // The tile's offsets are written (slot tile % 2 was last read two tiles ago, before the
+      // The tile's offsets are written (their slot was last read two tiles ago, before the
       // previous barrier).
       sm90::named_barrier_sync<128>(kProducerBarrier);
       next_offset = key_offset(tile + 1);
@@ -237,13 +270,34 @@ struct PrefillSm90 {
       copy_rows(rows.v, offsets, sh.v + s * kTileBytes, start, cta.end);
       sm90::cp_async_arrive(sh.v_full(s));
     }
-    cp_async_commit();
-    cp_async_wait<0>();  // nothing in flight when the producer's threads exit
   }
 
-  // Consumer warpgroup g of `consumers`: rows 64 g .. 64 g + 63 of the tile.
-  static __device__ void consume(const aotinfer_batch_prefill_params& p, const Cta& cta, const Shared& sh, int g,
-                                 int consumers) {
+  // Consumer warpgroup g: rows 64 g .. 64 g + 63 of every pair's tile.
+  //
+  // Ping-pong (FlashAttention-3): the two consumers take turns to issue their products, so the
+  // tensor cores finish one group's products before the other's and the groups' softmaxes fall
+  // into each other's products instead of coinciding. Turn barrier kTurnBarrier + g: group g
+  // waits on its own and, after issuing, arrives on the other's. Group 1 opens group 0's first
+  // turn, and group 0 takes up group 1's last arrive at the end, so every arrive is matched
+  // (both take the same turns: num_tiles + 1 per pair with tiles).
+  static __device__ void consume(const aotinfer_batch_prefill_params& p, const Shared& sh, int g, int first,
+                                 int stride, int pairs, int num_work) {
+    if (g == 1) sm90::named_barrier_arrive<256>(kTurnBarrier);
+    int done = 0;  // tiles of earlier pairs: the ring position
+#pragma unroll 1
+    for (int w = first, n = 0; w < pairs; w += stride, ++n) {
+      const int item = w % num_work;
+      const Cta cta(p, item, w / num_work, pairs / num_work, kRows, kKv);
+      attend(p, sh, cta, item, g, done, n);
+      done += cta.num_tiles;
+    }
+    if (g == 0) sm90::named_barrier_sync<256>(kTurnBarrier);
+  }
+
+  // One pair: the attention of consumer g's 64 rows, from ring position `done`; n-th pair of the
+  // CTA.
+  static __device__ __forceinline__ void attend(const aotinfer_batch_prefill_params& p, const Shared& sh,
+                                                const Cta& cta, int item, int g, int done, int n) {
     const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
     // Softmax in log2 units (score_fragment.cuh).
     const float scale = soft_cap ? 1.f : p.sm_scale * kLog2e;
@@ -266,10 +320,13 @@ struct PrefillSm90 {
     }
 
     const uint32_t q_addr = sm90::smem_u32(sh.q) + g * 64 * 128;
+    // Ring stage and phase parity of the pair's tile t.
+    auto stage = [&](int t) { return (done + t) % kStages; };
+    auto parity = [&](int t) { return uint32_t((done + t) / kStages) & 1; };
     // S = Q K^T of tile t into s, issued (not waited for): head_dim in k16 steps, a step moves
     // 32 bytes along a 128-byte row, and every 4 steps to the next 64-wide column block.
     auto issue_scores = [&](int t) {
-      const uint32_t k_addr = sm90::smem_u32(sh.k + (t % kStages) * kTileBytes);
+      const uint32_t k_addr = sm90::smem_u32(sh.k + stage(t) * kTileBytes);
 #pragma unroll
       for (int kk = 0; kk < head_dim / 16; ++kk)
         sm90::wgmma_ss<dtype>(s_flat, sm90::sw128_desc(q_addr + (kk / 4) * kRows * 128 + (kk % 4) * 32),
@@ -280,7 +337,7 @@ struct PrefillSm90 {
     // groups of V, whose 64-wide head-dim blocks are kKv * 128 bytes apart (leading byte offset).
     uint32_t p_frag[kKv / 16][4];  // weights of the tile whose O product is next or in flight
     auto issue_output = [&](int t) {
-      const uint32_t v_addr = sm90::smem_u32(sh.v + (t % kStages) * kTileBytes);
+      const uint32_t v_addr = sm90::smem_u32(sh.v + stage(t) * kTileBytes);
 #pragma unroll
       for (int jj = 0; jj < kKv / 16; ++jj)
         sm90::wgmma_rs<dtype>(o_flat, p_frag[jj], sm90::sw128_desc(v_addr + jj * 2048, kKv * 128));
@@ -299,36 +356,26 @@ struct PrefillSm90 {
       if (edge) mask_scores(s, start, cta.end, key_lo, key_hi);
       softmax_step(s, row_m, row_l, alpha, scale);
     };
-    auto parity = [](int t) { return uint32_t(t / kStages) & 1; };
-    // Ping-pong between the consumers (FlashAttention-3): they take turns to issue their
-    // products, so the tensor cores finish one group's products before the other's and the
-    // groups' softmaxes fall into each other's products instead of coinciding. Turn barrier
-    // kTurnBarrier + g: group g waits on its own and, after issuing, arrives on the other's.
-    // Group 1 opens group 0's first turn and skips the arrive after its last issue, so that
-    // every arrive is matched (both run num_tiles + 1 turns).
-    const bool pingpong = consumers == 2 && cta.num_tiles > 0;
-    auto turn_begin = [&]() {
-      if (pingpong) sm90::named_barrier_sync<256>(kTurnBarrier + g);
-    };
-    auto turn_end = [&](bool last) {
-      if (pingpong && !(g == 1 && last)) sm90::named_barrier_arrive<256>(kTurnBarrier + 1 - g);
-    };
-    if (pingpong && g == 1) sm90::named_barrier_arrive<256>(kTurnBarrier);
+    auto turn_begin = [&]() { sm90::named_barrier_sync<256>(kTurnBarrier + g); };
+    auto turn_end = [&]() { sm90::named_barrier_arrive<256>(kTurnBarrier + 1 - g); };
 
     // Software pipeline (FlashAttention-3's intra-warpgroup overlap): the scores of tile t are
     // computed while the output product of tile t - 1 runs, and its softmax overlaps that
     // product too; only the rescale of O waits for it.
-    sm90::mbar_wait(sh.q_full(), 0);
+    sm90::mbar_wait(sh.q_full(), n & 1);
+    // q is free for the next pair once the last score product is done.
+    if (cta.num_tiles == 0) sm90::mbar_arrive(sh.q_empty());
     if (cta.num_tiles > 0) {
-      sm90::mbar_wait(sh.k_full(0), 0);
+      sm90::mbar_wait(sh.k_full(stage(0)), parity(0));
       sm90::fence_async_shared();  // the copies landed through the generic proxy (see produce)
       turn_begin();
       sm90::wgmma_fence();
       issue_scores(0);
-      turn_end(false);
+      turn_end();
       sm90::wgmma_wait<0>();
       sm90::pin(s_flat);
-      sm90::mbar_arrive(sh.k_empty(0));
+      sm90::mbar_arrive(sh.k_empty(stage(0)));
+      if (cta.num_tiles == 1) sm90::mbar_arrive(sh.q_empty());
       softmax_scores(0);
 #pragma unroll
       for (int jj = 0; jj < kKv / 16; ++jj) weights_fragment<dtype>(p_frag[jj], s, jj);
@@ -337,42 +384,43 @@ struct PrefillSm90 {
     for (int t = 1; t < cta.num_tiles; ++t) {
       // Both waits before the fence: a wait loop between it and a wgmma makes the compiler fence
       // again (warning C7519).
-      sm90::mbar_wait(sh.k_full(t % kStages), parity(t));
-      sm90::mbar_wait(sh.v_full((t - 1) % kStages), parity(t - 1));
+      sm90::mbar_wait(sh.k_full(stage(t)), parity(t));
+      sm90::mbar_wait(sh.v_full(stage(t - 1)), parity(t - 1));
       sm90::fence_async_shared();
       turn_begin();
       sm90::wgmma_fence();
       issue_scores(t);
       issue_output(t - 1);
-      turn_end(false);
+      turn_end();
       sm90::wgmma_wait<1>();  // the scores
       sm90::pin(s_flat);
-      sm90::mbar_arrive(sh.k_empty(t % kStages));
+      sm90::mbar_arrive(sh.k_empty(stage(t)));
+      if (t == cta.num_tiles - 1) sm90::mbar_arrive(sh.q_empty());
       softmax_scores(t);
       sm90::wgmma_wait<0>();  // the output product of tile t - 1
       sm90::pin(o_flat);
       sm90::pin(p_frag);
-      sm90::mbar_arrive(sh.v_empty((t - 1) % kStages));
+      sm90::mbar_arrive(sh.v_empty(stage(t - 1)));
       rescale_rows(o, alpha);
 #pragma unroll
       for (int jj = 0; jj < kKv / 16; ++jj) weights_fragment<dtype>(p_frag[jj], s, jj);
     }
     if (cta.num_tiles > 0) {
       const int last = cta.num_tiles - 1;
-      sm90::mbar_wait(sh.v_full(last % kStages), parity(last));
+      sm90::mbar_wait(sh.v_full(stage(last)), parity(last));
       sm90::fence_async_shared();
       turn_begin();
       sm90::wgmma_fence();
       issue_output(last);
-      turn_end(true);
+      turn_end();
       sm90::wgmma_wait<0>();
       sm90::pin(o_flat);
       sm90::pin(p_frag);
-      sm90::mbar_arrive(sh.v_empty(last % kStages));
+      sm90::mbar_arrive(sh.v_empty(stage(last)));
     }
 
     // Epilogue: normalise; o/lse, or the float state of a split tile.
-    const int state_base = p.work_state[blockIdx.x], state_stride = p.work_state_stride[blockIdx.x];
+    const int state_base = p.work_state[item], state_stride = p.work_state_stride[item];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const RowResult r(row_m[h], row_l[h], scale);

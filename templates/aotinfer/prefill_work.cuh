@@ -31,6 +31,9 @@ struct PagedKvRows {
     page_size = kv.page_size;
     length = num_pages == 0 ? 0 : (num_pages - 1) * kv.page_size + kv.last_page_len[request];
   }
+  static __device__ __forceinline__ int num_kv_heads(const aotinfer_batch_prefill_params& p) {
+    return p.paged.num_kv_heads;
+  }
   __device__ __forceinline__ int64_t offset(int pos) const {
     const int page = int(page_of(uint32_t(pos)));
     return int64_t(pages[page]) * stride_page + int64_t(pos - page * page_size) * stride_token;
@@ -54,11 +57,14 @@ struct RaggedKvRows {
     stride_token = kv.stride_token;
     length = kv.indptr[request + 1] - first;
   }
+  static __device__ __forceinline__ int num_kv_heads(const aotinfer_batch_prefill_params& p) {
+    return p.ragged.num_kv_heads;
+  }
   __device__ __forceinline__ int64_t offset(int pos) const { return int64_t(pos) * stride_token; }
 };
 
-// Work item blockIdx.x for KV head blockIdx.y, with tiles of `tile_rows` packed query rows and
-// `kv_tile` keys.
+// Work item `item` for KV head `kv_head` of `num_kv_heads`, with tiles of `tile_rows` packed
+// query rows and `kv_tile` keys.
 template <template <typename> class KvRows, typename T, MaskMode mask, bool sliding_window>
 struct PrefillCta {
   int kv_head, request, q_row;
@@ -71,9 +77,10 @@ struct PrefillCta {
   int begin, end;       // the keys this CTA visits: its item's range, cut to what its rows can see
   int num_tiles;
 
-  __device__ __forceinline__ PrefillCta(const aotinfer_batch_prefill_params& p, int item, int tile_rows, int kv_tile)
-      : kv_head(blockIdx.y), request(p.work_request[item]), q_row(p.work_q_row[item]), rows(p, request, kv_head) {
-    group = p.num_qo_heads / gridDim.y;
+  __device__ __forceinline__ PrefillCta(const aotinfer_batch_prefill_params& p, int item, int head, int num_kv_heads,
+                                        int tile_rows, int kv_tile)
+      : kv_head(head), request(p.work_request[item]), q_row(p.work_q_row[item]), rows(p, request, kv_head) {
+    group = p.num_qo_heads / num_kv_heads;
     qo_begin = p.qo_indptr[request];
     const int qo_len = p.qo_indptr[request + 1] - qo_begin;
     valid_rows = min(tile_rows, qo_len * group - q_row);

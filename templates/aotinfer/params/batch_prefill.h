@@ -22,7 +22,7 @@
  * request (query token t, query head kh * group + g), so the group shares every K/V tile.
  *
  * The work partition comes from the planner (runtime/include/aotinfer/prefill_plan.hpp): CTA
- * (x, kh) handles work item x = (request, packed rows [q_row, q_row + tile[0]), keys
+ * (x, kh) (or a persistent CTA, see tile[3]) handles work item x = (request, packed rows [q_row, q_row + tile[0]), keys
  * [kv_begin, kv_end)). With work_state[x] = -1 it writes o/lse; otherwise the tile's KV is split
  * into work_state_stride[x] chunks and the item writes float states: row r of KV head kh goes to
  * state work_state[x] + (kh * rows + r) * work_state_stride[x] (rows = valid rows of the tile) of
@@ -30,7 +30,10 @@
  * Items x >= *num_work exit at once (CUDA-graph padding).
  *
  * Launch info: tile[0] = packed query rows per CTA, tile[1] = KV tokens per pipeline stage,
- * tile[2] = head_dim. */
+ * tile[2] = head_dim, tile[3] = 0: grid (padded work, num_kv_heads) as above; 1: persistent,
+ * grid.x = at most one wave of CTAs (SMs x resident CTAs per SM), which take the (item, KV head)
+ * pairs w = kv_head * *num_work + item for w = blockIdx.x, blockIdx.x + gridDim.x, ... below
+ * *num_work * num_kv_heads. */
 #ifndef AOTINFER_PARAMS_BATCH_PREFILL_H
 #define AOTINFER_PARAMS_BATCH_PREFILL_H
 
