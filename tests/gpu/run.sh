@@ -2,8 +2,9 @@
 # Every GPU check in one call, for a machine with a GPU:
 #   1. build the runtime, GPU tests and benchmarks (generator too when Clang 14 is installed),
 #   2. build the packages under test unless they were built elsewhere and carried here,
-#   3. run the GPU tests against each package, then again under compute-sanitizer, and the PTX
-#      fallback check (tests/gpu/ptx_fallback.sh),
+#   3. run the GPU tests against each package, then again under compute-sanitizer, the PTX
+#      fallback check (tests/gpu/ptx_fallback.sh) and, on Hopper, both prefill kernels
+#      (tests/gpu/prefill_sm90.sh),
 #   4. run the benchmarks (bench/run.sh) unless --no-bench.
 # Usage: tests/gpu/run.sh [--no-bench] [PACKAGE_DIR...]   (default: the ci and default packages)
 # Logs go to $OUT (or build-gpu/out).
@@ -57,6 +58,14 @@ done
 if [ -f generated/aotinfer-ptx-decode/package/manifest.json ] || [ $generator = ON ]; then
   echo "== PTX fallback"
   bash tests/gpu/ptx_fallback.sh build-gpu 2>&1 | tee -a "$out/ptx_fallback.log" | tail -3 || status=1
+fi
+
+# Both prefill kernels on a Hopper GPU (the benchmark of the two: tests/gpu/prefill_sm90.sh alone).
+if [ "$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2> /dev/null | head -1)" = 9.0 ] &&
+  { [ -f generated/aotinfer-prefill-sm90-sm_90a/package/manifest.json ] || [ $generator = ON ]; }; then
+  echo "== prefill, both kernels"
+  bash tests/gpu/prefill_sm90.sh build-gpu --no-bench 2>&1 | tee -a "$out/prefill_sm90.log" | grep -E "^==|passed|failed|SUMMARY" ||
+    status=1
 fi
 
 # The Python layer with PyTorch (a wheel built elsewhere and carried in dist/, if any).
