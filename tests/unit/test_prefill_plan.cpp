@@ -380,6 +380,13 @@ TEST_CASE("plan_prefill_work refuses bad batches, naming the problem", "[prefill
     plain.causal = false;
     check_plan(V{0, 3, 7, 14}, V{10, 10, 5}, plain, plan);
   }
+  SECTION("negative KV length") {
+    // Request 1 has -3 keys; without the mask, so that only the sign is wrong.
+    PrefillPlanLimits plain = causal;
+    plain.causal = false;
+    const std::string msg = invalid_argument_message([&] { plan_prefill_work(V{0, 2, 4, 6}, V{10, -3, 10}, plain, plan); });
+    CHECK_THAT(msg, Contains("request") && NamesNumber(1) && NamesNumber(-3) && Contains("negative"));
+  }
   SECTION("qo_indptr not starting at 0") {
     const std::string msg = invalid_argument_message([&] { plan_prefill_work(V{5, 8, 9}, V{10, 10}, causal, plan); });
     CHECK_THAT(msg, Contains("qo_indptr") && NamesNumber(5));

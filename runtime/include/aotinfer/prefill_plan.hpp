@@ -69,8 +69,8 @@ struct PrefillWorkPlan {
 std::vector<std::int32_t> lengths_from_indptr(std::span<const std::int32_t> indptr, const char* what);
 
 // Fills `plan` (its vectors are reused). Throws Error(invalid_argument) for unset limits, a
-// batch whose sizes differ, a causal request with more queries than keys, or a CUDA-graph plan
-// beyond graph_work.
+// batch whose sizes differ, a negative KV length, a causal request with more queries than keys,
+// or a CUDA-graph plan beyond graph_work.
 void plan_prefill_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int32_t> kv_lengths,
                        const PrefillPlanLimits& limits, PrefillWorkPlan& plan);
 

@@ -80,6 +80,8 @@ void plan_prefill_work(std::span<const std::int32_t> qo_indptr, std::span<const 
   const std::int32_t group = l.num_qo_heads / l.num_kv_heads;
   std::int64_t packed_total = 0;
   for (std::int32_t i = 0; i < batch; ++i) {
+    if (kv_lengths[i] < 0)
+      invalid("request " + std::to_string(i) + " has a negative KV length, " + std::to_string(kv_lengths[i]));
     if (l.causal && qo_lengths[i] > kv_lengths[i])
       invalid("request " + std::to_string(i) + " has " + std::to_string(qo_lengths[i]) + " query tokens but " +
               std::to_string(kv_lengths[i]) +
