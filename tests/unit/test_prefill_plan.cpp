@@ -280,7 +280,8 @@ std::string plan_problem(const V& qo_indptr, const V& kv, const PrefillPlanLimit
   if (assigned != p.num_states) return fail(std::to_string(assigned) + " states are written, num_states says otherwise");
 
   // The merge: each (tile, kv_head, row) group is exactly one output's state range.
-  if (p.merge_indptr.size() != p.merge_row.size() + 1) return fail("merge_indptr does not hold num_outputs + 1 entries");
+  if (std::int64_t(p.merge_row.size()) != p.num_outputs() || p.merge_indptr.size() != p.merge_row.size() + 1)
+    return fail("merge_row and merge_indptr do not hold num_outputs and num_outputs + 1 entries");
   if (p.merge_indptr.front() != 0 || p.merge_indptr.back() != p.num_states) return fail("merge_indptr does not span [0, num_states]");
   std::vector<bool> merged(group_row.size(), false);
   for (std::int64_t i = 0; i < p.num_outputs(); ++i) {
@@ -305,7 +306,28 @@ std::string plan_problem(const V& qo_indptr, const V& kv, const PrefillPlanLimit
   return "";
 }
 
-// Plans and checks, with a fresh plan and a reused one (which must not keep stale entries).
+// The plan written through plan_prefill_work's `place` into one caller buffer, filled with a
+// value no plan holds, so that an entry the planner skips shows.
+struct PlacedPlan {
+  PrefillWorkPlan plan;  // the scalars; its vectors stay empty
+  PrefillWorkPlan seen;  // the scalars `place` saw
+  std::vector<std::int32_t> buffer;
+  PrefillWorkArrays arrays;
+};
+
+void plan_placed(const V& qo_indptr, const V& kv, const PrefillPlanLimits& l, PlacedPlan& p) {
+  plan_prefill_work(qo_indptr, kv, l, p.plan, [&](const PrefillWorkPlan& w) {
+    p.seen = w;
+    const std::size_t work = std::size_t(w.padded_work), outputs = std::size_t(w.num_outputs());
+    p.buffer.assign(6 * work + 2 * outputs + 1, -123456789);
+    std::int32_t* b = p.buffer.data();
+    p.arrays = {b, b + work, b + 2 * work, b + 3 * work, b + 4 * work, b + 5 * work, b + 6 * work, b + 6 * work + outputs + 1};
+    return p.arrays;
+  });
+}
+
+// Plans and checks, with a fresh plan and a reused one (which must not keep stale entries), and
+// the same plan written into caller arrays.
 void check_plan(const V& qo_indptr, const V& kv, const PrefillPlanLimits& l, PrefillWorkPlan& plan) {
   INFO(describe(l) << ", " << describe(qo_indptr, kv));
   plan_prefill_work(qo_indptr, kv, l, plan);
@@ -322,6 +344,33 @@ void check_plan(const V& qo_indptr, const V& kv, const PrefillPlanLimits& l, Pre
   REQUIRE(fresh.state_stride == plan.state_stride);
   REQUIRE(fresh.merge_indptr == plan.merge_indptr);
   REQUIRE(fresh.merge_row == plan.merge_row);
+
+  PlacedPlan placed;
+  plan_placed(qo_indptr, kv, l, placed);
+  const PrefillWorkPlan& p = placed.plan;
+  for (const PrefillWorkPlan* scalars : {&p, static_cast<const PrefillWorkPlan*>(&placed.seen)}) {
+    REQUIRE(scalars->large_tile == plan.large_tile);
+    REQUIRE(scalars->tile_rows == plan.tile_rows);
+    REQUIRE(scalars->split == plan.split);
+    REQUIRE(scalars->chunk_tokens == plan.chunk_tokens);
+    REQUIRE(scalars->num_work == plan.num_work);
+    REQUIRE(scalars->padded_work == plan.padded_work);
+    REQUIRE(scalars->num_states == plan.num_states);
+    REQUIRE(scalars->num_outputs() == plan.num_outputs());
+  }
+  for (const V* v : {&p.request, &p.q_row, &p.kv_begin, &p.kv_end, &p.state, &p.state_stride, &p.merge_indptr, &p.merge_row})
+    REQUIRE(v->empty());
+  auto array = [](const std::int32_t* a, std::size_t n) { return V(a, a + n); };
+  const std::size_t work = std::size_t(plan.padded_work), outputs = std::size_t(plan.num_outputs());
+  const PrefillWorkArrays& a = placed.arrays;
+  REQUIRE(array(a.request, work) == plan.request);
+  REQUIRE(array(a.q_row, work) == plan.q_row);
+  REQUIRE(array(a.kv_begin, work) == plan.kv_begin);
+  REQUIRE(array(a.kv_end, work) == plan.kv_end);
+  REQUIRE(array(a.state, work) == plan.state);
+  REQUIRE(array(a.state_stride, work) == plan.state_stride);
+  REQUIRE(array(a.merge_indptr, outputs + 1) == plan.merge_indptr);
+  REQUIRE(array(a.merge_row, outputs) == plan.merge_row);
 }
 
 PrefillPlanLimits random_limits(std::mt19937& rng) {

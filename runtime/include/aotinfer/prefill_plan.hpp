@@ -14,6 +14,7 @@
 //   5. lays out the float states of split tiles and the merge that combines them.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -60,8 +61,22 @@ struct PrefillWorkPlan {
   // viewed as [total_q * num_qo_heads, head_dim].
   std::vector<std::int32_t> merge_indptr;  // [num_outputs + 1]
   std::vector<std::int32_t> merge_row;     // [num_outputs]
-  std::int32_t num_outputs() const { return std::int32_t(merge_row.size()); }
+  std::int32_t merge_outputs = 0;          // num_outputs()
+  std::int32_t num_outputs() const { return merge_outputs; }
   std::vector<std::int32_t> scratch;  // reused by the planner between calls
+};
+
+// Where a plan's arrays go: padded_work entries each for the six work arrays, num_outputs + 1
+// for merge_indptr and num_outputs for merge_row (PrefillWorkPlan's vectors describe them).
+struct PrefillWorkArrays {
+  std::int32_t* request = nullptr;
+  std::int32_t* q_row = nullptr;
+  std::int32_t* kv_begin = nullptr;
+  std::int32_t* kv_end = nullptr;
+  std::int32_t* state = nullptr;
+  std::int32_t* state_stride = nullptr;
+  std::int32_t* merge_indptr = nullptr;
+  std::int32_t* merge_row = nullptr;
 };
 
 // Lengths from an indptr array ([batch + 1], starting at 0, not decreasing); `what` names the
@@ -73,5 +88,13 @@ std::vector<std::int32_t> lengths_from_indptr(std::span<const std::int32_t> indp
 // or a CUDA-graph plan beyond graph_work.
 void plan_prefill_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int32_t> kv_lengths,
                        const PrefillPlanLimits& limits, PrefillWorkPlan& plan);
+
+// The same plan with the arrays written where `place` says: the planner calls it once, after
+// every check and with the plan's scalars set (padded_work, num_outputs(), num_states), and
+// writes every entry of the arrays it returns; the plan's vectors are left empty. `place` may
+// throw, which ends planning.
+using PrefillArrayPlacer = std::function<PrefillWorkArrays(const PrefillWorkPlan&)>;
+void plan_prefill_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int32_t> kv_lengths,
+                       const PrefillPlanLimits& limits, PrefillWorkPlan& plan, const PrefillArrayPlacer& place);
 
 }  // namespace aotinfer

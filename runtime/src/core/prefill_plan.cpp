@@ -33,6 +33,9 @@ struct QueryTile {
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
+void plan_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int32_t> kv_lengths, const PrefillPlanLimits& l,
+               PrefillWorkPlan& plan, const PrefillArrayPlacer& place);
+
 }  // namespace
 
 PrefillCapacity prefill_capacity(std::int64_t max_total_q, std::int32_t max_batch, const PrefillPlanLimits& l) {
@@ -72,6 +75,30 @@ std::vector<std::int32_t> lengths_from_indptr(std::span<const std::int32_t> indp
 
 void plan_prefill_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int32_t> kv_lengths,
                        const PrefillPlanLimits& l, PrefillWorkPlan& plan) {
+  // Into the plan's own vectors: resizing to the size they had is free, and every entry is
+  // written, so a reused plan keeps nothing stale.
+  plan_work(qo_indptr, kv_lengths, l, plan, [&plan](const PrefillWorkPlan&) {
+    for (std::vector<std::int32_t>* v : {&plan.request, &plan.q_row, &plan.kv_begin, &plan.kv_end, &plan.state, &plan.state_stride})
+      v->resize(std::size_t(plan.padded_work));
+    plan.merge_indptr.resize(std::size_t(plan.num_outputs()) + 1);
+    plan.merge_row.resize(std::size_t(plan.num_outputs()));
+    return PrefillWorkArrays{plan.request.data(), plan.q_row.data(),        plan.kv_begin.data(),     plan.kv_end.data(),
+                             plan.state.data(),   plan.state_stride.data(), plan.merge_indptr.data(), plan.merge_row.data()};
+  });
+}
+
+void plan_prefill_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int32_t> kv_lengths,
+                       const PrefillPlanLimits& l, PrefillWorkPlan& plan, const PrefillArrayPlacer& place) {
+  for (std::vector<std::int32_t>* v : {&plan.request, &plan.q_row, &plan.kv_begin, &plan.kv_end, &plan.state, &plan.state_stride,
+                                       &plan.merge_indptr, &plan.merge_row})
+    v->clear();
+  plan_work(qo_indptr, kv_lengths, l, plan, place);
+}
+
+namespace {
+
+void plan_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int32_t> kv_lengths, const PrefillPlanLimits& l,
+               PrefillWorkPlan& plan, const PrefillArrayPlacer& place) {
   check_limits(l);
   const std::vector<std::int32_t> qo_lengths = lengths_from_indptr(qo_indptr, "qo_indptr");
   const std::int32_t batch = std::int32_t(qo_lengths.size());
@@ -151,11 +178,17 @@ void plan_prefill_work(std::span<const std::int32_t> qo_indptr, std::span<const 
   };
   std::vector<std::int32_t>& next_slot = plan.scratch;
   next_slot.assign(std::size_t(max_chunk_tiles) + 2, 0);
-  std::int64_t num_work = 0;
+  // Split tiles also count their merge outputs (kv_heads * rows) and states (one per output and
+  // chunk): the caller sizes the arrays before they are written.
+  std::int64_t num_work = 0, num_states = 0, num_outputs = 0;
   for_each_tile([&](const QueryTile& t) {
     const std::int32_t chunks = chunks_of(t);
     for (std::int32_t c = 0; c < chunks; ++c) ++next_slot[bucket(std::int32_t(c * chunk), chunk_end(t, c, chunks)) + 1];
     num_work += chunks;
+    if (chunks > 1) {
+      num_outputs += std::int64_t(l.num_kv_heads) * t.rows;
+      num_states += std::int64_t(l.num_kv_heads) * t.rows * chunks;
+    }
   });
   for (std::size_t b = 1; b < next_slot.size(); ++b) next_slot[b] += next_slot[b - 1];
 
@@ -165,40 +198,43 @@ void plan_prefill_work(std::span<const std::int32_t> qo_indptr, std::span<const 
     invalid("this batch needs " + std::to_string(plan.num_work) + " work items; the CUDA-graph grid holds " +
             std::to_string(l.graph_work) + " (raise max_total_q or max_batch)");
   plan.padded_work = graph ? l.graph_work : plan.num_work;
-  plan.request.assign(plan.padded_work, 0);
-  plan.q_row.assign(plan.padded_work, 0);
-  plan.kv_begin.assign(plan.padded_work, 0);
-  plan.kv_end.assign(plan.padded_work, 0);
-  plan.state.assign(plan.padded_work, -1);
-  plan.state_stride.assign(plan.padded_work, 0);
+  plan.num_states = std::int32_t(num_states);
+  plan.merge_outputs = std::int32_t(num_outputs);
 
-  // 5. Items, the states of split tiles and the merge outputs.
-  plan.num_states = 0;
-  plan.merge_indptr.assign(1, 0);
-  plan.merge_row.clear();
+  // 5. Items, the states of split tiles and the merge outputs, into the caller's arrays.
+  const PrefillWorkArrays out = place(plan);
+  std::int32_t states = 0, outputs = 0;
+  out.merge_indptr[0] = 0;
   for_each_tile([&](const QueryTile& t) {
     const std::int32_t chunks = chunks_of(t);
-    const std::int32_t first_state = chunks == 1 ? -1 : plan.num_states;
+    const std::int32_t first_state = chunks == 1 ? -1 : states;
     for (std::int32_t c = 0; c < chunks; ++c) {
       const std::int32_t begin = std::int32_t(c * chunk), end = chunk_end(t, c, chunks);
       const std::int32_t slot = next_slot[bucket(begin, end)]++;
-      plan.request[slot] = t.request;
-      plan.q_row[slot] = t.q_row;
-      plan.kv_begin[slot] = chunks == 1 ? 0 : begin;
-      plan.kv_end[slot] = end;
-      plan.state[slot] = chunks == 1 ? -1 : first_state + c;
-      plan.state_stride[slot] = chunks == 1 ? 0 : chunks;
+      out.request[slot] = t.request;
+      out.q_row[slot] = t.q_row;
+      out.kv_begin[slot] = chunks == 1 ? 0 : begin;
+      out.kv_end[slot] = end;
+      out.state[slot] = chunks == 1 ? -1 : first_state + c;
+      out.state_stride[slot] = chunks == 1 ? 0 : chunks;
     }
     if (chunks == 1) return;
     // State (kv_head, row, chunk) = first_state + (kv_head * rows + row) * chunks + chunk.
     for (std::int32_t kv_head = 0; kv_head < l.num_kv_heads; ++kv_head)
       for (std::int32_t r = 0; r < t.rows; ++r) {
         const std::int32_t packed = t.q_row + r;
-        plan.merge_row.push_back((qo_indptr[t.request] + packed / group) * l.num_qo_heads + kv_head * group + packed % group);
-        plan.num_states += chunks;
-        plan.merge_indptr.push_back(plan.num_states);
+        out.merge_row[outputs] = (qo_indptr[t.request] + packed / group) * l.num_qo_heads + kv_head * group + packed % group;
+        states += chunks;
+        out.merge_indptr[++outputs] = states;
       }
   });
+
+  // CUDA-graph padding: empty direct items (the kernels skip items past num_work).
+  const std::size_t pad_from = std::size_t(plan.num_work), pad = std::size_t(plan.padded_work - plan.num_work);
+  for (std::int32_t* a : {out.request, out.q_row, out.kv_begin, out.kv_end, out.state_stride}) std::fill_n(a + pad_from, pad, 0);
+  std::fill_n(out.state + pad_from, pad, -1);
 }
+
+}  // namespace
 
 }  // namespace aotinfer
