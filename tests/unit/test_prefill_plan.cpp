@@ -663,6 +663,42 @@ TEST_CASE("plan_prefill_work property: exact coverage, minimal chunks, states an
   CHECK(empty_items >= 5);
 }
 
+TEST_CASE("plan_prefill_work on large unsplit batches: equal requests, mixed ones, prefixes, other tile shapes",
+          "[prefill_plan]") {
+  // Unsplit plans sort a request's runs of tiles with as many KV tiles, not the tiles: causal
+  // runs of several tiles, of one tile, and KV tiles skipped between tiles (tiles of more
+  // tokens than a KV tile), with and without a mask. Equal requests put every bucket's slots a
+  // multiple of 4 KiB apart (the case the in-order writing is for).
+  PrefillWorkPlan plan;
+  std::mt19937 rng(90210u);
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  struct Shape {
+    int group, kv_tile;
+  };
+  int cases = 0;
+  for (const Shape shape : {Shape{4, 128}, Shape{1, 64}, Shape{1, 16}, Shape{8, 64}, Shape{3, 100}, Shape{16, 7}})
+    for (bool causal : {true, false})
+      for (int kind = 0; kind < 4; ++kind) {
+        PrefillPlanLimits l = make_limits(132, 8, shape.group, causal);
+        l.kv_tile_tokens = shape.kv_tile;
+        V qo_indptr{0}, kv;
+        const int batch = kind == 0 ? 256 : uniform(40, 200);
+        for (int i = 0; i < batch; ++i) {
+          int qo = 1024, k = 1024;                              // 0: equal prompts
+          if (kind == 1) qo = uniform(0, 1500), k = qo;         // prompts of mixed lengths
+          if (kind == 2) qo = uniform(1, 600), k = qo + uniform(0, 20000);  // chunked prefill: prefixes
+          if (kind == 3) qo = uniform(0, 900), k = causal ? qo + uniform(0, 3) : uniform(0, 2000);
+          qo_indptr.push_back(qo_indptr.back() + qo);
+          kv.push_back(k);
+        }
+        INFO("group " << shape.group << ", kv_tile " << shape.kv_tile << ", causal " << causal << ", kind " << kind);
+        check_plan(qo_indptr, kv, l, plan);
+        CHECK_FALSE(plan.split);
+        ++cases;
+      }
+  CHECK(cases == 48);
+}
+
 TEST_CASE("plan_prefill_work in CUDA-graph mode: the large tile, graph_work items, empty padding", "[prefill_plan]") {
   std::mt19937 rng(777u);
   PrefillWorkPlan plan;

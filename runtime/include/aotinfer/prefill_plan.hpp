@@ -12,6 +12,11 @@
 //   4. orders items by descending number of KV tiles, so the longest start first and the tail
 //      is short;
 //   5. lays out the float states of split tiles and the merge that combines them.
+//
+// The planner runs on the host for every plan(), and a large batch has thousands of items: in
+// the unsplit plans such batches get, it sorts runs of a request's tiles rather than items,
+// divides nothing per tile, allocates nothing once its buffers have grown, and writes the items
+// in order, straight into the caller's arrays if asked.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -63,7 +68,7 @@ struct PrefillWorkPlan {
   std::vector<std::int32_t> merge_row;     // [num_outputs]
   std::int32_t merge_outputs = 0;          // num_outputs()
   std::int32_t num_outputs() const { return merge_outputs; }
-  std::vector<std::int32_t> scratch;  // reused by the planner between calls
+  std::vector<std::int32_t> scratch, runs;  // reused by the planner between calls
 };
 
 // Where a plan's arrays go: padded_work entries each for the six work arrays, num_outputs + 1

@@ -189,37 +189,73 @@ void plan_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int
   const bool split = chunk_tiles < max_chunk_tiles;
   plan.split = split;
   plan.chunk_tokens = split ? std::int32_t(chunk) : 0;
-  auto chunks_of = [&](const QueryTile& t) {
-    return split ? std::int32_t(std::max<std::int64_t>(1, ceil_div(t.extent, chunk))) : 1;
-  };
+  auto chunks_of = [&](const QueryTile& t) { return std::int32_t(std::max<std::int64_t>(1, ceil_div(t.extent, chunk))); };
   // Chunk c of a split tile: keys [c * chunk, min(extent, (c + 1) * chunk)).
   auto chunk_end = [&](const QueryTile& t, std::int32_t c) {
     return std::int32_t(std::min<std::int64_t>(t.extent, (c + 1) * chunk));
   };
 
   // 4. Longest first: a stable counting sort on the number of KV tiles of each item, 0 ..
-  // ceil(longest / kv_tile) (items with as many tiles cost the same). Pass one counts, pass two
-  // (step 5) writes each item into its slot. Unsigned 32-bit: the rounding sum passes INT32_MAX
-  // for keys near 2^31.
+  // ceil(longest / kv_tile) (items with as many tiles cost the same). Unsigned 32-bit: the
+  // rounding sum passes INT32_MAX for keys near 2^31.
   const std::uint32_t kv_tile = std::uint32_t(l.kv_tile_tokens);
   const Divider by_kv_tile{kv_tile};
   auto kv_tiles = [&](std::int32_t keys) { return std::size_t(by_kv_tile(std::uint32_t(keys) + kv_tile - 1)); };
-  std::vector<std::int32_t>& bucket = plan.scratch;  // items per number of KV tiles, then the next slot of each
+  // Per number of KV tiles: how many (runs unsplit, items split), then the first slot of each.
+  std::vector<std::int32_t>& bucket = plan.scratch;
   bucket.assign(std::size_t(max_chunk_tiles) + 1, 0);
-  // Split tiles also count their merge outputs (kv_heads * rows) and states (one per output and
-  // chunk): the caller sizes the arrays before they are written.
-  std::int64_t num_work = 0, num_states = 0, num_outputs = 0;
-  for_each_tile([&](const QueryTile& t) {
-    const std::int32_t chunks = chunks_of(t);
-    if (chunks == 1) ++bucket[kv_tiles(t.extent)];
-    else
-      for (std::int32_t c = 0; c < chunks; ++c) ++bucket[kv_tiles(chunk_end(t, c) - std::int32_t(c * chunk))];
-    num_work += chunks;
-    if (chunks > 1) {
-      num_outputs += std::int64_t(l.num_kv_heads) * t.rows;
-      num_states += std::int64_t(l.num_kv_heads) * t.rows * chunks;
+
+  // Unsplit plans (every large batch): an item is a tile, and along a request the tiles' KV
+  // tiles never decrease, so they come in runs of equal cost. The sort orders the runs (a few
+  // per request), and step 5 writes the items in slot order. Scattering the items over the
+  // buckets instead costs more than all the rest: consecutive items go to different regions of
+  // each array, which in a batch of equal requests lie a multiple of 4 KiB apart and evict each
+  // other from the cache.
+  //
+  // A causal request's run of k KV tiles: token t sees kv - qo + t + 1 keys, so its first
+  // kv_tile * k - kv + qo tokens see at most k KV tiles (fewer than qo below the request's last
+  // k), and a tile j other than the last has its last token among them when (j + 1) * tile_rows
+  // <= that many tokens * group. The last tile sees every key. Each k's run end is computed on
+  // its own, not from the previous run's: that would chain three multiplications run to run.
+  //
+  // plan.runs: (request, first tile, end tile, KV tiles) per run, then the runs in sorted
+  // order; room for as many runs as tiles.
+  std::int32_t* run = nullptr;
+  std::size_t num_runs = 0;
+  std::int64_t num_work = num_tiles, num_states = 0, num_outputs = 0;
+  if (!split) {
+    plan.runs.resize(5 * std::size_t(num_tiles));
+    run = plan.runs.data();
+    for (std::int32_t i = 0; i < batch; ++i) {
+      const std::int32_t qo = qo_indptr[i + 1] - qo_indptr[i], kv = kv_lengths[i];
+      const std::uint32_t packed = std::uint32_t(qo) * std::uint32_t(group), tiles = tiles_of(packed);
+      if (tiles == 0) continue;
+      const std::size_t last = kv_tiles(kv);
+      std::uint32_t first = 0;
+      for (std::size_t k = kv_tiles(extent_of(qo, kv, packed, 0)); k <= last; ++k) {
+        const std::uint32_t tokens = std::uint32_t(std::int64_t(k) * kv_tile - kv + qo);
+        const std::uint32_t end = k == last ? tiles : std::min(tiles - 1, by_tile_rows(tokens * std::uint32_t(group)));
+        if (end == first) continue;  // no tile has k KV tiles
+        std::int32_t* const r = run + 4 * num_runs++;
+        r[0] = i, r[1] = std::int32_t(first), r[2] = std::int32_t(end), r[3] = std::int32_t(k);
+        ++bucket[k];
+        first = end;
+      }
     }
-  });
+  } else {
+    // Split tiles also count their merge outputs (kv_heads * rows) and states (one per output
+    // and chunk).
+    num_work = 0;
+    for_each_tile([&](const QueryTile& t) {
+      const std::int32_t chunks = chunks_of(t);
+      for (std::int32_t c = 0; c < chunks; ++c) ++bucket[kv_tiles(chunk_end(t, c) - std::int32_t(c * chunk))];
+      num_work += chunks;
+      if (chunks > 1) {
+        num_outputs += std::int64_t(l.num_kv_heads) * t.rows;
+        num_states += std::int64_t(l.num_kv_heads) * t.rows * chunks;
+      }
+    });
+  }
   if (num_work > INT32_MAX) invalid("the batch needs more than 2^31 work items");
   plan.num_work = std::int32_t(num_work);
   if (graph && plan.num_work > l.graph_work)
@@ -236,49 +272,70 @@ void plan_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int
     first_slot += count;
   }
 
-  // 5. Items, the states of split tiles and the merge outputs, into the caller's arrays.
+  // 5. Items, the states of split tiles and the merge outputs, straight into the caller's arrays.
   const PrefillWorkArrays out = place(plan);
   std::int32_t *const request = out.request, *const q_row = out.q_row, *const kv_begin = out.kv_begin,
                       *const kv_end = out.kv_end, *const state = out.state, *const state_stride = out.state_stride;
   out.merge_indptr[0] = 0;
-  std::int32_t states = 0, outputs = 0;
-  for_each_tile([&](const QueryTile& t) {
-    const std::int32_t chunks = chunks_of(t);
-    if (chunks == 1) {  // the whole tile in one item, written directly to o
-      const std::int32_t x = bucket[kv_tiles(t.extent)]++;
-      request[x] = t.request;
-      q_row[x] = t.q_row;
-      kv_begin[x] = 0;
-      kv_end[x] = t.extent;
-      state[x] = -1;
-      state_stride[x] = 0;
-      return;
-    }
-    // State (kv_head, row, chunk) = first_state + (kv_head * rows + row) * chunks + chunk.
-    for (std::int32_t c = 0; c < chunks; ++c) {
-      const std::int32_t begin = std::int32_t(c * chunk), end = chunk_end(t, c);
-      const std::int32_t x = bucket[kv_tiles(end - begin)]++;
-      request[x] = t.request;
-      q_row[x] = t.q_row;
-      kv_begin[x] = begin;
-      kv_end[x] = end;
-      state[x] = states + c;
-      state_stride[x] = chunks;
-    }
-    // One merge output per (kv_head, row), in state order: packed row token * group + g goes
-    // to o row token * num_qo_heads + kv_head * group + g (token and g stepped, not divided).
-    const std::int32_t first_token = std::int32_t(by_group(std::uint32_t(t.q_row)));
-    const std::int32_t first_g = t.q_row - first_token * group;
-    for (std::int32_t kv_head = 0; kv_head < l.num_kv_heads; ++kv_head) {
-      std::int32_t token = qo_indptr[t.request] + first_token, g = first_g;
-      for (std::int32_t r = 0; r < t.rows; ++r) {
-        out.merge_row[outputs] = token * l.num_qo_heads + kv_head * group + g;
-        states += chunks;
-        out.merge_indptr[++outputs] = states;
-        if (++g == group) g = 0, ++token;
+  if (!split) {
+    // The runs in sorted order, then their tiles in consecutive slots, each a whole tile
+    // written directly to o; what does not depend on the tile is filled in bulk.
+    std::int32_t* const order = run + 4 * num_tiles;
+    for (std::size_t r = 0; r < num_runs; ++r) order[bucket[std::size_t(run[4 * r + 3])]++] = std::int32_t(r);
+    std::int32_t x = 0;
+    for (std::size_t s = 0; s < num_runs; ++s) {
+      const std::int32_t* const r = run + 4 * std::size_t(order[s]);
+      const std::int32_t i = r[0], qo = qo_indptr[i + 1] - qo_indptr[i], kv = kv_lengths[i];
+      const std::uint32_t packed = std::uint32_t(qo) * std::uint32_t(group), row_end = std::uint32_t(r[2]) * tile_rows;
+      for (std::uint32_t row = std::uint32_t(r[1]) * tile_rows; row < row_end; row += tile_rows, ++x) {
+        request[x] = i;
+        q_row[x] = std::int32_t(row);
+        kv_end[x] = extent_of(qo, kv, packed, row);
       }
     }
-  });
+    std::fill_n(kv_begin, num_work, 0);
+    std::fill_n(state, num_work, -1);
+    std::fill_n(state_stride, num_work, 0);
+  } else {
+    std::int32_t states = 0, outputs = 0;
+    for_each_tile([&](const QueryTile& t) {
+      const std::int32_t chunks = chunks_of(t);
+      if (chunks == 1) {  // the whole tile in one item, written directly to o
+        const std::int32_t x = bucket[kv_tiles(t.extent)]++;
+        request[x] = t.request;
+        q_row[x] = t.q_row;
+        kv_begin[x] = 0;
+        kv_end[x] = t.extent;
+        state[x] = -1;
+        state_stride[x] = 0;
+        return;
+      }
+      // State (kv_head, row, chunk) = first_state + (kv_head * rows + row) * chunks + chunk.
+      for (std::int32_t c = 0; c < chunks; ++c) {
+        const std::int32_t begin = std::int32_t(c * chunk), end = chunk_end(t, c);
+        const std::int32_t x = bucket[kv_tiles(end - begin)]++;
+        request[x] = t.request;
+        q_row[x] = t.q_row;
+        kv_begin[x] = begin;
+        kv_end[x] = end;
+        state[x] = states + c;
+        state_stride[x] = chunks;
+      }
+      // One merge output per (kv_head, row), in state order: packed row token * group + g goes
+      // to o row token * num_qo_heads + kv_head * group + g (token and g stepped, not divided).
+      const std::int32_t first_token = std::int32_t(by_group(std::uint32_t(t.q_row)));
+      const std::int32_t first_g = t.q_row - first_token * group;
+      for (std::int32_t kv_head = 0; kv_head < l.num_kv_heads; ++kv_head) {
+        std::int32_t token = qo_indptr[t.request] + first_token, g = first_g;
+        for (std::int32_t r = 0; r < t.rows; ++r) {
+          out.merge_row[outputs] = token * l.num_qo_heads + kv_head * group + g;
+          states += chunks;
+          out.merge_indptr[++outputs] = states;
+          if (++g == group) g = 0, ++token;
+        }
+      }
+    });
+  }
 
   // CUDA-graph padding: empty direct items (the kernels skip items past num_work).
   const std::size_t pad_from = std::size_t(plan.num_work), pad = std::size_t(plan.padded_work - plan.num_work);
