@@ -15,59 +15,29 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <span>
 #include <vector>
 
 #include "aotinfer/prefill_plan.hpp"
-#include "plan_inputs.hpp"
+#include "prefill_layout.hpp"
 
 namespace {
 
-using aotinfer::detail::align_up;
+using aotinfer::detail::PrefillIntLayout;
 
-// The int workspace layout of runtime/src/batch_prefill.cpp.
-struct IntLayout {
-  std::size_t counts = 0;
-  std::size_t request = 0, q_row = 0, kv_begin = 0, kv_end = 0, state = 0, state_stride = 0;
-  std::size_t merge_indptr = 0, merge_row = 0;
-  std::size_t bytes = 0;
-
-  IntLayout(std::int64_t work, std::int64_t outputs) {
-    const std::size_t per_work = align_up(std::size_t(work) * 4);
-    request = align_up(2 * 4);
-    q_row = request + per_work;
-    kv_begin = q_row + per_work;
-    kv_end = kv_begin + per_work;
-    state = kv_end + per_work;
-    state_stride = state + per_work;
-    merge_indptr = state_stride + per_work;
-    merge_row = merge_indptr + align_up(std::size_t(outputs + 1) * 4);
-    bytes = merge_row + align_up(std::size_t(outputs) * 4);
-  }
-};
-
-// plan_ragged()'s host work as runtime/src/batch_prefill.cpp does it, minus the driver calls;
-// `image` stands for the pinned staging buffer (PlanUpload::image zeroes what it hands out).
+// plan_ragged()'s host work as runtime/src/batch_prefill.cpp does it, minus the driver calls
+// and the workspace checks; `image` stands for the pinned staging buffer (PlanUpload::raw_image).
 std::size_t plan_and_image(std::span<const std::int32_t> qo_indptr, std::span<const std::int32_t> kv_indptr,
                            const aotinfer::PrefillPlanLimits& limits, aotinfer::PrefillWorkPlan& work,
-                           std::vector<char>& image) {
-  const std::vector<std::int32_t> kv_lengths = aotinfer::lengths_from_indptr(kv_indptr, "kv_indptr");
-  aotinfer::plan_prefill_work(qo_indptr, kv_lengths, limits, work);
-  const IntLayout layout(work.padded_work, work.num_outputs());
-  if (image.size() < layout.bytes) image.resize(layout.bytes);
-  std::memset(image.data(), 0, layout.bytes);
-  const std::int32_t counts[2] = {work.num_work, work.num_outputs()};
-  std::memcpy(image.data() + layout.counts, counts, sizeof counts);
-  auto put = [&](std::size_t offset, const std::vector<std::int32_t>& v) { std::memcpy(image.data() + offset, v.data(), v.size() * 4); };
-  put(layout.request, work.request);
-  put(layout.q_row, work.q_row);
-  put(layout.kv_begin, work.kv_begin);
-  put(layout.kv_end, work.kv_end);
-  put(layout.state, work.state);
-  put(layout.state_stride, work.state_stride);
-  put(layout.merge_indptr, work.merge_indptr);
-  put(layout.merge_row, work.merge_row);
+                           std::vector<std::int32_t>& kv_lengths, std::vector<char>& image) {
+  aotinfer::lengths_from_indptr(kv_indptr, "kv_indptr", kv_lengths);
+  PrefillIntLayout layout{0, 0};
+  aotinfer::plan_prefill_work(qo_indptr, kv_lengths, limits, work, [&](const aotinfer::PrefillWorkPlan& w) {
+    layout = PrefillIntLayout(w.padded_work, w.num_outputs());
+    if (image.size() < layout.bytes) image.resize(layout.bytes);
+    return layout.arrays(image.data());
+  });
+  layout.write_counts(image.data(), work);
   return layout.bytes;
 }
 
@@ -116,9 +86,10 @@ int main(int argc, char** argv) {
     aotinfer::PrefillWorkPlan alone, work;
     const std::vector<std::int32_t> kv_lengths = aotinfer::lengths_from_indptr(kv_indptr, "kv_indptr");
     const double plan_us = median_us(calls, [&] { aotinfer::plan_prefill_work(qo_indptr, kv_lengths, limits, alone); });
+    std::vector<std::int32_t> lengths;
     std::vector<char> image;
     std::size_t bytes = 0;
-    const double image_us = median_us(calls, [&] { bytes = plan_and_image(qo_indptr, kv_indptr, limits, work, image); });
+    const double image_us = median_us(calls, [&] { bytes = plan_and_image(qo_indptr, kv_indptr, limits, work, lengths, image); });
     std::printf("%-6d %6d %6d %6d %6s %8d %10.1f %18.2f %14.2f\n", r.batch, r.qo_len, r.kv_len, work.num_work,
                 work.split ? "yes" : "no", work.num_outputs(), bytes / 1024.0, plan_us, image_us);
   }

@@ -417,6 +417,19 @@ TEST_CASE("lengths_from_indptr: differences of a non-decreasing indptr starting 
   CHECK_THAT(msg, Contains("kv_indptr") && NamesNumber(3));
 }
 
+TEST_CASE("lengths_from_indptr into a reused vector: the same lengths and refusals", "[prefill_plan]") {
+  V lengths{7, 7, 7, 7, 7, 7};  // longer than any result below: nothing of it may remain
+  lengths_from_indptr(V{0, 3, 3, 10}, "qo_indptr", lengths);
+  CHECK(lengths == V{3, 0, 7});
+  lengths_from_indptr(V{0}, "qo_indptr", lengths);
+  CHECK(lengths.empty());
+  lengths_from_indptr(V{0, 0, 0}, "qo_indptr", lengths);
+  CHECK(lengths == V{0, 0});
+  const std::string msg = invalid_argument_message([&] { lengths_from_indptr(V{0, 4, 9, 8, 12}, "kv_indptr", lengths); });
+  CHECK_THAT(msg, Contains("kv_indptr") && NamesNumber(3));
+  CHECK(lengths == V{0, 0});  // a refused indptr leaves the vector as it was
+}
+
 TEST_CASE("plan_prefill_work refuses bad batches, naming the problem", "[prefill_plan]") {
   PrefillWorkPlan plan;
   const PrefillPlanLimits causal = make_limits(132, 2, 4, true);

@@ -16,7 +16,7 @@
 // The planner runs on the host for every plan(), and a large batch has thousands of items: in
 // the unsplit plans such batches get, it sorts runs of a request's tiles rather than items,
 // divides nothing per tile, allocates nothing once its buffers have grown, and writes the items
-// in order, straight into the caller's arrays if asked.
+// in order, straight into the caller's arrays if asked (BatchPrefill: its pinned upload image).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -87,6 +87,9 @@ struct PrefillWorkArrays {
 // Lengths from an indptr array ([batch + 1], starting at 0, not decreasing); `what` names the
 // array in errors (Error(invalid_argument)).
 std::vector<std::int32_t> lengths_from_indptr(std::span<const std::int32_t> indptr, const char* what);
+
+// The same into a reused vector (no allocation once it is large enough).
+void lengths_from_indptr(std::span<const std::int32_t> indptr, const char* what, std::vector<std::int32_t>& lengths);
 
 // Fills `plan` (its vectors are reused). Throws Error(invalid_argument) for unset limits, a
 // batch whose sizes differ, a negative KV length, a causal request with more queries than keys,

@@ -85,10 +85,15 @@ PrefillCapacity prefill_capacity(std::int64_t max_total_q, std::int32_t max_batc
   return c;
 }
 
-std::vector<std::int32_t> lengths_from_indptr(std::span<const std::int32_t> indptr, const char* what) {
+void lengths_from_indptr(std::span<const std::int32_t> indptr, const char* what, std::vector<std::int32_t>& lengths) {
   check_indptr(indptr, what);
-  std::vector<std::int32_t> lengths(indptr.size() - 1);
+  lengths.resize(indptr.size() - 1);
   for (std::size_t i = 0; i < lengths.size(); ++i) lengths[i] = indptr[i + 1] - indptr[i];
+}
+
+std::vector<std::int32_t> lengths_from_indptr(std::span<const std::int32_t> indptr, const char* what) {
+  std::vector<std::int32_t> lengths;
+  lengths_from_indptr(indptr, what, lengths);
   return lengths;
 }
 
