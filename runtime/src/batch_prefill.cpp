@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <string>
 
 #include "aotinfer/decode_plan.hpp"
@@ -12,6 +11,7 @@
 #include "driver.hpp"
 #include "plan_inputs.hpp"
 #include "plan_upload.hpp"
+#include "prefill_layout.hpp"
 #include "tensor_checks.hpp"
 
 namespace aotinfer {
@@ -21,28 +21,7 @@ namespace {
 [[noreturn]] void invalid(const std::string& what) { throw Error(ErrorCode::invalid_argument, "batch_prefill: " + what); }
 
 using detail::align_up;
-
-// Where each array of the plan lives in the int workspace. The layout depends only on
-// capacities, so in CUDA-graph mode every plan uses the same addresses.
-struct IntLayout {
-  std::size_t counts = 0;  // [num_work, num_outputs]
-  std::size_t request = 0, q_row = 0, kv_begin = 0, kv_end = 0, state = 0, state_stride = 0;
-  std::size_t merge_indptr = 0, merge_row = 0;
-  std::size_t bytes = 0;
-
-  IntLayout(std::int64_t work, std::int64_t outputs) {
-    const std::size_t per_work = align_up(std::size_t(work) * 4);
-    request = align_up(2 * 4);
-    q_row = request + per_work;
-    kv_begin = q_row + per_work;
-    kv_end = kv_begin + per_work;
-    state = kv_end + per_work;
-    state_stride = state + per_work;
-    merge_indptr = state_stride + per_work;
-    merge_row = merge_indptr + align_up(std::size_t(outputs + 1) * 4);
-    bytes = merge_row + align_up(std::size_t(outputs) * 4);
-  }
-};
+using detail::PrefillIntLayout;
 
 std::size_t float_bytes(std::int64_t states, int head_dim) {
   return align_up(std::size_t(states) * head_dim * 4) + align_up(std::size_t(states) * 4);
@@ -62,12 +41,15 @@ struct BatchPrefill::Impl {
   bool planned = false;
   std::int32_t batch = 0;
   std::int64_t total_q = 0;
-  PrefillWorkPlan work;
-  IntLayout layout{0, 0};
+  PrefillWorkPlan work;  // the scalars; the arrays are in `image` (work_plan() copies them out)
+  bool work_arrays = false;  // whether work's vectors hold the arrays of the last plan
+  PrefillIntLayout layout{0, 0};
+  char* image = nullptr;  // the pinned image of the int workspace, valid until the next plan
   std::int64_t state_capacity = 0;
   Workspace workspace;
   detail::PlannedShape shape;  // what described tensors are checked against
   detail::PlanUpload upload;
+  std::vector<std::int32_t> kv_lengths;  // reused by plan_ragged
 };
 
 void BatchPrefill::check_config(const BatchPrefillConfig& c) {
@@ -126,14 +108,33 @@ BatchPrefill::~BatchPrefill() = default;
 BatchPrefill::BatchPrefill(BatchPrefill&&) noexcept = default;
 BatchPrefill& BatchPrefill::operator=(BatchPrefill&&) noexcept = default;
 
-const PrefillWorkPlan& BatchPrefill::work_plan() const { return impl_->work; }
+const PrefillWorkPlan& BatchPrefill::work_plan() const {
+  // plan() writes the arrays straight into the upload image, which stays until the next plan;
+  // they are copied out only for callers that look at them.
+  Impl& s = *impl_;
+  if (s.planned && !s.work_arrays) {
+    const PrefillWorkArrays a = s.layout.arrays(s.image);
+    PrefillWorkPlan& w = s.work;
+    const std::size_t work = std::size_t(w.padded_work), outputs = std::size_t(w.num_outputs());
+    w.request.assign(a.request, a.request + work);
+    w.q_row.assign(a.q_row, a.q_row + work);
+    w.kv_begin.assign(a.kv_begin, a.kv_begin + work);
+    w.kv_end.assign(a.kv_end, a.kv_end + work);
+    w.state.assign(a.state, a.state + work);
+    w.state_stride.assign(a.state_stride, a.state_stride + work);
+    w.merge_indptr.assign(a.merge_indptr, a.merge_indptr + outputs + 1);
+    w.merge_row.assign(a.merge_row, a.merge_row + outputs);
+    s.work_arrays = true;
+  }
+  return s.work;
+}
 const PrefillPlanLimits& BatchPrefill::limits() const { return impl_->limits; }
 const BatchPrefillConfig& BatchPrefill::config() const { return impl_->config; }
 
 WorkspaceSizes BatchPrefill::workspace_sizes(std::int64_t max_total_q, std::int32_t max_batch) const {
   const Impl& s = *impl_;
   const PrefillCapacity cap = s.config.cuda_graph ? s.graph_capacity : prefill_capacity(max_total_q, max_batch, s.limits);
-  return {float_bytes(cap.states, s.config.head_dim), IntLayout(cap.work, cap.outputs).bytes};
+  return {float_bytes(cap.states, s.config.head_dim), PrefillIntLayout(cap.work, cap.outputs).bytes};
 }
 
 void BatchPrefill::plan_paged(std::span<const std::int32_t> qo_indptr, std::span<const std::int32_t> kv_indptr,
@@ -154,7 +155,8 @@ void BatchPrefill::plan_ragged(std::span<const std::int32_t> qo_indptr, std::spa
   impl_->planned = false;
   if (impl_->config.kv_storage != KvStorage::ragged)
     invalid("plan_ragged() on a prefill configured for paged KV (use plan_paged)");
-  plan_lengths(qo_indptr, lengths_from_indptr(kv_indptr, "kv_indptr"), ws, stream);
+  lengths_from_indptr(kv_indptr, "kv_indptr", impl_->kv_lengths);
+  plan_lengths(qo_indptr, impl_->kv_lengths, ws, stream);
   impl_->shape.kv_entries = kv_indptr.back();
   impl_->shape.num_pages = 0;
 }
@@ -172,27 +174,27 @@ void BatchPrefill::plan_lengths(std::span<const std::int32_t> qo_indptr, std::sp
     invalid("batch " + std::to_string(batch) + " with " + std::to_string(total_q) + " query tokens exceeds this CUDA-graph prefill's max_batch " +
             std::to_string(c.max_batch) + " / max_total_q " + std::to_string(c.max_total_q));
 
-  plan_prefill_work(qo_indptr, kv_lengths, s.limits, s.work);
-  const IntLayout layout = c.cuda_graph ? IntLayout(s.graph_capacity.work, s.graph_capacity.outputs)
-                                        : IntLayout(s.work.padded_work, s.work.num_outputs());
-  const std::int64_t states = c.cuda_graph ? s.graph_capacity.states : s.work.num_states;
-  if (s.work.num_states > states || (c.cuda_graph && s.work.num_outputs() > s.graph_capacity.outputs))
-    invalid("internal: the plan exceeds the CUDA-graph capacity");
-  const std::size_t need_float = states > 0 ? float_bytes(states, c.head_dim) : 0;
-  detail::check_workspace("batch_prefill", ws, layout.bytes, need_float);
-
-  char* image = s.upload.image(layout.bytes);
-  const std::int32_t counts[2] = {s.work.num_work, s.work.num_outputs()};
-  std::memcpy(image + layout.counts, counts, sizeof counts);
-  auto put = [&](std::size_t offset, const std::vector<std::int32_t>& v) { std::memcpy(image + offset, v.data(), v.size() * 4); };
-  put(layout.request, s.work.request);
-  put(layout.q_row, s.work.q_row);
-  put(layout.kv_begin, s.work.kv_begin);
-  put(layout.kv_end, s.work.kv_end);
-  put(layout.state, s.work.state);
-  put(layout.state_stride, s.work.state_stride);
-  put(layout.merge_indptr, s.work.merge_indptr);
-  put(layout.merge_row, s.work.merge_row);
+  // The planner writes the arrays straight into the pinned image of the int workspace, which it
+  // asks for once the sizes are known; the checks come first, so a refusal copies nothing.
+  PrefillIntLayout layout{0, 0};
+  std::int64_t states = 0;
+  char* image = nullptr;
+  s.work_arrays = false;
+  plan_prefill_work(qo_indptr, kv_lengths, s.limits, s.work, [&](const PrefillWorkPlan& w) {
+    layout = c.cuda_graph ? PrefillIntLayout(s.graph_capacity.work, s.graph_capacity.outputs)
+                          : PrefillIntLayout(w.padded_work, w.num_outputs());
+    states = c.cuda_graph ? s.graph_capacity.states : w.num_states;
+    if (w.num_states > states || (c.cuda_graph && w.num_outputs() > s.graph_capacity.outputs))
+      invalid("internal: the plan exceeds the CUDA-graph capacity");
+    const std::size_t need_float = states > 0 ? float_bytes(states, c.head_dim) : 0;
+    detail::check_workspace("batch_prefill", ws, layout.bytes, need_float);
+    // Not cleared: the planner writes every array entry, and the kernels read no other byte
+    // (not the gaps between the 256-byte aligned arrays, nor in CUDA-graph mode the merge
+    // entries past num_outputs, which the merge skips).
+    image = s.upload.raw_image(layout.bytes);
+    return layout.arrays(image);
+  });
+  layout.write_counts(image, s.work);
   s.upload.send(ws.int_buffer, layout.bytes, stream);
 
   s.batch = batch;
@@ -200,6 +202,7 @@ void BatchPrefill::plan_lengths(std::span<const std::int32_t> qo_indptr, std::sp
   s.shape.batch = batch;
   s.shape.q_rows = total_q;
   s.layout = layout;
+  s.image = image;
   s.state_capacity = states;
   s.workspace = ws;
   s.planned = true;

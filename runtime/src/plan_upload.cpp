@@ -18,6 +18,12 @@ PlanUpload::~PlanUpload() {
 }
 
 char* PlanUpload::image(std::size_t bytes) {
+  char* image = raw_image(bytes);
+  std::memset(image, 0, bytes);
+  return image;
+}
+
+char* PlanUpload::raw_image(std::size_t bytes) {
   if (copy_pending_) check(driver().cuEventSynchronize(copy_done_), "waiting for the previous plan's copy");
   copy_pending_ = false;
   if (staging_bytes_ < bytes) {
@@ -27,7 +33,6 @@ char* PlanUpload::image(std::size_t bytes) {
     check(driver().cuMemHostAlloc(&staging_, bytes, 0), "allocating pinned plan staging");
     staging_bytes_ = bytes;
   }
-  std::memset(staging_, 0, bytes);
   return static_cast<char*>(staging_);
 }
 

@@ -19,6 +19,9 @@ class PlanUpload {
 
   // A zeroed pinned image of at least `bytes`; waits for the previous copy first.
   char* image(std::size_t bytes);
+  // The same, not zeroed (it holds what the last plan left): for callers that write every
+  // byte the device reads, where clearing would only double the writes.
+  char* raw_image(std::size_t bytes);
   // Copies the first `bytes` of the image to `device` on `stream`.
   void send(void* device, std::size_t bytes, Stream stream);
 

@@ -9,7 +9,7 @@
 // call must either throw aotinfer::Error(invalid_argument), exactly when an independent recheck
 // of the documented contract says the input is invalid, or produce a plan that passes
 // reference::prefill_plan_problem, fits what prefill_capacity promised and equals a fresh plan
-// of the same input.
+// of the same input and the same plan written into caller arrays (BatchPrefill's path).
 //
 // Input layout (tests/fuzz/seeds.py prefill_seed writes it): flags, flags2, then numbers:
 // num_qo_heads, num_kv_heads, page_size, max_batch, max_total_q (64-bit); num_sms, large tile
@@ -74,6 +74,34 @@ std::vector<std::int32_t> read_indptr(fuzz::Input& in, std::int32_t batch, bool 
 }
 
 PrefillWorkPlan reused;  // one plan object across inputs, as BatchPrefill keeps one
+
+// The plan written through plan_prefill_work's `place` into one buffer, as BatchPrefill writes
+// its upload image; the buffer is filled first with a value no plan holds, so that an entry the
+// planner skips shows. The arrays are then copied into the plan's vectors for the comparison.
+PrefillWorkPlan placed;
+std::vector<std::int32_t> buffer;
+
+void plan_placed(const std::vector<std::int32_t>& qo_indptr, const std::vector<std::int32_t>& kv_lengths,
+                 const PrefillPlanLimits& limits) {
+  PrefillWorkArrays a;
+  plan_prefill_work(qo_indptr, kv_lengths, limits, placed, [&](const PrefillWorkPlan& w) {
+    const std::size_t work = std::size_t(w.padded_work), outputs = std::size_t(w.num_outputs());
+    buffer.assign(6 * work + 2 * outputs + 1, -123456789);
+    std::int32_t* b = buffer.data();
+    a = {b, b + work, b + 2 * work, b + 3 * work, b + 4 * work, b + 5 * work, b + 6 * work, b + 6 * work + outputs + 1};
+    return a;
+  });
+  if (!placed.request.empty() || !placed.merge_indptr.empty()) finding("plan_prefill_work with `place` filled the plan's vectors");
+  const std::size_t work = std::size_t(placed.padded_work), outputs = std::size_t(placed.num_outputs());
+  placed.request.assign(a.request, a.request + work);
+  placed.q_row.assign(a.q_row, a.q_row + work);
+  placed.kv_begin.assign(a.kv_begin, a.kv_begin + work);
+  placed.kv_end.assign(a.kv_end, a.kv_end + work);
+  placed.state.assign(a.state, a.state + work);
+  placed.state_stride.assign(a.state_stride, a.state_stride + work);
+  placed.merge_indptr.assign(a.merge_indptr, a.merge_indptr + outputs + 1);
+  placed.merge_row.assign(a.merge_row, a.merge_row + outputs);
+}
 
 }  // namespace
 
@@ -199,6 +227,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   plan_prefill_work(qo_indptr, kv_lengths, limits, fresh);
   if (std::string problem = fuzz::prefill_plans_differ(reused, fresh); !problem.empty())
     finding("a reused plan differs from a fresh one: " + problem);
+  plan_placed(qo_indptr, kv_lengths, limits);
+  if (std::string problem = fuzz::prefill_plans_differ(reused, placed); !problem.empty())
+    finding("a plan written into caller arrays differs from the plan's own: " + problem);
   if (fuzz::verbose())
     std::fprintf(stderr, "planned: large_tile %d, split %d, num_work %d, padded_work %d, chunk_tokens %d, states %d, outputs %d\n",
                  int(reused.large_tile), int(reused.split), reused.num_work, reused.padded_work, reused.chunk_tokens,

@@ -329,7 +329,8 @@ inline std::string prefill_plan_problem(std::span<const std::int32_t> qo_indptr,
 
   // The merge: each (tile, kv_head, row) group is exactly one output's state range, into its
   // own row of o viewed as [total_q * num_qo_heads, head_dim].
-  if (p.merge_indptr.size() != p.merge_row.size() + 1) return fail("merge_indptr does not hold num_outputs + 1 entries");
+  if (std::int64_t(p.merge_row.size()) != p.num_outputs() || p.merge_indptr.size() != p.merge_row.size() + 1)
+    return fail("merge_row and merge_indptr do not hold num_outputs and num_outputs + 1 entries");
   if (p.merge_indptr.front() != 0 || p.merge_indptr.back() != p.num_states) return fail("merge_indptr does not span [0, num_states]");
   std::vector<bool> merged(group_row.size(), false);
   for (std::int64_t i = 0; i < p.num_outputs(); ++i) {
@@ -365,7 +366,8 @@ inline std::string prefill_capacity_problem(const PrefillWorkPlan& p, const Pref
 
 inline std::string prefill_plans_differ(const PrefillWorkPlan& a, const PrefillWorkPlan& b) {
   if (a.large_tile != b.large_tile || a.tile_rows != b.tile_rows || a.split != b.split || a.chunk_tokens != b.chunk_tokens ||
-      a.num_work != b.num_work || a.padded_work != b.padded_work || a.num_states != b.num_states)
+      a.num_work != b.num_work || a.padded_work != b.padded_work || a.num_states != b.num_states ||
+      a.num_outputs() != b.num_outputs())
     return "the plans differ in their scalars";
   if (a.request != b.request || a.q_row != b.q_row || a.kv_begin != b.kv_begin || a.kv_end != b.kv_end || a.state != b.state ||
       a.state_stride != b.state_stride)

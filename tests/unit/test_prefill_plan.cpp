@@ -280,7 +280,8 @@ std::string plan_problem(const V& qo_indptr, const V& kv, const PrefillPlanLimit
   if (assigned != p.num_states) return fail(std::to_string(assigned) + " states are written, num_states says otherwise");
 
   // The merge: each (tile, kv_head, row) group is exactly one output's state range.
-  if (p.merge_indptr.size() != p.merge_row.size() + 1) return fail("merge_indptr does not hold num_outputs + 1 entries");
+  if (std::int64_t(p.merge_row.size()) != p.num_outputs() || p.merge_indptr.size() != p.merge_row.size() + 1)
+    return fail("merge_row and merge_indptr do not hold num_outputs and num_outputs + 1 entries");
   if (p.merge_indptr.front() != 0 || p.merge_indptr.back() != p.num_states) return fail("merge_indptr does not span [0, num_states]");
   std::vector<bool> merged(group_row.size(), false);
   for (std::int64_t i = 0; i < p.num_outputs(); ++i) {
@@ -305,7 +306,28 @@ std::string plan_problem(const V& qo_indptr, const V& kv, const PrefillPlanLimit
   return "";
 }
 
-// Plans and checks, with a fresh plan and a reused one (which must not keep stale entries).
+// The plan written through plan_prefill_work's `place` into one caller buffer, filled with a
+// value no plan holds, so that an entry the planner skips shows.
+struct PlacedPlan {
+  PrefillWorkPlan plan;  // the scalars; its vectors stay empty
+  PrefillWorkPlan seen;  // the scalars `place` saw
+  std::vector<std::int32_t> buffer;
+  PrefillWorkArrays arrays;
+};
+
+void plan_placed(const V& qo_indptr, const V& kv, const PrefillPlanLimits& l, PlacedPlan& p) {
+  plan_prefill_work(qo_indptr, kv, l, p.plan, [&](const PrefillWorkPlan& w) {
+    p.seen = w;
+    const std::size_t work = std::size_t(w.padded_work), outputs = std::size_t(w.num_outputs());
+    p.buffer.assign(6 * work + 2 * outputs + 1, -123456789);
+    std::int32_t* b = p.buffer.data();
+    p.arrays = {b, b + work, b + 2 * work, b + 3 * work, b + 4 * work, b + 5 * work, b + 6 * work, b + 6 * work + outputs + 1};
+    return p.arrays;
+  });
+}
+
+// Plans and checks, with a fresh plan and a reused one (which must not keep stale entries), and
+// the same plan written into caller arrays.
 void check_plan(const V& qo_indptr, const V& kv, const PrefillPlanLimits& l, PrefillWorkPlan& plan) {
   INFO(describe(l) << ", " << describe(qo_indptr, kv));
   plan_prefill_work(qo_indptr, kv, l, plan);
@@ -322,6 +344,33 @@ void check_plan(const V& qo_indptr, const V& kv, const PrefillPlanLimits& l, Pre
   REQUIRE(fresh.state_stride == plan.state_stride);
   REQUIRE(fresh.merge_indptr == plan.merge_indptr);
   REQUIRE(fresh.merge_row == plan.merge_row);
+
+  PlacedPlan placed;
+  plan_placed(qo_indptr, kv, l, placed);
+  const PrefillWorkPlan& p = placed.plan;
+  for (const PrefillWorkPlan* scalars : {&p, static_cast<const PrefillWorkPlan*>(&placed.seen)}) {
+    REQUIRE(scalars->large_tile == plan.large_tile);
+    REQUIRE(scalars->tile_rows == plan.tile_rows);
+    REQUIRE(scalars->split == plan.split);
+    REQUIRE(scalars->chunk_tokens == plan.chunk_tokens);
+    REQUIRE(scalars->num_work == plan.num_work);
+    REQUIRE(scalars->padded_work == plan.padded_work);
+    REQUIRE(scalars->num_states == plan.num_states);
+    REQUIRE(scalars->num_outputs() == plan.num_outputs());
+  }
+  for (const V* v : {&p.request, &p.q_row, &p.kv_begin, &p.kv_end, &p.state, &p.state_stride, &p.merge_indptr, &p.merge_row})
+    REQUIRE(v->empty());
+  auto array = [](const std::int32_t* a, std::size_t n) { return V(a, a + n); };
+  const std::size_t work = std::size_t(plan.padded_work), outputs = std::size_t(plan.num_outputs());
+  const PrefillWorkArrays& a = placed.arrays;
+  REQUIRE(array(a.request, work) == plan.request);
+  REQUIRE(array(a.q_row, work) == plan.q_row);
+  REQUIRE(array(a.kv_begin, work) == plan.kv_begin);
+  REQUIRE(array(a.kv_end, work) == plan.kv_end);
+  REQUIRE(array(a.state, work) == plan.state);
+  REQUIRE(array(a.state_stride, work) == plan.state_stride);
+  REQUIRE(array(a.merge_indptr, outputs + 1) == plan.merge_indptr);
+  REQUIRE(array(a.merge_row, outputs) == plan.merge_row);
 }
 
 PrefillPlanLimits random_limits(std::mt19937& rng) {
@@ -368,6 +417,19 @@ TEST_CASE("lengths_from_indptr: differences of a non-decreasing indptr starting 
   CHECK_THAT(msg, Contains("kv_indptr") && NamesNumber(3));
 }
 
+TEST_CASE("lengths_from_indptr into a reused vector: the same lengths and refusals", "[prefill_plan]") {
+  V lengths{7, 7, 7, 7, 7, 7};  // longer than any result below: nothing of it may remain
+  lengths_from_indptr(V{0, 3, 3, 10}, "qo_indptr", lengths);
+  CHECK(lengths == V{3, 0, 7});
+  lengths_from_indptr(V{0}, "qo_indptr", lengths);
+  CHECK(lengths.empty());
+  lengths_from_indptr(V{0, 0, 0}, "qo_indptr", lengths);
+  CHECK(lengths == V{0, 0});
+  const std::string msg = invalid_argument_message([&] { lengths_from_indptr(V{0, 4, 9, 8, 12}, "kv_indptr", lengths); });
+  CHECK_THAT(msg, Contains("kv_indptr") && NamesNumber(3));
+  CHECK(lengths == V{0, 0});  // a refused indptr leaves the vector as it was
+}
+
 TEST_CASE("plan_prefill_work refuses bad batches, naming the problem", "[prefill_plan]") {
   PrefillWorkPlan plan;
   const PrefillPlanLimits causal = make_limits(132, 2, 4, true);
@@ -379,6 +441,13 @@ TEST_CASE("plan_prefill_work refuses bad batches, naming the problem", "[prefill
     PrefillPlanLimits plain = causal;
     plain.causal = false;
     check_plan(V{0, 3, 7, 14}, V{10, 10, 5}, plain, plan);
+  }
+  SECTION("negative KV length") {
+    // Request 1 has -3 keys; without the mask, so that only the sign is wrong.
+    PrefillPlanLimits plain = causal;
+    plain.causal = false;
+    const std::string msg = invalid_argument_message([&] { plan_prefill_work(V{0, 2, 4, 6}, V{10, -3, 10}, plain, plan); });
+    CHECK_THAT(msg, Contains("request") && NamesNumber(1) && NamesNumber(-3) && Contains("negative"));
   }
   SECTION("qo_indptr not starting at 0") {
     const std::string msg = invalid_argument_message([&] { plan_prefill_work(V{5, 8, 9}, V{10, 10}, causal, plan); });
@@ -605,6 +674,42 @@ TEST_CASE("plan_prefill_work property: exact coverage, minimal chunks, states an
   CHECK(large >= 30);
   CHECK(causal_split >= 10);
   CHECK(empty_items >= 5);
+}
+
+TEST_CASE("plan_prefill_work on large unsplit batches: equal requests, mixed ones, prefixes, other tile shapes",
+          "[prefill_plan]") {
+  // Unsplit plans sort a request's runs of tiles with as many KV tiles, not the tiles: causal
+  // runs of several tiles, of one tile, and KV tiles skipped between tiles (tiles of more
+  // tokens than a KV tile), with and without a mask. Equal requests put every bucket's slots a
+  // multiple of 4 KiB apart (the case the in-order writing is for).
+  PrefillWorkPlan plan;
+  std::mt19937 rng(90210u);
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  struct Shape {
+    int group, kv_tile;
+  };
+  int cases = 0;
+  for (const Shape shape : {Shape{4, 128}, Shape{1, 64}, Shape{1, 16}, Shape{8, 64}, Shape{3, 100}, Shape{16, 7}})
+    for (bool causal : {true, false})
+      for (int kind = 0; kind < 4; ++kind) {
+        PrefillPlanLimits l = make_limits(132, 8, shape.group, causal);
+        l.kv_tile_tokens = shape.kv_tile;
+        V qo_indptr{0}, kv;
+        const int batch = kind == 0 ? 256 : uniform(40, 200);
+        for (int i = 0; i < batch; ++i) {
+          int qo = 1024, k = 1024;                              // 0: equal prompts
+          if (kind == 1) qo = uniform(0, 1500), k = qo;         // prompts of mixed lengths
+          if (kind == 2) qo = uniform(1, 600), k = qo + uniform(0, 20000);  // chunked prefill: prefixes
+          if (kind == 3) qo = uniform(0, 900), k = causal ? qo + uniform(0, 3) : uniform(0, 2000);
+          qo_indptr.push_back(qo_indptr.back() + qo);
+          kv.push_back(k);
+        }
+        INFO("group " << shape.group << ", kv_tile " << shape.kv_tile << ", causal " << causal << ", kind " << kind);
+        check_plan(qo_indptr, kv, l, plan);
+        CHECK_FALSE(plan.split);
+        ++cases;
+      }
+  CHECK(cases == 48);
 }
 
 TEST_CASE("plan_prefill_work in CUDA-graph mode: the large tile, graph_work items, empty padding", "[prefill_plan]") {

@@ -110,6 +110,8 @@ class BatchPrefill {
   // and the last plan (device, dtype, shape, strides, alignment) before anything is launched.
   void run(const aotinfer_batch_prefill_tensors& tensors, const aotinfer_attention_scalars& scalars, Stream stream) const;
 
+  // The last plan. plan() writes the arrays straight into its pinned upload image; the first
+  // call after a plan copies them into the returned plan's vectors (the scalars are set at once).
   const PrefillWorkPlan& work_plan() const;
   const PrefillPlanLimits& limits() const;
   const BatchPrefillConfig& config() const;

@@ -12,8 +12,14 @@
 //   4. orders items by descending number of KV tiles, so the longest start first and the tail
 //      is short;
 //   5. lays out the float states of split tiles and the merge that combines them.
+//
+// The planner runs on the host for every plan(), and a large batch has thousands of items: in
+// the unsplit plans such batches get, it sorts runs of a request's tiles rather than items,
+// divides nothing per tile, allocates nothing once its buffers have grown, and writes the items
+// in order, straight into the caller's arrays if asked (BatchPrefill: its pinned upload image).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -60,18 +66,43 @@ struct PrefillWorkPlan {
   // viewed as [total_q * num_qo_heads, head_dim].
   std::vector<std::int32_t> merge_indptr;  // [num_outputs + 1]
   std::vector<std::int32_t> merge_row;     // [num_outputs]
-  std::int32_t num_outputs() const { return std::int32_t(merge_row.size()); }
-  std::vector<std::int32_t> scratch;  // reused by the planner between calls
+  std::int32_t merge_outputs = 0;          // num_outputs()
+  std::int32_t num_outputs() const { return merge_outputs; }
+  std::vector<std::int32_t> scratch, runs;  // reused by the planner between calls
+};
+
+// Where a plan's arrays go: padded_work entries each for the six work arrays, num_outputs + 1
+// for merge_indptr and num_outputs for merge_row (PrefillWorkPlan's vectors describe them).
+struct PrefillWorkArrays {
+  std::int32_t* request = nullptr;
+  std::int32_t* q_row = nullptr;
+  std::int32_t* kv_begin = nullptr;
+  std::int32_t* kv_end = nullptr;
+  std::int32_t* state = nullptr;
+  std::int32_t* state_stride = nullptr;
+  std::int32_t* merge_indptr = nullptr;
+  std::int32_t* merge_row = nullptr;
 };
 
 // Lengths from an indptr array ([batch + 1], starting at 0, not decreasing); `what` names the
 // array in errors (Error(invalid_argument)).
 std::vector<std::int32_t> lengths_from_indptr(std::span<const std::int32_t> indptr, const char* what);
 
+// The same into a reused vector (no allocation once it is large enough).
+void lengths_from_indptr(std::span<const std::int32_t> indptr, const char* what, std::vector<std::int32_t>& lengths);
+
 // Fills `plan` (its vectors are reused). Throws Error(invalid_argument) for unset limits, a
-// batch whose sizes differ, a causal request with more queries than keys, or a CUDA-graph plan
-// beyond graph_work.
+// batch whose sizes differ, a negative KV length, a causal request with more queries than keys,
+// or a CUDA-graph plan beyond graph_work.
 void plan_prefill_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int32_t> kv_lengths,
                        const PrefillPlanLimits& limits, PrefillWorkPlan& plan);
+
+// The same plan with the arrays written where `place` says: the planner calls it once, after
+// every check and with the plan's scalars set (padded_work, num_outputs(), num_states), and
+// writes every entry of the arrays it returns; the plan's vectors are left empty. `place` may
+// throw, which ends planning.
+using PrefillArrayPlacer = std::function<PrefillWorkArrays(const PrefillWorkPlan&)>;
+void plan_prefill_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int32_t> kv_lengths,
+                       const PrefillPlanLimits& limits, PrefillWorkPlan& plan, const PrefillArrayPlacer& place);
 
 }  // namespace aotinfer

@@ -1,7 +1,6 @@
 #include "aotinfer/prefill_plan.hpp"
 
 #include <algorithm>
-#include <numeric>
 #include <string>
 
 #include "aotinfer/error.hpp"
@@ -33,6 +32,35 @@ struct QueryTile {
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 
+// n / d as a multiplication, for the divisors fixed per plan (the GQA group, the tile sizes): a
+// hardware division takes 10-40 cycles, about what all the other work of a tile costs, and a
+// large batch has thousands of tiles. With m = floor((2^64 - 1) / d), floor(m * (n + 1) / 2^64)
+// is exact for every 32-bit n and d: m * (n + 1) / 2^64 = (n + 1) / d - e with
+// 0 < e <= 2^-32 < 1 / d, which lies in [floor(n / d), floor(n / d) + 1).
+class Divider {
+ public:
+  explicit Divider(std::uint32_t d) : m_(UINT64_MAX / d) {}
+  std::uint32_t operator()(std::uint32_t n) const {
+    return std::uint32_t((static_cast<unsigned __int128>(m_) * (std::uint64_t(n) + 1)) >> 64);
+  }
+
+ private:
+  std::uint64_t m_;
+};
+
+// lengths_from_indptr's checks: [batch + 1] entries, starting at 0, not decreasing.
+void check_indptr(std::span<const std::int32_t> indptr, const char* what) {
+  if (indptr.empty()) invalid(std::string(what) + " must have batch + 1 entries, got an empty array");
+  if (indptr[0] != 0) invalid(std::string(what) + "[0] must be 0, got " + std::to_string(indptr[0]));
+  for (std::size_t i = 0; i + 1 < indptr.size(); ++i)
+    if (indptr[i + 1] < indptr[i])
+      invalid(std::string(what) + " must not decrease: " + what + "[" + std::to_string(i + 1) + "] = " +
+              std::to_string(indptr[i + 1]) + " < " + what + "[" + std::to_string(i) + "] = " + std::to_string(indptr[i]));
+}
+
+void plan_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int32_t> kv_lengths, const PrefillPlanLimits& l,
+               PrefillWorkPlan& plan, const PrefillArrayPlacer& place);
+
 }  // namespace
 
 PrefillCapacity prefill_capacity(std::int64_t max_total_q, std::int32_t max_batch, const PrefillPlanLimits& l) {
@@ -57,34 +85,60 @@ PrefillCapacity prefill_capacity(std::int64_t max_total_q, std::int32_t max_batc
   return c;
 }
 
+void lengths_from_indptr(std::span<const std::int32_t> indptr, const char* what, std::vector<std::int32_t>& lengths) {
+  check_indptr(indptr, what);
+  lengths.resize(indptr.size() - 1);
+  for (std::size_t i = 0; i < lengths.size(); ++i) lengths[i] = indptr[i + 1] - indptr[i];
+}
+
 std::vector<std::int32_t> lengths_from_indptr(std::span<const std::int32_t> indptr, const char* what) {
-  if (indptr.empty()) invalid(std::string(what) + " must have batch + 1 entries, got an empty array");
-  if (indptr[0] != 0) invalid(std::string(what) + "[0] must be 0, got " + std::to_string(indptr[0]));
-  std::vector<std::int32_t> lengths(indptr.size() - 1);
-  for (std::size_t i = 0; i < lengths.size(); ++i) {
-    if (indptr[i + 1] < indptr[i])
-      invalid(std::string(what) + " must not decrease: " + what + "[" + std::to_string(i + 1) + "] = " +
-              std::to_string(indptr[i + 1]) + " < " + what + "[" + std::to_string(i) + "] = " + std::to_string(indptr[i]));
-    lengths[i] = indptr[i + 1] - indptr[i];
-  }
+  std::vector<std::int32_t> lengths;
+  lengths_from_indptr(indptr, what, lengths);
   return lengths;
 }
 
 void plan_prefill_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int32_t> kv_lengths,
                        const PrefillPlanLimits& l, PrefillWorkPlan& plan) {
+  // Into the plan's own vectors: resizing to the size they had is free, and every entry is
+  // written, so a reused plan keeps nothing stale.
+  plan_work(qo_indptr, kv_lengths, l, plan, [&plan](const PrefillWorkPlan&) {
+    for (std::vector<std::int32_t>* v : {&plan.request, &plan.q_row, &plan.kv_begin, &plan.kv_end, &plan.state, &plan.state_stride})
+      v->resize(std::size_t(plan.padded_work));
+    plan.merge_indptr.resize(std::size_t(plan.num_outputs()) + 1);
+    plan.merge_row.resize(std::size_t(plan.num_outputs()));
+    return PrefillWorkArrays{plan.request.data(), plan.q_row.data(),        plan.kv_begin.data(),     plan.kv_end.data(),
+                             plan.state.data(),   plan.state_stride.data(), plan.merge_indptr.data(), plan.merge_row.data()};
+  });
+}
+
+void plan_prefill_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int32_t> kv_lengths,
+                       const PrefillPlanLimits& l, PrefillWorkPlan& plan, const PrefillArrayPlacer& place) {
+  for (std::vector<std::int32_t>* v : {&plan.request, &plan.q_row, &plan.kv_begin, &plan.kv_end, &plan.state, &plan.state_stride,
+                                       &plan.merge_indptr, &plan.merge_row})
+    v->clear();
+  plan_work(qo_indptr, kv_lengths, l, plan, place);
+}
+
+namespace {
+
+void plan_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int32_t> kv_lengths, const PrefillPlanLimits& l,
+               PrefillWorkPlan& plan, const PrefillArrayPlacer& place) {
   check_limits(l);
-  const std::vector<std::int32_t> qo_lengths = lengths_from_indptr(qo_indptr, "qo_indptr");
-  const std::int32_t batch = std::int32_t(qo_lengths.size());
-  if (kv_lengths.size() != qo_lengths.size())
+  check_indptr(qo_indptr, "qo_indptr");
+  const std::int32_t batch = std::int32_t(qo_indptr.size() - 1);
+  if (kv_lengths.size() != qo_indptr.size() - 1)
     invalid("qo_indptr describes " + std::to_string(batch) + " requests, the KV " + std::to_string(kv_lengths.size()));
   const std::int32_t group = l.num_qo_heads / l.num_kv_heads;
   std::int64_t packed_total = 0;
+  std::int32_t longest = 0;  // the longest key extent of a tile: a request's last tile sees all its keys
   for (std::int32_t i = 0; i < batch; ++i) {
-    if (l.causal && qo_lengths[i] > kv_lengths[i])
-      invalid("request " + std::to_string(i) + " has " + std::to_string(qo_lengths[i]) + " query tokens but " +
-              std::to_string(kv_lengths[i]) +
+    const std::int32_t qo = qo_indptr[i + 1] - qo_indptr[i], kv = kv_lengths[i];
+    if (kv < 0) invalid("request " + std::to_string(i) + " has a negative KV length, " + std::to_string(kv));
+    if (l.causal && qo > kv)
+      invalid("request " + std::to_string(i) + " has " + std::to_string(qo) + " query tokens but " + std::to_string(kv) +
               " keys; a causal mask places the queries at the end of the KV, so qo_len must be <= kv_len");
-    packed_total += std::int64_t(qo_lengths[i]) * group;
+    packed_total += std::int64_t(qo) * group;
+    if (qo > 0) longest = std::max(longest, kv);
   }
   if (packed_total > INT32_MAX) invalid("the batch has more than 2^31 packed query rows");
 
@@ -93,25 +147,32 @@ void plan_prefill_work(std::span<const std::int32_t> qo_indptr, std::span<const 
   plan.large_tile = graph || batch == 0 || packed_total > std::int64_t(l.small.rows) * batch;
   const PrefillTile& tile = plan.large_tile ? l.large : l.small;
   plan.tile_rows = tile.rows;
+  const std::uint32_t tile_rows = std::uint32_t(tile.rows);
 
   // 2. Tiles and their key extents, generated on demand (a plan may have thousands: no
-  // per-call allocations beyond the plan's own reused vectors).
+  // per-call allocations beyond the plan's own reused vectors). Tile j of a request holds its
+  // packed rows [j * tile_rows, (j + 1) * tile_rows) (fewer in the last). Unsigned 32-bit rows:
+  // a request has fewer than 2^31 packed rows (checked above), so row + tile_rows cannot wrap.
+  const Divider by_group{std::uint32_t(group)}, by_tile_rows{tile_rows};
+  auto tiles_of = [&](std::uint32_t packed) { return by_tile_rows(packed + tile_rows - 1); };
+  // Causal: the tile's last token t = (last row) / group sees keys 0 .. kv - qo + t, never
+  // beyond the request's keys (t < qo).
+  auto extent_of = [&](std::int32_t qo, std::int32_t kv, std::uint32_t packed, std::uint32_t row) {
+    return l.causal ? kv - qo + std::int32_t(by_group(std::min(row + tile_rows, packed) - 1)) + 1 : kv;
+  };
   auto for_each_tile = [&](auto&& visit) {
     for (std::int32_t i = 0; i < batch; ++i) {
-      const std::int32_t packed = qo_lengths[i] * group, kv = kv_lengths[i];
-      for (std::int32_t row = 0; row < packed; row += tile.rows) {
-        const std::int32_t rows = std::min(tile.rows, packed - row);
-        const std::int32_t last_token = (row + rows - 1) / group;
-        const std::int32_t extent = l.causal ? std::min(kv, kv - qo_lengths[i] + last_token + 1) : kv;
-        visit(QueryTile{i, row, rows, extent});
-      }
+      const std::int32_t qo = qo_indptr[i + 1] - qo_indptr[i], kv = kv_lengths[i];
+      const std::uint32_t packed = std::uint32_t(qo) * std::uint32_t(group);
+      for (std::uint32_t row = 0; row < packed; row += tile_rows)
+        visit(QueryTile{i, std::int32_t(row), std::int32_t(std::min(tile_rows, packed - row)), extent_of(qo, kv, packed, row)});
     }
   };
   std::int64_t num_tiles = 0;
-  std::int32_t longest = 0;
-  for_each_tile([&](const QueryTile& t) { ++num_tiles, longest = std::max(longest, t.extent); });
+  for (std::int32_t i = 0; i < batch; ++i) num_tiles += tiles_of(std::uint32_t(qo_indptr[i + 1] - qo_indptr[i]) * std::uint32_t(group));
 
-  // 3. The chunk: the smallest multiple of the KV tile whose items fit in a wave.
+  // 3. The chunk: the smallest multiple of the KV tile whose items fit in a wave. Only when the
+  // tiles are fewer than a wave, so these passes are short.
   const std::int64_t wave = wave_items(l, tile);
   const std::int64_t max_chunk_tiles = std::max<std::int64_t>(1, ceil_div(longest, l.kv_tile_tokens));
   auto items_for_chunk = [&](std::int64_t chunk) {
@@ -130,73 +191,163 @@ void plan_prefill_work(std::span<const std::int32_t> qo_indptr, std::span<const 
     chunk_tiles = lo;
   }
   const std::int64_t chunk = chunk_tiles * l.kv_tile_tokens;
-  plan.split = chunk_tiles < max_chunk_tiles;
-  plan.chunk_tokens = plan.split ? std::int32_t(chunk) : 0;
-  auto chunks_of = [&](const QueryTile& t) {
-    return plan.split ? std::int32_t(std::max<std::int64_t>(1, ceil_div(t.extent, chunk))) : 1;
-  };
-  // Chunk c of a tile: keys [c * chunk, min(extent, (c + 1) * chunk)) (the whole extent unsplit).
-  auto chunk_end = [&](const QueryTile& t, std::int32_t c, std::int32_t chunks) {
-    return chunks == 1 ? t.extent : std::int32_t(std::min<std::int64_t>(t.extent, (c + 1) * chunk));
+  const bool split = chunk_tiles < max_chunk_tiles;
+  plan.split = split;
+  plan.chunk_tokens = split ? std::int32_t(chunk) : 0;
+  auto chunks_of = [&](const QueryTile& t) { return std::int32_t(std::max<std::int64_t>(1, ceil_div(t.extent, chunk))); };
+  // Chunk c of a split tile: keys [c * chunk, min(extent, (c + 1) * chunk)).
+  auto chunk_end = [&](const QueryTile& t, std::int32_t c) {
+    return std::int32_t(std::min<std::int64_t>(t.extent, (c + 1) * chunk));
   };
 
-  // 4. Longest first: a stable counting sort on the number of KV tiles of each item (items with
-  // as many tiles cost the same). Pass one counts, pass two writes each item into its slot.
-  // Unsigned 32-bit: divisions dominate, and the rounding sum passes INT32_MAX for keys near 2^31.
-  const std::uint32_t kv_tile = std::uint32_t(l.kv_tile_tokens), most_tiles = std::uint32_t(max_chunk_tiles);
-  auto bucket = [&](std::int32_t begin, std::int32_t end) {  // 0 = the most KV tiles
-    return std::size_t(most_tiles - (std::uint32_t(end - begin) + kv_tile - 1) / kv_tile);
-  };
-  std::vector<std::int32_t>& next_slot = plan.scratch;
-  next_slot.assign(std::size_t(max_chunk_tiles) + 2, 0);
-  std::int64_t num_work = 0;
-  for_each_tile([&](const QueryTile& t) {
-    const std::int32_t chunks = chunks_of(t);
-    for (std::int32_t c = 0; c < chunks; ++c) ++next_slot[bucket(std::int32_t(c * chunk), chunk_end(t, c, chunks)) + 1];
-    num_work += chunks;
-  });
-  for (std::size_t b = 1; b < next_slot.size(); ++b) next_slot[b] += next_slot[b - 1];
+  // 4. Longest first: a stable counting sort on the number of KV tiles of each item, 0 ..
+  // ceil(longest / kv_tile) (items with as many tiles cost the same). Unsigned 32-bit: the
+  // rounding sum passes INT32_MAX for keys near 2^31.
+  const std::uint32_t kv_tile = std::uint32_t(l.kv_tile_tokens);
+  const Divider by_kv_tile{kv_tile};
+  auto kv_tiles = [&](std::int32_t keys) { return std::size_t(by_kv_tile(std::uint32_t(keys) + kv_tile - 1)); };
+  // Per number of KV tiles: how many (runs unsplit, items split), then the first slot of each.
+  std::vector<std::int32_t>& bucket = plan.scratch;
+  bucket.assign(std::size_t(max_chunk_tiles) + 1, 0);
 
+  // Unsplit plans (every large batch): an item is a tile, and along a request the tiles' KV
+  // tiles never decrease, so they come in runs of equal cost. The sort orders the runs (a few
+  // per request), and step 5 writes the items in slot order. Scattering the items over the
+  // buckets instead costs more than all the rest: consecutive items go to different regions of
+  // each array, which in a batch of equal requests lie a multiple of 4 KiB apart and evict each
+  // other from the cache.
+  //
+  // A causal request's run of k KV tiles: token t sees kv - qo + t + 1 keys, so its first
+  // kv_tile * k - kv + qo tokens see at most k KV tiles (fewer than qo below the request's last
+  // k), and a tile j other than the last has its last token among them when (j + 1) * tile_rows
+  // <= that many tokens * group. The last tile sees every key. Each k's run end is computed on
+  // its own, not from the previous run's: that would chain three multiplications run to run.
+  //
+  // plan.runs: (request, first tile, end tile, KV tiles) per run, then the runs in sorted
+  // order; room for as many runs as tiles.
+  std::int32_t* run = nullptr;
+  std::size_t num_runs = 0;
+  std::int64_t num_work = num_tiles, num_states = 0, num_outputs = 0;
+  if (!split) {
+    plan.runs.resize(5 * std::size_t(num_tiles));
+    run = plan.runs.data();
+    for (std::int32_t i = 0; i < batch; ++i) {
+      const std::int32_t qo = qo_indptr[i + 1] - qo_indptr[i], kv = kv_lengths[i];
+      const std::uint32_t packed = std::uint32_t(qo) * std::uint32_t(group), tiles = tiles_of(packed);
+      if (tiles == 0) continue;
+      const std::size_t last = kv_tiles(kv);
+      std::uint32_t first = 0;
+      for (std::size_t k = kv_tiles(extent_of(qo, kv, packed, 0)); k <= last; ++k) {
+        const std::uint32_t tokens = std::uint32_t(std::int64_t(k) * kv_tile - kv + qo);
+        const std::uint32_t end = k == last ? tiles : std::min(tiles - 1, by_tile_rows(tokens * std::uint32_t(group)));
+        if (end == first) continue;  // no tile has k KV tiles
+        std::int32_t* const r = run + 4 * num_runs++;
+        r[0] = i, r[1] = std::int32_t(first), r[2] = std::int32_t(end), r[3] = std::int32_t(k);
+        ++bucket[k];
+        first = end;
+      }
+    }
+  } else {
+    // Split tiles also count their merge outputs (kv_heads * rows) and states (one per output
+    // and chunk).
+    num_work = 0;
+    for_each_tile([&](const QueryTile& t) {
+      const std::int32_t chunks = chunks_of(t);
+      for (std::int32_t c = 0; c < chunks; ++c) ++bucket[kv_tiles(chunk_end(t, c) - std::int32_t(c * chunk))];
+      num_work += chunks;
+      if (chunks > 1) {
+        num_outputs += std::int64_t(l.num_kv_heads) * t.rows;
+        num_states += std::int64_t(l.num_kv_heads) * t.rows * chunks;
+      }
+    });
+  }
   if (num_work > INT32_MAX) invalid("the batch needs more than 2^31 work items");
   plan.num_work = std::int32_t(num_work);
   if (graph && plan.num_work > l.graph_work)
     invalid("this batch needs " + std::to_string(plan.num_work) + " work items; the CUDA-graph grid holds " +
             std::to_string(l.graph_work) + " (raise max_total_q or max_batch)");
   plan.padded_work = graph ? l.graph_work : plan.num_work;
-  plan.request.assign(plan.padded_work, 0);
-  plan.q_row.assign(plan.padded_work, 0);
-  plan.kv_begin.assign(plan.padded_work, 0);
-  plan.kv_end.assign(plan.padded_work, 0);
-  plan.state.assign(plan.padded_work, -1);
-  plan.state_stride.assign(plan.padded_work, 0);
+  plan.num_states = std::int32_t(num_states);
+  plan.merge_outputs = std::int32_t(num_outputs);
+  // Counts to first slots, the most KV tiles first.
+  std::int32_t first_slot = 0;
+  for (std::size_t k = bucket.size(); k-- > 0;) {
+    const std::int32_t count = bucket[k];
+    bucket[k] = first_slot;
+    first_slot += count;
+  }
 
-  // 5. Items, the states of split tiles and the merge outputs.
-  plan.num_states = 0;
-  plan.merge_indptr.assign(1, 0);
-  plan.merge_row.clear();
-  for_each_tile([&](const QueryTile& t) {
-    const std::int32_t chunks = chunks_of(t);
-    const std::int32_t first_state = chunks == 1 ? -1 : plan.num_states;
-    for (std::int32_t c = 0; c < chunks; ++c) {
-      const std::int32_t begin = std::int32_t(c * chunk), end = chunk_end(t, c, chunks);
-      const std::int32_t slot = next_slot[bucket(begin, end)]++;
-      plan.request[slot] = t.request;
-      plan.q_row[slot] = t.q_row;
-      plan.kv_begin[slot] = chunks == 1 ? 0 : begin;
-      plan.kv_end[slot] = end;
-      plan.state[slot] = chunks == 1 ? -1 : first_state + c;
-      plan.state_stride[slot] = chunks == 1 ? 0 : chunks;
-    }
-    if (chunks == 1) return;
-    // State (kv_head, row, chunk) = first_state + (kv_head * rows + row) * chunks + chunk.
-    for (std::int32_t kv_head = 0; kv_head < l.num_kv_heads; ++kv_head)
-      for (std::int32_t r = 0; r < t.rows; ++r) {
-        const std::int32_t packed = t.q_row + r;
-        plan.merge_row.push_back((qo_indptr[t.request] + packed / group) * l.num_qo_heads + kv_head * group + packed % group);
-        plan.num_states += chunks;
-        plan.merge_indptr.push_back(plan.num_states);
+  // 5. Items, the states of split tiles and the merge outputs, straight into the caller's arrays.
+  const PrefillWorkArrays out = place(plan);
+  std::int32_t *const request = out.request, *const q_row = out.q_row, *const kv_begin = out.kv_begin,
+                      *const kv_end = out.kv_end, *const state = out.state, *const state_stride = out.state_stride;
+  out.merge_indptr[0] = 0;
+  if (!split) {
+    // The runs in sorted order, then their tiles in consecutive slots, each a whole tile
+    // written directly to o; what does not depend on the tile is filled in bulk.
+    std::int32_t* const order = run + 4 * num_tiles;
+    for (std::size_t r = 0; r < num_runs; ++r) order[bucket[std::size_t(run[4 * r + 3])]++] = std::int32_t(r);
+    std::int32_t x = 0;
+    for (std::size_t s = 0; s < num_runs; ++s) {
+      const std::int32_t* const r = run + 4 * std::size_t(order[s]);
+      const std::int32_t i = r[0], qo = qo_indptr[i + 1] - qo_indptr[i], kv = kv_lengths[i];
+      const std::uint32_t packed = std::uint32_t(qo) * std::uint32_t(group), row_end = std::uint32_t(r[2]) * tile_rows;
+      for (std::uint32_t row = std::uint32_t(r[1]) * tile_rows; row < row_end; row += tile_rows, ++x) {
+        request[x] = i;
+        q_row[x] = std::int32_t(row);
+        kv_end[x] = extent_of(qo, kv, packed, row);
       }
-  });
+    }
+    std::fill_n(kv_begin, num_work, 0);
+    std::fill_n(state, num_work, -1);
+    std::fill_n(state_stride, num_work, 0);
+  } else {
+    std::int32_t states = 0, outputs = 0;
+    for_each_tile([&](const QueryTile& t) {
+      const std::int32_t chunks = chunks_of(t);
+      if (chunks == 1) {  // the whole tile in one item, written directly to o
+        const std::int32_t x = bucket[kv_tiles(t.extent)]++;
+        request[x] = t.request;
+        q_row[x] = t.q_row;
+        kv_begin[x] = 0;
+        kv_end[x] = t.extent;
+        state[x] = -1;
+        state_stride[x] = 0;
+        return;
+      }
+      // State (kv_head, row, chunk) = first_state + (kv_head * rows + row) * chunks + chunk.
+      for (std::int32_t c = 0; c < chunks; ++c) {
+        const std::int32_t begin = std::int32_t(c * chunk), end = chunk_end(t, c);
+        const std::int32_t x = bucket[kv_tiles(end - begin)]++;
+        request[x] = t.request;
+        q_row[x] = t.q_row;
+        kv_begin[x] = begin;
+        kv_end[x] = end;
+        state[x] = states + c;
+        state_stride[x] = chunks;
+      }
+      // One merge output per (kv_head, row), in state order: packed row token * group + g goes
+      // to o row token * num_qo_heads + kv_head * group + g (token and g stepped, not divided).
+      const std::int32_t first_token = std::int32_t(by_group(std::uint32_t(t.q_row)));
+      const std::int32_t first_g = t.q_row - first_token * group;
+      for (std::int32_t kv_head = 0; kv_head < l.num_kv_heads; ++kv_head) {
+        std::int32_t token = qo_indptr[t.request] + first_token, g = first_g;
+        for (std::int32_t r = 0; r < t.rows; ++r) {
+          out.merge_row[outputs] = token * l.num_qo_heads + kv_head * group + g;
+          states += chunks;
+          out.merge_indptr[++outputs] = states;
+          if (++g == group) g = 0, ++token;
+        }
+      }
+    });
+  }
+
+  // CUDA-graph padding: empty direct items (the kernels skip items past num_work).
+  const std::size_t pad_from = std::size_t(plan.num_work), pad = std::size_t(plan.padded_work - plan.num_work);
+  for (std::int32_t* a : {out.request, out.q_row, out.kv_begin, out.kv_end, out.state_stride}) std::fill_n(a + pad_from, pad, 0);
+  std::fill_n(out.state + pad_from, pad, -1);
 }
+
+}  // namespace
 
 }  // namespace aotinfer
