@@ -67,8 +67,10 @@ struct PrefillSm90 {
   static constexpr int kFreqOffset = kOffsetsOffset + 2 * kKv * 8;
   static constexpr int kSmemBytes = 1024 + kFreqOffset + (kRope ? head_dim / 2 * 4 : 0);
   // Registers per thread after reallocation, 128 * (kProducerRegs + 2 * kConsumerRegs) <= 64K:
-  // the producer needs more where it rotates (RoPE), which the consumers can spare.
-  static constexpr int kProducerRegs = kRope ? 56 : 40, kConsumerRegs = kRope ? 224 : 232;
+  // the producer needs more where it rotates (RoPE) or copies 512-byte rows (head_dim 256), and
+  // the consumers can spare them there (no spills at these counts, ptxas -v).
+  static constexpr int kProducerRegs = kRope ? 64 : head_dim == 256 ? 56 : 40;
+  static constexpr int kConsumerRegs = kRope || head_dim == 256 ? 224 : 232;
   // Named barriers: 1 among the producer's threads, kTurnBarrier + g for consumer g's turns.
   static constexpr int kProducerBarrier = 1, kTurnBarrier = 2;
   // Producer copies: a row's chunks c and c + kChunks / 2 (a RoPE pair) go to one thread, so
