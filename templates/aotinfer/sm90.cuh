@@ -1,6 +1,7 @@
 // Hopper building blocks (sm_90a): shared-memory matrix descriptors and warpgroup MMA (wgmma),
-// mbarriers, the async-proxy fence and register reallocation. Only code compiled for sm_90a may
-// call them (aotinfer/prefill_sm90.cuh guards its use with __CUDA_ARCH_FEAT_SM90_ALL).
+// mbarriers, cp.async arrivals, the async-proxy fence, named barriers and register reallocation.
+// Only the sm_90a compile pass may instantiate code that calls them (templates/batch_prefill.cuh
+// selects on __CUDA_ARCH_FEAT_SM90_ALL).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
