@@ -58,7 +58,7 @@ struct PrefillSm90 {
   static constexpr int kQBytes = kRows * head_dim * 2;
   static constexpr int kTileBytes = kKv * head_dim * 2;  // K or V of one stage
   // Shared memory from a 1024-aligned base (the swizzle atoms must be): q, K stages, V stages,
-  // mbarriers, RoPE frequencies; 1024 bytes of slack to align the base.
+  // mbarriers, key offsets, RoPE frequencies; 1024 bytes of slack to align the base.
   static constexpr int kKOffset = kQBytes;
   static constexpr int kVOffset = kKOffset + kStages * kTileBytes;
   static constexpr int kBarOffset = kVOffset + kStages * kTileBytes;
