@@ -113,17 +113,7 @@ const PrefillWorkPlan& BatchPrefill::work_plan() const {
   // they are copied out only for callers that look at them.
   Impl& s = *impl_;
   if (s.planned && !s.work_arrays) {
-    const PrefillWorkArrays a = s.layout.arrays(s.image);
-    PrefillWorkPlan& w = s.work;
-    const std::size_t work = std::size_t(w.padded_work), outputs = std::size_t(w.num_outputs());
-    w.request.assign(a.request, a.request + work);
-    w.q_row.assign(a.q_row, a.q_row + work);
-    w.kv_begin.assign(a.kv_begin, a.kv_begin + work);
-    w.kv_end.assign(a.kv_end, a.kv_end + work);
-    w.state.assign(a.state, a.state + work);
-    w.state_stride.assign(a.state_stride, a.state_stride + work);
-    w.merge_indptr.assign(a.merge_indptr, a.merge_indptr + outputs + 1);
-    w.merge_row.assign(a.merge_row, a.merge_row + outputs);
+    copy_work_arrays(s.layout.arrays(s.image), s.work);
     s.work_arrays = true;
   }
   return s.work;

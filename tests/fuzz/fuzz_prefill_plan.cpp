@@ -92,15 +92,7 @@ void plan_placed(const std::vector<std::int32_t>& qo_indptr, const std::vector<s
     return a;
   });
   if (!placed.request.empty() || !placed.merge_indptr.empty()) finding("plan_prefill_work with `place` filled the plan's vectors");
-  const std::size_t work = std::size_t(placed.padded_work), outputs = std::size_t(placed.num_outputs());
-  placed.request.assign(a.request, a.request + work);
-  placed.q_row.assign(a.q_row, a.q_row + work);
-  placed.kv_begin.assign(a.kv_begin, a.kv_begin + work);
-  placed.kv_end.assign(a.kv_end, a.kv_end + work);
-  placed.state.assign(a.state, a.state + work);
-  placed.state_stride.assign(a.state_stride, a.state_stride + work);
-  placed.merge_indptr.assign(a.merge_indptr, a.merge_indptr + outputs + 1);
-  placed.merge_row.assign(a.merge_row, a.merge_row + outputs);
+  copy_work_arrays(a, placed);
 }
 
 }  // namespace

@@ -105,4 +105,8 @@ using PrefillArrayPlacer = std::function<PrefillWorkArrays(const PrefillWorkPlan
 void plan_prefill_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int32_t> kv_lengths,
                        const PrefillPlanLimits& limits, PrefillWorkPlan& plan, const PrefillArrayPlacer& place);
 
+// Fills the plan's vectors from arrays a placed plan was written to (its padded_work and
+// num_outputs() give the sizes).
+void copy_work_arrays(const PrefillWorkArrays& arrays, PrefillWorkPlan& plan);
+
 }  // namespace aotinfer

@@ -119,6 +119,18 @@ void plan_prefill_work(std::span<const std::int32_t> qo_indptr, std::span<const 
   plan_work(qo_indptr, kv_lengths, l, plan, place);
 }
 
+void copy_work_arrays(const PrefillWorkArrays& a, PrefillWorkPlan& plan) {
+  const std::size_t work = std::size_t(plan.padded_work), outputs = std::size_t(plan.num_outputs());
+  plan.request.assign(a.request, a.request + work);
+  plan.q_row.assign(a.q_row, a.q_row + work);
+  plan.kv_begin.assign(a.kv_begin, a.kv_begin + work);
+  plan.kv_end.assign(a.kv_end, a.kv_end + work);
+  plan.state.assign(a.state, a.state + work);
+  plan.state_stride.assign(a.state_stride, a.state_stride + work);
+  plan.merge_indptr.assign(a.merge_indptr, a.merge_indptr + outputs + 1);
+  plan.merge_row.assign(a.merge_row, a.merge_row + outputs);
+}
+
 namespace {
 
 void plan_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int32_t> kv_lengths, const PrefillPlanLimits& l,
