@@ -41,6 +41,20 @@ void fill(void* p, size_t bytes, bool fp8) {
     check(cudaMemcpy(static_cast<char*>(p) + off, seed, std::min(block, bytes - off), cudaMemcpyDeviceToDevice), "fill");
 }
 
+// A decode workspace of the given sizes, freed with it.
+struct Workspace {
+  aotinfer::Workspace ws;
+  explicit Workspace(aotinfer::WorkspaceSizes sizes) {
+    check(cudaMalloc(&ws.float_buffer, std::max<size_t>(sizes.float_bytes, 256)), "malloc");
+    check(cudaMalloc(&ws.int_buffer, sizes.int_bytes), "malloc");
+    ws.float_bytes = sizes.float_bytes;
+    ws.int_bytes = sizes.int_bytes;
+  }
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+  ~Workspace() { cudaFree(ws.float_buffer), cudaFree(ws.int_buffer); }
+};
+
 struct Case {
   int batch, kv_len;
   aotinfer::DType kv;
@@ -66,8 +80,8 @@ int main(int argc, char** argv) {
 
   const int qo_heads = 32, kv_heads = 8, head_dim = 128, page = 16;
   std::printf("\nbatch_decode: %d qo / %d kv heads, head_dim %d, page %d, NHD\n", qo_heads, kv_heads, head_dim, page);
-  std::printf("%-6s %6s %7s %6s %6s %10s %10s %8s %8s\n", "kv", "batch", "kv_len", "split", "ctas", "MB moved", "time us",
-              "GB/s", "of copy");
+  std::printf("%-6s %6s %7s %6s %6s %10s %10s %8s %8s %10s %8s %8s\n", "kv", "batch", "kv_len", "split", "ctas", "MB moved",
+              "time us", "GB/s", "of copy", "graph us", "GB/s", "of copy");
   std::vector<Case> cases;
   for (auto kv : {aotinfer::DType::bf16, aotinfer::DType::e4m3})
     for (int batch : {1, 16, 64, 256})
@@ -85,7 +99,6 @@ int main(int argc, char** argv) {
     cfg.num_qo_heads = qo_heads;
     cfg.num_kv_heads = kv_heads;
     cfg.page_size = page;
-    aotinfer::BatchDecode decode(pkg, cfg);
 
     const int pages_per_req = (c.kv_len + page - 1) / page;
     const int num_pages = c.batch * pages_per_req;
@@ -127,14 +140,6 @@ int main(int argc, char** argv) {
     check(cudaMalloc(&o, q_bytes), "malloc");
     fill(q, q_bytes, false);
 
-    auto sizes = decode.workspace_sizes(c.batch);
-    aotinfer::Workspace ws;
-    check(cudaMalloc(&ws.float_buffer, std::max<size_t>(sizes.float_bytes, 256)), "malloc");
-    check(cudaMalloc(&ws.int_buffer, sizes.int_bytes), "malloc");
-    ws.float_bytes = sizes.float_bytes;
-    ws.int_bytes = sizes.int_bytes;
-    decode.plan(indptr, last, indices, num_pages, ws, nullptr);
-
     aotinfer::DecodeRunArgs args;
     args.batch = c.batch;
     args.q = q;
@@ -142,6 +147,11 @@ int main(int argc, char** argv) {
     args.kv_indices = d_indices;
     args.kv_last_page_len = d_last;
     args.o = o;
+
+    // Eager: plan, then one run() per timed call (host launch included, as an eager engine sees it).
+    aotinfer::BatchDecode decode(pkg, cfg);
+    Workspace ws(decode.workspace_sizes(c.batch));
+    decode.plan(indptr, last, indices, num_pages, ws.ws, nullptr);
     const double us = median_us(5, 30, [&](int i) {
       args.k_pages = k[i % sets];
       args.v_pages = v[i % sets];
@@ -149,15 +159,42 @@ int main(int argc, char** argv) {
     });
     check(cudaGetLastError(), "decode");
     const auto& plan = decode.work_plan();
-    const double gbs = moved / us / 1e3;
+
+    // CUDA graph, as engines run decode: a graph-mode decode for this batch, captured once per KV
+    // pool copy and replayed.
+    cfg.cuda_graph = true;
+    cfg.max_batch = c.batch;
+    aotinfer::BatchDecode graph_decode(pkg, cfg);
+    Workspace graph_ws(graph_decode.workspace_sizes(c.batch));
+    cudaStream_t stream;
+    check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+    graph_decode.plan(indptr, last, indices, num_pages, graph_ws.ws, stream);
+    std::vector<cudaGraphExec_t> graphs(sets);
+    for (int s = 0; s < sets; ++s) {
+      args.k_pages = k[s];
+      args.v_pages = v[s];
+      cudaGraph_t graph;
+      check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "capture");
+      graph_decode.run(args, stream);
+      check(cudaStreamEndCapture(stream, &graph), "capture");
+      check(cudaGraphInstantiate(&graphs[s], graph, 0), "instantiate");
+      cudaGraphDestroy(graph);
+    }
+    const double graph_us = median_us(5, 30, [&](int i) { cudaGraphLaunch(graphs[i % sets], stream); }, stream);
+    check(cudaGetLastError(), "decode graph");
+    for (auto g : graphs) cudaGraphExecDestroy(g);
+    cudaStreamDestroy(stream);
+
+    const double gbs = moved / us / 1e3, graph_gbs = moved / graph_us / 1e3;
     const std::string kv_name(aotinfer::dtype_name(c.kv));
-    std::printf("%-6s %6d %7d %6s %6d %10.1f %10.1f %8.0f %7.0f%%\n", kv_name.c_str(), c.batch, c.kv_len,
-                plan.split ? "yes" : "no", plan.padded_work * kv_heads, moved / 1e6, us, gbs, 100 * gbs / copy_gbs);
+    std::printf("%-6s %6d %7d %6s %6d %10.1f %10.1f %8.0f %7.0f%% %10.1f %8.0f %7.0f%%\n", kv_name.c_str(), c.batch, c.kv_len,
+                plan.split ? "yes" : "no", plan.padded_work * kv_heads, moved / 1e6, us, gbs, 100 * gbs / copy_gbs, graph_us,
+                graph_gbs, 100 * graph_gbs / copy_gbs);
     results << "{\"kv\": \"" << kv_name << "\", \"batch\": " << c.batch << ", \"kv_len\": " << c.kv_len
-            << ", \"us\": " << us << ", \"bytes\": " << moved << "}\n";
+            << ", \"us\": " << us << ", \"graph_us\": " << graph_us << ", \"bytes\": " << moved << "}\n";
 
     for (int s = 0; s < sets; ++s) cudaFree(k[s]), cudaFree(v[s]);
-    cudaFree(q), cudaFree(o), cudaFree(ws.float_buffer), cudaFree(ws.int_buffer);
+    cudaFree(q), cudaFree(o);
     cudaFree(d_indptr), cudaFree(d_last), cudaFree(d_indices);
   }
 
@@ -168,12 +205,7 @@ int main(int argc, char** argv) {
   cfg.num_qo_heads = qo_heads;
   cfg.num_kv_heads = kv_heads;
   aotinfer::BatchDecode decode(pkg, cfg);
-  auto sizes = decode.workspace_sizes(1024);
-  aotinfer::Workspace ws;
-  check(cudaMalloc(&ws.float_buffer, sizes.float_bytes), "malloc");
-  check(cudaMalloc(&ws.int_buffer, sizes.int_bytes), "malloc");
-  ws.float_bytes = sizes.float_bytes;
-  ws.int_bytes = sizes.int_bytes;
+  Workspace ws(decode.workspace_sizes(1024));
   for (int batch : {1, 16, 64, 256, 1024}) {
     std::vector<int> indptr(batch + 1), last(batch, 16);
     for (int i = 0; i <= batch; ++i) indptr[i] = i * 256;
@@ -182,7 +214,7 @@ int main(int argc, char** argv) {
       // An engine plans once per step, long after the previous plan's copy finished.
       check(cudaDeviceSynchronize(), "sync");
       auto t0 = std::chrono::steady_clock::now();
-      decode.plan(indptr, last, {}, 0, ws, nullptr);
+      decode.plan(indptr, last, {}, 0, ws.ws, nullptr);
       auto t1 = std::chrono::steady_clock::now();
       if (r >= 20) times.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
     }

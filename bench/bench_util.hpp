@@ -17,17 +17,18 @@ inline void check(cudaError_t e, const char* what) {
 }
 
 // Median of `iters` event-timed calls of body(i), after `warmup` untimed ones, in microseconds.
+// The events go on `stream` (the default stream unless given).
 template <typename Body>
-double median_us(int warmup, int iters, Body&& body) {
+double median_us(int warmup, int iters, Body&& body, cudaStream_t stream = nullptr) {
   for (int i = 0; i < warmup; ++i) body(i);
   cudaEvent_t start, stop;
   cudaEventCreate(&start);
   cudaEventCreate(&stop);
   std::vector<double> times;
   for (int i = 0; i < iters; ++i) {
-    cudaEventRecord(start);
+    cudaEventRecord(start, stream);
     body(i);
-    cudaEventRecord(stop);
+    cudaEventRecord(stop, stream);
     check(cudaEventSynchronize(stop), "timed region");
     float ms = 0;
     cudaEventElapsedTime(&ms, start, stop);

@@ -33,9 +33,12 @@ def peer_us(batch, kv_len, backend):
         torch.cuda.empty_cache()
 
 print(f"\nbatch_decode vs PyTorch SDPA (bf16 q/o, 32 qo / 8 kv heads, hd 128; copy {copy_gbs:.0f} GB/s)")
-print(f"{'kv':6} {'batch':>5} {'kv_len':>7} {'aotinfer':>9} {'of copy':>8} {'flash':>7} {'cuDNN':>7} {'vs best':>8}   (GB/s)")
+print("(aotinfer eager: one run() per call, host launch included; graph: a replayed CUDA graph)")
+print(f"{'kv':6} {'batch':>5} {'kv_len':>7} {'aotinfer':>9} {'of copy':>8} {'graph':>7} {'of copy':>8} {'flash':>7} "
+      f"{'cuDNN':>7} {'vs best':>8}   (GB/s)")
 for (kv, batch, kv_len), r in ours.items():
     gbs = r["bytes"] / r["us"] / 1e3
+    graph_gbs = r["bytes"] / r["graph_us"] / 1e3
     peers = {}
     if kv == "bf16":
         for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
@@ -44,12 +47,14 @@ for (kv, batch, kv_len), r in ours.items():
     fmt = lambda x: f"{x:7.0f}" if x else "    n/a"
     best = max([p for p in peers.values() if p], default=None)
     ratio = f"{gbs / best:7.2f}x" if best else "       -"
-    print(f"{kv:6} {batch:5d} {kv_len:7d} {gbs:9.0f} {100 * gbs / copy_gbs:7.0f}% {fmt(peers.get('flash'))} "
+    print(f"{kv:6} {batch:5d} {kv_len:7d} {gbs:9.0f} {100 * gbs / copy_gbs:7.0f}% {graph_gbs:7.0f} "
+          f"{100 * graph_gbs / copy_gbs:7.0f}% {fmt(peers.get('flash'))} "
           f"{fmt(peers.get('cudnn'))} {ratio}")
 
 bf16 = {(b, l): r for (kv, b, l), r in ours.items() if kv == "bf16"}
 print("\nfp8 (e4m3) KV speed-up over bf16 KV (time ratio)")
 for (kv, b, l), r in ours.items():
     if kv == "e4m3" and (b, l) in bf16:
-        print(f"  batch {b:4d} kv_len {l:6d}: {bf16[(b, l)]['us'] / r['us']:.2f}x")
+        print(f"  batch {b:4d} kv_len {l:6d}: {bf16[(b, l)]['us'] / r['us']:.2f}x, "
+              f"graph {bf16[(b, l)]['graph_us'] / r['graph_us']:.2f}x")
 print("\nplan() host time: " + ", ".join(f"batch {p['plan_batch']}: {p['plan_us']:.1f} us" for p in plans))
