@@ -66,11 +66,17 @@ struct PrefillSm90 {
   static constexpr int kOffsetsOffset = kBarOffset + 8 * kNumBars;  // key offsets, two tiles
   static constexpr int kFreqOffset = kOffsetsOffset + 2 * kKv * 8;
   static constexpr int kSmemBytes = 1024 + kFreqOffset + (kRope ? head_dim / 2 * 4 : 0);
-  // Registers per thread after reallocation, 128 * (kProducerRegs + 2 * kConsumerRegs) <= 64K:
-  // the producer needs more where it rotates (RoPE) or copies 512-byte rows (head_dim 256), and
+  // Registers per thread after reallocation. A CTA owns what it launched with: kThreads times
+  // the count `__launch_bounds__(kThreads, 1)` allows (65536 / kThreads, in steps of 8). The
+  // consumers' setmaxnreg.inc waits until the producer's .dec has freed enough, so a split
+  // asking for more than the CTA owns never finishes: the static_assert keeps it within.
+  // The producer needs more where it rotates (RoPE) or copies 512-byte rows (head_dim 256), and
   // the consumers can spare them there (no spills at these counts, ptxas -v).
-  static constexpr int kProducerRegs = kRope ? 64 : head_dim == 256 ? 56 : 40;
+  static constexpr int kProducerRegs = kRope || head_dim == 256 ? 56 : 40;
   static constexpr int kConsumerRegs = kRope || head_dim == 256 ? 224 : 232;
+  static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
+  static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= kThreads * kLaunchRegs,
+                "the register split must fit what the CTA launched with");
   // Named barriers: 1 among the producer's threads, kTurnBarrier + g for consumer g's turns.
   static constexpr int kProducerBarrier = 1, kTurnBarrier = 2;
   // Producer copies: a row's chunks c and c + kChunks / 2 (a RoPE pair) go to one thread, so

@@ -7,7 +7,8 @@
 #      (tests/gpu/prefill_sm90.sh),
 #   4. run the benchmarks (bench/run.sh) unless --no-bench.
 # Usage: tests/gpu/run.sh [--no-bench] [PACKAGE_DIR...]   (default: the ci and default packages)
-# Logs go to $OUT (or build-gpu/out).
+# Logs go to $OUT (or build-gpu/out). Every GPU program runs under a time limit, so a kernel
+# that never finishes fails its step instead of holding the machine.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -42,14 +43,14 @@ status=0
 for pkg in "${packages[@]}"; do
   [ -f "$pkg/manifest.json" ] || { echo "missing package $pkg (build it with aotinfer-gen build, then carry it)"; exit 1; }
   echo "== GPU tests: $pkg"
-  AOTINFER_TEST_PACKAGE=$pkg build-gpu/tests/aotinfer_gpu_tests 2>&1 | tee -a "$out/gpu_tests.log" || status=1
+  AOTINFER_TEST_PACKAGE=$pkg timeout 300 build-gpu/tests/aotinfer_gpu_tests 2>&1 | tee -a "$out/gpu_tests.log" || status=1
   # The sanitizers slow kernels 10-100x: they run every test but the [long] ones.
   echo "== compute-sanitizer memcheck: $pkg"
-  AOTINFER_TEST_PACKAGE=$pkg compute-sanitizer --tool memcheck --error-exitcode 9 --leak-check full \
+  AOTINFER_TEST_PACKAGE=$pkg timeout 400 compute-sanitizer --tool memcheck --error-exitcode 9 --leak-check full \
     build-gpu/tests/aotinfer_gpu_tests "~[long]" 2>&1 | tee -a "$out/sanitizer.log" | tail -4 || status=1
   if [ "$pkg" = "${packages[0]}" ]; then  # racecheck is the slowest tool: the first package only
     echo "== compute-sanitizer racecheck: $pkg"
-    AOTINFER_TEST_PACKAGE=$pkg compute-sanitizer --tool racecheck --error-exitcode 9 \
+    AOTINFER_TEST_PACKAGE=$pkg timeout 400 compute-sanitizer --tool racecheck --error-exitcode 9 \
       build-gpu/tests/aotinfer_gpu_tests "~[long]" 2>&1 | tee -a "$out/sanitizer.log" | tail -2 || status=1
   fi
 done
