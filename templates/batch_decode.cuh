@@ -333,6 +333,7 @@ struct AOTINFER_FAMILY("batch_decode")
       const float lse = row_l > 0.f ? (row_m + log2f(row_l)) * kLn2 : -INFINITY;
       item.write<dtype_o, head_dim>(p, r, d, out, lse);
     }
+    item.merge_if_last<dtype_o, head_dim, kThreads>(p, reinterpret_cast<int*>(smem));
   }
 };
 

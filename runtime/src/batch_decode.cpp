@@ -4,8 +4,6 @@
 #include <cstring>
 #include <string>
 
-#include "aotinfer/merge_state.hpp"
-#include "aotinfer/params/merge_varlen.h"
 #include "driver.hpp"
 #include "plan_inputs.hpp"
 #include "plan_upload.hpp"
@@ -23,19 +21,21 @@ namespace {
 using detail::align_up;
 
 // Where each array of the work partition lives in the int workspace. The layout depends only
-// on capacities, so in CUDA-graph mode every plan uses the same addresses.
+// on capacities, so in CUDA-graph mode every plan uses the same addresses. The merge counters
+// (one per request and grid row) are zero in every upload and the kernel leaves them at zero.
 struct IntLayout {
   std::size_t counts = 0;  // [num_work, batch]
-  std::size_t request = 0, kv_begin = 0, kv_end = 0, merge_indptr = 0;
+  std::size_t request = 0, kv_begin = 0, kv_end = 0, merge_indptr = 0, merge_counters = 0;
   std::size_t bytes = 0;
 
-  IntLayout(std::int32_t work_capacity, std::int32_t batch_capacity) {
+  IntLayout(std::int32_t work_capacity, std::int32_t batch_capacity, std::int32_t grid_rows) {
     const std::size_t work = std::size_t(work_capacity) * 4;
     request = align_up(2 * 4);
     kv_begin = request + align_up(work);
     kv_end = kv_begin + align_up(work);
     merge_indptr = kv_end + align_up(work);
-    bytes = merge_indptr + align_up(std::size_t(batch_capacity + 1) * 4);
+    merge_counters = merge_indptr + align_up(std::size_t(batch_capacity + 1) * 4);
+    bytes = merge_counters + align_up(std::size_t(batch_capacity) * grid_rows * 4);
   }
 };
 
@@ -50,7 +50,7 @@ std::string value(bool b) { return b ? "true" : "false"; }
 
 struct BatchDecode::Impl {
   BatchDecodeConfig config;
-  Kernel decode, merge;
+  Kernel decode;
   DecodePlanLimits limits;
   std::int32_t row_groups = 1;
 
@@ -58,7 +58,7 @@ struct BatchDecode::Impl {
   bool planned = false;
   std::int32_t batch = 0;
   DecodeWorkPlan work;
-  IntLayout layout{0, 0};
+  IntLayout layout{0, 0, 0};
   Workspace workspace;
   detail::PlannedShape shape;  // what described tensors are checked against
 
@@ -88,7 +88,6 @@ BatchDecode::BatchDecode(const Package& package, const BatchDecodeConfig& c) : i
   check_config(c);
   impl_->config = c;
   impl_->decode = package.kernel(variant_key(c), "decode");
-  impl_->merge = package.kernel(MergeState::variant_key(c.dtype_o, c.head_dim), "merge_varlen");
 
   const aotinfer_launch_info& info = impl_->decode.launch_info();
   if (int(info.tile[2]) != c.head_dim)
@@ -115,7 +114,7 @@ const BatchDecodeConfig& BatchDecode::config() const { return impl_->config; }
 WorkspaceSizes BatchDecode::workspace_sizes(std::int32_t max_batch) const {
   if (impl_->config.cuda_graph) max_batch = impl_->config.max_batch;
   const std::int32_t work = decode_max_work(max_batch, impl_->limits);
-  return {float_bytes(work, impl_->config), IntLayout(work, max_batch).bytes};
+  return {float_bytes(work, impl_->config), IntLayout(work, max_batch, impl_->limits.ctas_per_item).bytes};
 }
 
 void BatchDecode::plan(std::span<const std::int32_t> kv_indptr, std::span<const std::int32_t> kv_last_page_len,
@@ -131,7 +130,8 @@ void BatchDecode::plan(std::span<const std::int32_t> kv_indptr, std::span<const 
   detail::check_page_ids("batch_decode", kv_indptr, kv_indices, num_pages);
 
   plan_decode_work(lengths, s.limits, s.work);
-  const IntLayout layout = c.cuda_graph ? IntLayout(s.limits.graph_work, c.max_batch) : IntLayout(s.work.padded_work, batch);
+  const IntLayout layout = c.cuda_graph ? IntLayout(s.limits.graph_work, c.max_batch, s.limits.ctas_per_item)
+                                        : IntLayout(s.work.padded_work, batch, s.limits.ctas_per_item);
   const std::size_t need_float = s.work.split ? float_bytes(s.work.padded_work, c) : 0;
   detail::check_workspace("batch_decode", ws, layout.bytes, need_float);
 
@@ -144,6 +144,7 @@ void BatchDecode::plan(std::span<const std::int32_t> kv_indptr, std::span<const 
   std::memcpy(image + layout.kv_begin, s.work.kv_begin.data(), work_bytes);
   std::memcpy(image + layout.kv_end, s.work.kv_end.data(), work_bytes);
   std::memcpy(image + layout.merge_indptr, s.work.merge_indptr.data(), s.work.merge_indptr.size() * 4);
+  std::memset(image + layout.merge_counters, 0, layout.bytes - layout.merge_counters);
   s.upload.send(ws.int_buffer, layout.bytes, stream);
 
   s.batch = batch;
@@ -203,6 +204,8 @@ void BatchDecode::run(const DecodeRunArgs& a, Stream stream) const {
   if (s.work.split) {
     p.partial_o = static_cast<float*>(s.workspace.float_buffer);
     p.partial_lse = reinterpret_cast<float*>(static_cast<char*>(s.workspace.float_buffer) + align_up(partial_rows * dim * 4));
+    p.merge_indptr = int_array(s.layout.merge_indptr);
+    p.merge_counters = reinterpret_cast<std::int32_t*>(static_cast<char*>(s.workspace.int_buffer) + s.layout.merge_counters);
   }
   p.num_qo_heads = c.num_qo_heads;
   p.window_left = a.window_left;
@@ -213,20 +216,6 @@ void BatchDecode::run(const DecodeRunArgs& a, Stream stream) const {
   p.k_scale = a.k_scale;
   p.v_scale = a.v_scale;
   s.decode.launch(Grid{unsigned(s.work.padded_work), unsigned(c.num_kv_heads * s.row_groups)}, p, stream);
-
-  if (!s.work.split) return;
-  aotinfer_merge_varlen_params m{};
-  m.v = p.partial_o;
-  m.s = p.partial_lse;
-  m.indptr = int_array(s.layout.merge_indptr);
-  m.num_outputs_device = c.cuda_graph ? int_array(s.layout.counts) + 1 : nullptr;
-  m.v_out = a.o;
-  m.s_out = a.lse;
-  m.num_outputs = c.cuda_graph ? c.max_batch : s.batch;
-  m.num_heads = c.num_qo_heads;
-  const std::int64_t rows = std::int64_t(m.num_outputs) * m.num_heads;
-  const std::int64_t per_cta = s.merge.launch_info().tile[0];
-  s.merge.launch(Grid{unsigned((rows + per_cta - 1) / per_cta)}, m, stream);
 }
 
 }  // namespace aotinfer

@@ -31,6 +31,19 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
+// Loads that skip L1 (ld.global.cg): for data other CTAs of this launch wrote, which an SM's
+// L1 does not keep coherent.
+__device__ __forceinline__ float load_l2(const float* p) {
+  float x;
+  asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(x) : "l"(p));
+  return x;
+}
+__device__ __forceinline__ float4 load_l2(const float4* p) {
+  float4 x;
+  asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(x.x), "=f"(x.y), "=f"(x.z), "=f"(x.w) : "l"(p));
+  return x;
+}
+
 // n / d for 0 <= n < 2^31 and a divisor fixed at run time, by one wide multiply and a shift
 // (Granlund-Montgomery): with l = ceil(log2 d), s = 31 + l and m = ceil(2^s / d), (n m) >> s is
 // exact because 2^s >= 2^31 d. Cheaper than the ~20-instruction integer division per use.

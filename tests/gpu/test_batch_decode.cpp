@@ -309,6 +309,9 @@ struct DeviceProblem {
     put(indices, p.cache.indices);
     put(last_page_len, p.cache.last_page_len);
     put(q_positions, p.q_positions);
+    poison_outputs();
+  }
+  void poison_outputs() {
     o.poison();
     lse.poison();
     CUDA_CHECK(cudaDeviceSynchronize());
@@ -407,7 +410,9 @@ void check(const Problem& p, const DeviceProblem& d, const ref::DecodeResult& r)
 }
 
 // Plans, runs and checks one case with a fresh BatchDecode; false (after a WARN) when the
-// package lacks its variant. `plan` receives the work plan.
+// package lacks its variant. `plan` receives the work plan. The plan runs twice with the outputs
+// poisoned in between, and the second run is checked: a split request's merge must find its
+// counters as it found them the first time.
 bool run_case(std::mt19937_64& rng, const Case& c, aotinfer::DecodeWorkPlan* plan = nullptr) {
   INFO(describe(c));
   std::optional<BatchDecode> decode = make_decode(c.config);
@@ -417,6 +422,10 @@ bool run_case(std::mt19937_64& rng, const Case& c, aotinfer::DecodeWorkPlan* pla
   d.upload(p);
   Workspace ws(decode->workspace_sizes(std::int32_t(p.batch())));
   decode->plan(p.cache.indptr, p.cache.last_page_len, p.cache.indices, p.num_pages, ws.ws, nullptr);
+  decode->run(d.args(p), nullptr);
+  CUDA_CHECK(cudaGetLastError());
+  CUDA_CHECK(cudaDeviceSynchronize());
+  d.poison_outputs();
   decode->run(d.args(p), nullptr);
   CUDA_CHECK(cudaGetLastError());
   CUDA_CHECK(cudaDeviceSynchronize());
@@ -649,6 +658,21 @@ TEST_CASE("batch_decode batch sizes 1..512: split plans for few long requests, u
   }
 }
 
+TEST_CASE("batch_decode of one request with 1 to 131k keys", "[gpu]") {
+  const std::uint64_t seed = fresh_seed();
+  INFO("seed " << seed << " (AOTINFER_TEST_SEED replays it)");
+  std::mt19937_64 rng(seed);
+  std::optional<BatchDecodeConfig> base = base_config();
+  REQUIRE_SOME_RAN(base ? 1 : 0);
+  // Lengths spread evenly over log2(length) from 1 to 2^17, one draw per octave.
+  for (int octave = 0; octave < 17; ++octave) {
+    const std::int32_t len = uniform(rng, 1 << octave, (2 << octave) - 1);
+    BatchDecodeConfig config = random_shape(rng, *base, octave);
+    if (len > 20000) config = with_heads(config, config.num_qo_heads / config.num_kv_heads, 1);  // keeps the fp64 reference quick
+    REQUIRE(run_case(rng, random_case(rng, config, {len}, uniform(rng, 0, 1), uniform(rng, 0, 1))));
+  }
+}
+
 TEST_CASE("batch_decode of a 128k-token request among short ones", "[gpu][long]") {
   const std::uint64_t seed = fresh_seed();
   INFO("seed " << seed << " (AOTINFER_TEST_SEED replays it)");
@@ -732,9 +756,13 @@ TEST_CASE("batch_decode in CUDA-graph mode: one captured graph replays every lat
       padded_work = wp.padded_work;
     }
     CHECK(wp.padded_work == padded_work);
-    CUDA_CHECK(cudaGraphLaunch(g.exec, g.stream));
-    CUDA_CHECK(cudaStreamSynchronize(g.stream));
-    CUDA_CHECK(cudaGetLastError());
+    // Two replays, the second from poisoned outputs: the merge counters are reset by each run.
+    for (int replay = 0; replay < 2; ++replay) {
+      d.poison_outputs();
+      CUDA_CHECK(cudaGraphLaunch(g.exec, g.stream));
+      CUDA_CHECK(cudaStreamSynchronize(g.stream));
+      CUDA_CHECK(cudaGetLastError());
+    }
     check(p, d, reference(p));
   }
 }

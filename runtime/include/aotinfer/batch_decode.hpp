@@ -7,8 +7,9 @@
 //
 // plan() runs on the CPU from host copies of the CSR metadata, validates them, partitions the
 // work (decode_plan.hpp), and ships the partition with one async copy from pinned memory into
-// the caller's int workspace. run() only launches: the decode kernel, then (split plans) the
-// merge of partial states; it is capturable in a CUDA graph. In CUDA-graph mode (config
+// the caller's int workspace. run() only launches the decode kernel, one launch whether or not
+// the plan splits KV (the last item of a split request merges its partial states); it is
+// capturable in a CUDA graph. In CUDA-graph mode (config
 // cuda_graph, max_batch) the grid is fixed, so a graph captured once replays correctly after
 // any later plan of up to max_batch requests with the same workspace. What a capture freezes is
 // the run arguments: later plans may change the metadata and the data behind the pointers, not
@@ -68,12 +69,12 @@ struct DecodeRunArgs {
 
 class BatchDecode {
  public:
-  // Finds and loads batch_decode and merge_state(merge_varlen) for the config. Throws
+  // Finds and loads the batch_decode variant for the config. Throws
   // Error(invalid_argument) for bad head counts, Error(not_found) for a missing variant.
   BatchDecode(const Package& package, const BatchDecodeConfig& config);
   // What the constructor does before it looks at the package: refuse a config (the
   // Error(invalid_argument) it throws: head counts, GQA group, page size, CUDA-graph bounds) and
-  // name the batch_decode variant it loads (merge_state's comes from MergeState::variant_key).
+  // name the batch_decode variant it loads.
   static void check_config(const BatchDecodeConfig& config);
   static VariantKey variant_key(const BatchDecodeConfig& config);
   ~BatchDecode();

@@ -16,8 +16,11 @@
  * The work partition comes from the planner (runtime/include/aotinfer/decode_plan.hpp): CTA
  * (x, y) handles work item x = (request, [kv_begin, kv_end)) for KV head y / row_groups and
  * query rows (y % row_groups) * tile[0] ... of its group. Items x >= *num_work exit at once
- * (CUDA-graph padding). With partial_o set, item x writes its state to partial_o/partial_lse
- * row x and merge_state's merge_varlen entry combines them; otherwise it writes o/lse.
+ * (CUDA-graph padding). With partial_o set (a split plan), an item of a request that has more
+ * than one writes its state to partial_o/partial_lse row x and counts itself done in
+ * merge_counters; the CTA that completes a request's count merges the request's states into
+ * o/lse and sets its counter back to 0, so one launch does the whole decode and the counters
+ * are ready for the next run. Without partial_o, or for a request of one item, items write o/lse.
  *
  * Launch info: tile[0] = query rows per CTA, tile[1] = KV tokens per pipeline stage,
  * tile[2] = head_dim. */
@@ -41,6 +44,8 @@ typedef struct aotinfer_batch_decode_params {
   const int32_t* num_work;      /* device scalar */
   float* partial_o;             /* [padded work, num_qo_heads, head_dim] or NULL */
   float* partial_lse;           /* [padded work, num_qo_heads] */
+  const int32_t* merge_indptr;  /* [batch + 1] split plans: request i's items are [indptr[i], indptr[i + 1]) */
+  int32_t* merge_counters;      /* [batch, gridDim.y] split plans: finished items, 0 between runs */
 
   int32_t num_qo_heads;
   int32_t window_left; /* sliding_window axis: keys kept are kv_pos >= q_pos - window_left */
