@@ -25,7 +25,7 @@ using detail::align_up;
 // (one per request and grid row) are zero in every upload and the kernel leaves them at zero.
 struct IntLayout {
   std::size_t counts = 0;  // [num_work, batch]
-  std::size_t request = 0, kv_begin = 0, kv_end = 0, merge_indptr = 0, merge_counters = 0;
+  std::size_t request = 0, kv_begin = 0, kv_end = 0, page_begin = 0, kv_len = 0, merge_indptr = 0, merge_counters = 0;
   std::size_t bytes = 0;
 
   IntLayout(std::int32_t work_capacity, std::int32_t batch_capacity, std::int32_t grid_rows) {
@@ -33,7 +33,9 @@ struct IntLayout {
     request = align_up(2 * 4);
     kv_begin = request + align_up(work);
     kv_end = kv_begin + align_up(work);
-    merge_indptr = kv_end + align_up(work);
+    page_begin = kv_end + align_up(work);
+    kv_len = page_begin + align_up(work);
+    merge_indptr = kv_len + align_up(work);
     merge_counters = merge_indptr + align_up(std::size_t(batch_capacity + 1) * 4);
     bytes = merge_counters + align_up(std::size_t(batch_capacity) * grid_rows * 4);
   }
@@ -143,6 +145,13 @@ void BatchDecode::plan(std::span<const std::int32_t> kv_indptr, std::span<const 
   std::memcpy(image + layout.request, s.work.request.data(), work_bytes);
   std::memcpy(image + layout.kv_begin, s.work.kv_begin.data(), work_bytes);
   std::memcpy(image + layout.kv_end, s.work.kv_end.data(), work_bytes);
+  auto* page_begin = reinterpret_cast<std::int32_t*>(image + layout.page_begin);
+  auto* kv_len = reinterpret_cast<std::int32_t*>(image + layout.kv_len);
+  for (std::int32_t x = 0; x < s.work.padded_work; ++x) {  // CUDA-graph padding past num_work: zeros
+    const bool item = x < s.work.num_work;
+    page_begin[x] = item ? kv_indptr[s.work.request[x]] : 0;
+    kv_len[x] = item ? lengths[s.work.request[x]] : 0;
+  }
   std::memcpy(image + layout.merge_indptr, s.work.merge_indptr.data(), s.work.merge_indptr.size() * 4);
   std::memset(image + layout.merge_counters, 0, layout.bytes - layout.merge_counters);
   s.upload.send(ws.int_buffer, layout.bytes, stream);
@@ -199,6 +208,8 @@ void BatchDecode::run(const DecodeRunArgs& a, Stream stream) const {
   p.work_request = int_array(s.layout.request);
   p.work_kv_begin = int_array(s.layout.kv_begin);
   p.work_kv_end = int_array(s.layout.kv_end);
+  p.work_page_begin = int_array(s.layout.page_begin);
+  p.work_kv_len = int_array(s.layout.kv_len);
   p.num_work = int_array(s.layout.counts);
   const std::size_t partial_rows = std::size_t(s.work.padded_work) * c.num_qo_heads;
   if (s.work.split) {

@@ -44,6 +44,14 @@ __device__ __forceinline__ float4 load_l2(const float4* p) {
   return x;
 }
 
+// *p += x at GPU scope, releasing this thread's earlier writes (and, after a CTA barrier, its
+// CTA's) and acquiring those of the threads whose additions it reads; returns the old value.
+__device__ __forceinline__ int atomic_add_acq_rel(int* p, int x) {
+  int old;
+  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(x) : "memory");
+  return old;
+}
+
 // n / d for 0 <= n < 2^31 and a divisor fixed at run time, by one wide multiply and a shift
 // (Granlund-Montgomery): with l = ceil(log2 d), s = 31 + l and m = ceil(2^s / d), (n m) >> s is
 // exact because 2^s >= 2^31 d. Cheaper than the ~20-instruction integer division per use.
@@ -118,6 +126,16 @@ __device__ __forceinline__ void store8(T* p, const float (&in)[8]) {
 #pragma unroll
   for (int i = 0; i < 8; ++i) e[i] = from_float<T>(in[i]);
   *reinterpret_cast<uint4*>(p) = raw;
+}
+
+// Four floats narrowed to T and stored (8 bytes for 16-bit T).
+template <typename T>
+__device__ __forceinline__ void store4(T* p, float4 in) {
+  static_assert(sizeof(T) == 2, "16-bit output types");
+  uint2 raw;
+  T* e = reinterpret_cast<T*>(&raw);
+  e[0] = from_float<T>(in.x), e[1] = from_float<T>(in.y), e[2] = from_float<T>(in.z), e[3] = from_float<T>(in.w);
+  *reinterpret_cast<uint2*>(p) = raw;
 }
 
 }  // namespace aotinfer

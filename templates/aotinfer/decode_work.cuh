@@ -36,12 +36,11 @@ struct DecodeWork {
       w.first_item = p.merge_indptr[w.request];
       w.items = p.merge_indptr[w.request + 1] - w.first_item;
     }
-    w.page_begin = p.kv.indptr[w.request];
-    const int num_pages = p.kv.indptr[w.request + 1] - w.page_begin;
-    const int kv_len = num_pages == 0 ? 0 : (num_pages - 1) * p.kv.page_size + p.kv.last_page_len[w.request];
+    w.page_begin = p.work_page_begin[w.work];
+    const int kv_len = p.work_kv_len[w.work];
     w.q_pos = p.q_positions ? p.q_positions[w.request] : kv_len - 1;
     w.begin = p.work_kv_begin[w.work];
-    w.end = min(p.work_kv_end[w.work], kv_len);
+    w.end = p.work_kv_end[w.work];
     if constexpr (sliding_window) w.begin = max(w.begin, w.q_pos - p.window_left);
     return w;
   }
@@ -69,57 +68,52 @@ struct DecodeWork {
   template <typename dtype_o, int head_dim, int kThreads>
   __device__ __forceinline__ void merge_if_last(const aotinfer_batch_decode_params& p, int* flag) const {
     if (!split()) return;
-    __threadfence();  // this thread's partial state is visible to the GPU before the count
-    __syncthreads();
+    __syncthreads();  // every partial write of the CTA precedes thread 0's release below
     if (threadIdx.x == 0) {
       int* counter = p.merge_counters + int64_t(request) * gridDim.y + blockIdx.y;
-      const bool last = atomicAdd(counter, 1) == items - 1;
+      const bool last = atomic_add_acq_rel(counter, 1) == items - 1;
       if (last) *counter = 0;  // every other item has counted: ready for the next run
       *flag = last;
     }
-    __syncthreads();
+    __syncthreads();  // ... and the acquire of the last count precedes every merge load
     if (!*flag) return;
-    __threadfence();  // the other items' states, counted before ours, are visible now
 
-    // Per row: the largest lse and the sum of exp(lse - max) over the items (a warp per row).
-    constexpr int kWarps = kThreads / 32;
-    float* row_max = reinterpret_cast<float*>(flag + 1);
-    float* row_sum = row_max + rows;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    for (int r = warp; r < rows; r += kWarps) {
-      const float* lse = p.partial_lse + int64_t(first_item) * p.num_qo_heads + first_head + r;
-      float m = -INFINITY;
-      for (int i = lane; i < items; i += 32) m = fmaxf(m, load_l2(lse + int64_t(i) * p.num_qo_heads));
+    // Thread = (row, 4 dims): an online merge over the items, kBatch items' loads in flight at a
+    // time (the states were just written, so they come from L2).
+    constexpr int kBatch = 16;
+    for (int pair = threadIdx.x; pair < rows * (head_dim / 4); pair += kThreads) {
+      const int head = first_head + pair / (head_dim / 4), d = (pair % (head_dim / 4)) * 4;
+      float m = -INFINITY, sum = 0.f;
+      float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+      for (int base = 0; base < items; base += kBatch) {
+        float lse[kBatch];
+        float4 v[kBatch];
 #pragma unroll
-      for (int offset = 16; offset > 0; offset /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, offset));
-      float sum = 0.f;
-      if (m != -INFINITY)
-        for (int i = lane; i < items; i += 32) sum += expf(load_l2(lse + int64_t(i) * p.num_qo_heads) - m);
-#pragma unroll
-      for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-      if (lane == 0) row_max[r] = m, row_sum[r] = sum;
-    }
-    __syncthreads();
-
-    // Thread = (row, 8 dims): the weighted sum of the items' outputs.
-    for (int pair = threadIdx.x; pair < rows * (head_dim / 8); pair += kThreads) {
-      const int r = pair / (head_dim / 8), d = (pair % (head_dim / 8)) * 8;
-      const int head = first_head + r;
-      const float m = row_max[r], rcp = m != -INFINITY ? 1.f / row_sum[r] : 0.f;
-      float out[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-      if (m != -INFINITY) {
-#pragma unroll 4
-        for (int i = 0; i < items; ++i) {
-          const int64_t row = int64_t(first_item + i) * p.num_qo_heads + head;
-          const float w = expf(load_l2(p.partial_lse + row) - m) * rcp;
-          const float4* v = reinterpret_cast<const float4*>(p.partial_o + row * head_dim + d);
-          const float4 a = load_l2(v), b = load_l2(v + 1);
-          out[0] += w * a.x, out[1] += w * a.y, out[2] += w * a.z, out[3] += w * a.w;
-          out[4] += w * b.x, out[5] += w * b.y, out[6] += w * b.z, out[7] += w * b.w;
+        for (int i = 0; i < kBatch; ++i) {
+          const int64_t row = int64_t(first_item + base + i) * p.num_qo_heads + head;
+          const bool valid = base + i < items;
+          lse[i] = valid ? load_l2(p.partial_lse + row) : -INFINITY;
+          v[i] = valid ? load_l2(reinterpret_cast<const float4*>(p.partial_o + row * head_dim + d)) : make_float4(0.f, 0.f, 0.f, 0.f);
         }
+        float new_m = m;
+#pragma unroll
+        for (int i = 0; i < kBatch; ++i) new_m = fmaxf(new_m, lse[i]);
+        if (new_m == -INFINITY) continue;  // no item so far saw a key
+        const float old_scale = expf(m - new_m);  // 0 while m is -inf
+        sum *= old_scale;
+        acc.x *= old_scale, acc.y *= old_scale, acc.z *= old_scale, acc.w *= old_scale;
+#pragma unroll
+        for (int i = 0; i < kBatch; ++i) {
+          const float w = expf(lse[i] - new_m);
+          sum += w;
+          acc.x += w * v[i].x, acc.y += w * v[i].y, acc.z += w * v[i].z, acc.w += w * v[i].w;
+        }
+        m = new_m;
       }
-      store8(static_cast<dtype_o*>(p.o) + (int64_t(request) * p.num_qo_heads + head) * head_dim + d, out);
-      if (d == 0 && p.lse) p.lse[int64_t(request) * p.num_qo_heads + head] = m != -INFINITY ? m + logf(row_sum[r]) : -INFINITY;
+      const float rcp = sum > 0.f ? 1.f / sum : 0.f;
+      store4(static_cast<dtype_o*>(p.o) + (int64_t(request) * p.num_qo_heads + head) * head_dim + d,
+             make_float4(acc.x * rcp, acc.y * rcp, acc.z * rcp, acc.w * rcp));
+      if (d == 0 && p.lse) p.lse[int64_t(request) * p.num_qo_heads + head] = sum > 0.f ? m + logf(sum) : -INFINITY;
     }
   }
 };

@@ -15,8 +15,9 @@
  *
  * The work partition comes from the planner (runtime/include/aotinfer/decode_plan.hpp): CTA
  * (x, y) handles work item x = (request, [kv_begin, kv_end)) for KV head y / row_groups and
- * query rows (y % row_groups) * tile[0] ... of its group. Items x >= *num_work exit at once
- * (CUDA-graph padding). With partial_o set (a split plan), an item of a request that has more
+ * query rows (y % row_groups) * tile[0] ... of its group. The plan also gives each item its
+ * request's first page entry and KV length, so a CTA's first loads depend on nothing but x.
+ * Items x >= *num_work exit at once (CUDA-graph padding). With partial_o set (a split plan), an item of a request that has more
  * than one writes its state to partial_o/partial_lse row x and counts itself done in
  * merge_counters; the CTA that completes a request's count merges the request's states into
  * o/lse and sets its counter back to 0, so one launch does the whole decode and the counters
@@ -41,6 +42,8 @@ typedef struct aotinfer_batch_decode_params {
   const int32_t* work_request;  /* [padded work] */
   const int32_t* work_kv_begin; /* [padded work] request-relative token index */
   const int32_t* work_kv_end;   /* [padded work] */
+  const int32_t* work_page_begin; /* [padded work] kv.indptr[request]: the kernels read no kv.indptr */
+  const int32_t* work_kv_len;     /* [padded work] the request's KV length: nor kv.last_page_len */
   const int32_t* num_work;      /* device scalar */
   float* partial_o;             /* [padded work, num_qo_heads, head_dim] or NULL */
   float* partial_lse;           /* [padded work, num_qo_heads] */
