@@ -58,6 +58,16 @@ struct Workspace {
 struct Case {
   int batch, kv_len;
   aotinfer::DType kv;
+  int head_dim = 128;
+  aotinfer::PosEncoding pos_encoding = aotinfer::PosEncoding::none;
+
+  // "bf16", or with the variant axes that differ from the main table: "bf16 rope hd256".
+  std::string variant() const {
+    std::string v(aotinfer::dtype_name(kv));
+    if (pos_encoding != aotinfer::PosEncoding::none) v += std::string(" ") + aotinfer::pos_encoding_name(pos_encoding);
+    if (head_dim != 128) v += " hd" + std::to_string(head_dim);
+    return v;
+  }
 };
 
 }  // namespace
@@ -78,24 +88,37 @@ int main(int argc, char** argv) {
               prop.multiProcessorCount, prop.l2CacheSize / 1e6, copy_gbs);
   results << "{\"copy_gbs\": " << copy_gbs << "}\n";
 
-  const int qo_heads = 32, kv_heads = 8, head_dim = 128, page = 16;
-  std::printf("\nbatch_decode: %d qo / %d kv heads, head_dim %d, page %d, NHD\n", qo_heads, kv_heads, head_dim, page);
-  std::printf("%-6s %6s %7s %6s %6s %10s %10s %8s %8s %10s %8s %8s\n", "kv", "batch", "kv_len", "split", "ctas", "MB moved",
+  const int qo_heads = 32, kv_heads = 8, page = 16;
+  std::printf("\nbatch_decode: %d qo / %d kv heads, head_dim 128 unless named, page %d, NHD\n", qo_heads, kv_heads, page);
+  std::printf("%-18s %6s %7s %6s %6s %10s %10s %8s %8s %10s %8s %8s\n", "variant", "batch", "kv_len", "split", "ctas", "MB moved",
               "time us", "GB/s", "of copy", "graph us", "GB/s", "of copy");
   std::vector<Case> cases;
   for (auto kv : {aotinfer::DType::bf16, aotinfer::DType::e4m3})
     for (int batch : {1, 16, 64, 256})
       for (int len : {1024, 4096, 32768}) cases.push_back({batch, len, kv});
+  // The variants beside the main rows (RoPE, head_dim 256) at bs64 x 4k.
+  for (auto kv : {aotinfer::DType::bf16, aotinfer::DType::e4m3})
+    for (int head_dim : {128, 256})
+      for (auto pe : {aotinfer::PosEncoding::none, aotinfer::PosEncoding::rope_llama})
+        if (head_dim != 128 || pe != aotinfer::PosEncoding::none) cases.push_back({64, 4096, kv, head_dim, pe});
 
   // AOTINFER_BENCH_ONLY=bf16:64:4096 runs one case (for profilers).
   const char* only = std::getenv("AOTINFER_BENCH_ONLY");
   for (const Case& c : cases) {
-    const std::string name = std::string(aotinfer::dtype_name(c.kv)) + ":" + std::to_string(c.batch) + ":" + std::to_string(c.kv_len);
+    const int head_dim = c.head_dim;
+    const std::string name = c.variant() + ":" + std::to_string(c.batch) + ":" + std::to_string(c.kv_len);
     if (only && name != only) continue;
     aotinfer::BatchDecodeConfig cfg;
     cfg.dtype_q = cfg.dtype_o = aotinfer::DType::bf16;
     cfg.dtype_kv = c.kv;
     cfg.head_dim = head_dim;
+    cfg.pos_encoding = c.pos_encoding;
+    try {
+      pkg.find(aotinfer::BatchDecode::variant_key(cfg));
+    } catch (const aotinfer::Error&) {
+      std::printf("%-18s %6d %7d  (not in the package: skipped)\n", c.variant().c_str(), c.batch, c.kv_len);
+      continue;
+    }
     cfg.num_qo_heads = qo_heads;
     cfg.num_kv_heads = kv_heads;
     cfg.page_size = page;
@@ -129,8 +152,7 @@ int main(int argc, char** argv) {
     for (int s = 0; s < sets && fits; ++s)
       fits = cudaMalloc(&k[s], pool_bytes) == cudaSuccess && cudaMalloc(&v[s], pool_bytes) == cudaSuccess;
     if (!fits) {
-      std::printf("%-6s %6d %7d  (does not fit in device memory: skipped)\n", std::string(aotinfer::dtype_name(c.kv)).c_str(),
-                  c.batch, c.kv_len);
+      std::printf("%-18s %6d %7d  (does not fit in device memory: skipped)\n", c.variant().c_str(), c.batch, c.kv_len);
       cudaGetLastError();
       for (int s = 0; s < sets; ++s) cudaFree(k[s]), cudaFree(v[s]);
       continue;
@@ -187,10 +209,10 @@ int main(int argc, char** argv) {
 
     const double gbs = moved / us / 1e3, graph_gbs = moved / graph_us / 1e3;
     const std::string kv_name(aotinfer::dtype_name(c.kv));
-    std::printf("%-6s %6d %7d %6s %6d %10.1f %10.1f %8.0f %7.0f%% %10.1f %8.0f %7.0f%%\n", kv_name.c_str(), c.batch, c.kv_len,
+    std::printf("%-18s %6d %7d %6s %6d %10.1f %10.1f %8.0f %7.0f%% %10.1f %8.0f %7.0f%%\n", c.variant().c_str(), c.batch, c.kv_len,
                 plan.split ? "yes" : "no", plan.padded_work * kv_heads, moved / 1e6, us, gbs, 100 * gbs / copy_gbs, graph_us,
                 graph_gbs, 100 * graph_gbs / copy_gbs);
-    results << "{\"kv\": \"" << kv_name << "\", \"batch\": " << c.batch << ", \"kv_len\": " << c.kv_len
+    results << "{\"kv\": \"" << kv_name << "\", \"variant\": \"" << c.variant() << "\", \"batch\": " << c.batch << ", \"kv_len\": " << c.kv_len
             << ", \"us\": " << us << ", \"graph_us\": " << graph_us << ", \"bytes\": " << moved << "}\n";
 
     for (int s = 0; s < sets; ++s) cudaFree(k[s]), cudaFree(v[s]);

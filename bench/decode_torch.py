@@ -10,7 +10,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 rows = [json.loads(line) for line in open(sys.argv[1])]
 copy_gbs = next(r["copy_gbs"] for r in rows if "copy_gbs" in r)
-ours = {(r["kv"], r["batch"], r["kv_len"]): r for r in rows if "kv" in r}
+ours = {(r.get("variant", r["kv"]), r["batch"], r["kv_len"]): r for r in rows if "kv" in r}
 plans = [r for r in rows if "plan_batch" in r]
 l2 = torch.cuda.get_device_properties(0).L2_cache_size
 
@@ -34,7 +34,7 @@ def peer_us(batch, kv_len, backend):
 
 print(f"\nbatch_decode vs PyTorch SDPA (bf16 q/o, 32 qo / 8 kv heads, hd 128; copy {copy_gbs:.0f} GB/s)")
 print("(aotinfer eager: one run() per call, host launch included; graph: a replayed CUDA graph)")
-print(f"{'kv':6} {'batch':>5} {'kv_len':>7} {'aotinfer':>9} {'of copy':>8} {'graph':>7} {'of copy':>8} {'flash':>7} "
+print(f"{'variant':18} {'batch':>5} {'kv_len':>7} {'aotinfer':>9} {'of copy':>8} {'graph':>7} {'of copy':>8} {'flash':>7} "
       f"{'cuDNN':>7} {'vs best':>8}   (GB/s)")
 for (kv, batch, kv_len), r in ours.items():
     gbs = r["bytes"] / r["us"] / 1e3
@@ -47,7 +47,7 @@ for (kv, batch, kv_len), r in ours.items():
     fmt = lambda x: f"{x:7.0f}" if x else "    n/a"
     best = max([p for p in peers.values() if p], default=None)
     ratio = f"{gbs / best:7.2f}x" if best else "       -"
-    print(f"{kv:6} {batch:5d} {kv_len:7d} {gbs:9.0f} {100 * gbs / copy_gbs:7.0f}% {graph_gbs:7.0f} "
+    print(f"{kv:18} {batch:5d} {kv_len:7d} {gbs:9.0f} {100 * gbs / copy_gbs:7.0f}% {graph_gbs:7.0f} "
           f"{100 * graph_gbs / copy_gbs:7.0f}% {fmt(peers.get('flash'))} "
           f"{fmt(peers.get('cudnn'))} {ratio}")
 

@@ -1,9 +1,9 @@
 // batch_decode: one query token per request against its paged KV cache. Contract:
 // aotinfer/params/batch_decode.h.
 //
-// Two kernels stand behind the family: head_dim <= 128 without RoPE, with fp8 KV or 16-bit KV
-// of the query's type, runs on tensor cores (aotinfer/decode_mma.cuh); everything else runs the
-// CUDA-core kernel below.
+// Two kernels stand behind the family: head_dim <= 128 with fp8 KV or 16-bit KV of the query's
+// type runs on tensor cores (aotinfer/decode_mma.cuh); everything else (head_dim 256, 16-bit KV
+// of the other 16-bit type) runs the CUDA-core kernel below.
 //
 // Decode is bandwidth-bound: every KV byte is read once and used by the `group` query heads
 // that share its KV head. A CTA handles one work item (request, KV range) for one KV head and
@@ -81,8 +81,7 @@ struct AOTINFER_FAMILY("batch_decode")
   static constexpr int kSmemBytes = kWarpSumOffset + kWarps * kRows * 4;
   static_assert(kSmemBytes == smem_bytes(kStages) && kSmemBytes <= kSmemPerCta, "the decode tile must fit the chip");
 
-  static constexpr bool kTensorCores = (std::is_same_v<dtype_q, dtype_kv> || sizeof(dtype_kv) == 1) && head_dim <= 128 &&
-                                       pos_encoding != PosEncoding::rope_llama;
+  static constexpr bool kTensorCores = (std::is_same_v<dtype_q, dtype_kv> || sizeof(dtype_kv) == 1) && head_dim <= 128;
   using Mma = DecodeMma<dtype_q, dtype_kv, head_dim, dtype_o, pos_encoding, sliding_window, soft_cap>;
 
   static constexpr aotinfer_launch_info decode_launch =

@@ -1,5 +1,6 @@
 // Decode on tensor cores, for head_dim <= 128 and KV either 16-bit of the query's type or fp8
-// (widened to f16 in shared memory, q converted to f16; fp8 scales apply in fp32): the query
+// (widened to f16 in shared memory, q converted to f16; fp8 scales apply in fp32), with or
+// without RoPE (q rotated once, each landed K block rotated in shared memory): the query
 // rows of a GQA group (padded to 16) are the M of mma.sync m16n8k16, so a group of 4 costs the
 // same instructions as one of 16. Used by batch_decode (templates/batch_decode.cuh), whose
 // contract it implements (aotinfer/params/batch_decode.h).
@@ -28,6 +29,7 @@ template <typename dtype_q, typename dtype_kv, int head_dim, typename dtype_o, P
           bool sliding_window, bool soft_cap>
 struct DecodeMma {
   static constexpr bool kFp8 = sizeof(dtype_kv) == 1;
+  static constexpr bool kRope = pos_encoding == PosEncoding::rope_llama;
   using dtype = std::conditional_t<kFp8, __half, dtype_kv>;  // the mma operand type
   static constexpr int kWarps = 4;
   static constexpr int kThreads = 32 * kWarps;
@@ -118,6 +120,53 @@ struct DecodeMma {
     }
   }
 
+  // RoPE: rotates a landed K block (keys at positions start, start + 1, ...) in place. Lane =
+  // (a pair of adjacent low-half dimensions, a token phase); it starts from exact angles at its
+  // first token and steps by its token stride with one complex multiply per pair, so a block
+  // costs two sincosf per lane. Zero-filled keys past the end stay zero.
+  static constexpr int kRopeWords = head_dim / 4;  // 16-bit pairs in a K row's low half
+  static constexpr int kRopeTokenStride = 32 / kRopeWords;
+  struct RopeLane {
+    float freq[2], step_cos[2], step_sin[2];
+  };
+  static __device__ __forceinline__ RopeLane rope_lane(const aotinfer_batch_decode_params& p, int lane) {
+    RopeLane r;
+    const int dim = 2 * (lane % kRopeWords);
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      r.freq[e] = p.rope_rcp_scale * powf(p.rope_rcp_theta, float(2 * (dim + e)) / float(head_dim));
+      sincosf(float(kRopeTokenStride) * r.freq[e], &r.step_sin[e], &r.step_cos[e]);
+    }
+    return r;
+  }
+  static __device__ __forceinline__ void rotate_block(char* k_s, int start, const RopeLane& r, int lane) {
+    const int word = lane % kRopeWords, chunk = word / 4, byte = (word % 4) * 4;
+    const int first = lane / kRopeWords;
+    float cos[2], sin[2];
+#pragma unroll
+    for (int e = 0; e < 2; ++e) sincosf(float(start + first) * r.freq[e], &sin[e], &cos[e]);
+#pragma unroll
+    for (int token = first; token < kBlock; token += kRopeTokenStride) {
+      uint32_t* lo_p = reinterpret_cast<uint32_t*>(k_s + swizzle(token, chunk) + byte);
+      uint32_t* hi_p = reinterpret_cast<uint32_t*>(k_s + swizzle(token, chunk + kChunks / 2) + byte);
+      const uint32_t lo_bits = *lo_p, hi_bits = *hi_p;
+      const dtype* lo_h = reinterpret_cast<const dtype*>(&lo_bits);
+      const dtype* hi_h = reinterpret_cast<const dtype*>(&hi_bits);
+      float lo[2], hi[2];
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const float l = to_float(lo_h[e]), h = to_float(hi_h[e]);
+        lo[e] = l * cos[e] - h * sin[e];
+        hi[e] = h * cos[e] + l * sin[e];
+        const float next_cos = cos[e] * r.step_cos[e] - sin[e] * r.step_sin[e];
+        sin[e] = sin[e] * r.step_cos[e] + cos[e] * r.step_sin[e];
+        cos[e] = next_cos;
+      }
+      *lo_p = pack2<dtype>(lo[0], lo[1]);
+      *hi_p = pack2<dtype>(hi[0], hi[1]);
+    }
+  }
+
   static __device__ void run(const aotinfer_batch_decode_params& p) {
     // Here, not in the class: batch_decode names this launch info for every variant it serves on CUDA cores too.
     static_assert(kSmemBytes <= kSmemPerCta, "the decode tile must fit the chip's shared memory");
@@ -142,14 +191,25 @@ struct DecodeMma {
       cp_async_commit();
     }
 
-    // q rows as mma operands (zero beyond `rows`); scaling happens on the fp32 scores.
-    for (int i = threadIdx.x; i < kRows * kChunks; i += kThreads) {
-      const int row = i / kChunks, chunk = i % kChunks;
-      float value[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-      if (row < rows)
-        load8(static_cast<const dtype_q*>(p.q) + (int64_t(request) * p.num_qo_heads + first_head + row) * head_dim + chunk * 8,
-              value);
-      store8(reinterpret_cast<dtype*>(q_s + row * kQRowBytes + chunk * 16), value);
+    // q rows as mma operands (zero beyond `rows`), rotated at q_pos for RoPE; scaling happens
+    // on the fp32 scores.
+    constexpr int kQChunks = kRope ? kChunks / 2 : kChunks;  // RoPE: a thread takes a chunk and its partner
+    for (int i = threadIdx.x; i < kRows * kQChunks; i += kThreads) {
+      const int row = i / kQChunks, chunk = i % kQChunks;
+      float lo[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f}, hi[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+      const dtype_q* q = static_cast<const dtype_q*>(p.q) + (int64_t(request) * p.num_qo_heads + first_head + row) * head_dim;
+      if (row < rows) {
+        load8(q + chunk * 8, lo);
+        if constexpr (kRope) {
+          load8(q + chunk * 8 + head_dim / 2, hi);
+          float freq[8];
+#pragma unroll
+          for (int e = 0; e < 8; ++e) freq[e] = p.rope_rcp_scale * powf(p.rope_rcp_theta, float(2 * (chunk * 8 + e)) / float(head_dim));
+          rope_rotate8(lo, hi, freq, 0, q_pos);
+        }
+      }
+      store8(reinterpret_cast<dtype*>(q_s + row * kQRowBytes + chunk * 16), lo);
+      if constexpr (kRope) store8(reinterpret_cast<dtype*>(q_s + row * kQRowBytes + (chunk + kChunks / 2) * 16), hi);
     }
     __syncthreads();
     uint32_t q_frag[kKSteps][4];
@@ -170,6 +230,8 @@ struct DecodeMma {
 #pragma unroll
     for (int j = 0; j < kNTiles; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
 
+    RopeLane rope{};
+    if constexpr (kRope) rope = rope_lane(p, lane);
     for (int i = 0; i < my_blocks; ++i) {
       {
         const int next = i + kStages - 1;  // its stage was last read in iteration i - 1
@@ -179,12 +241,16 @@ struct DecodeMma {
       }
       cp_async_wait<kStages - 1>();
       __syncwarp();
-      const char* k_s = my_stages + (i % kStages) * kStageBytes;
+      char* k_s = my_stages + (i % kStages) * kStageBytes;
       if constexpr (kFp8) {
         char* converted = my_stages + kStages * kStageBytes;
         widen_block(k_s, converted, lane);
         __syncwarp();
         k_s = converted;
+      }
+      if constexpr (kRope) {
+        rotate_block(k_s, block_start(i), rope, lane);
+        __syncwarp();
       }
       const char* v_s = k_s + kBlock * kRowBytes;
 
