@@ -30,6 +30,9 @@ template <typename dtype_q, typename dtype_kv, int head_dim, typename dtype_o, P
 struct DecodeMma {
   static constexpr bool kFp8 = sizeof(dtype_kv) == 1;
   static constexpr bool kRope = pos_encoding == PosEncoding::rope_llama;
+  // fp8 without RoPE converts its operands straight from the landed bytes into mma fragments;
+  // with RoPE it widens each block into f16 rows first, which the rotation then works on.
+  static constexpr bool kDirect = kFp8 && !kRope;
   using dtype = std::conditional_t<kFp8, __half, dtype_kv>;  // the mma operand type
   static constexpr int kWarps = 4;
   static constexpr int kThreads = 32 * kWarps;
@@ -39,12 +42,12 @@ struct DecodeMma {
   static constexpr int kKSteps = head_dim / 16;
   static constexpr int kNTiles = head_dim / 8;
   static constexpr int kRowBytes = head_dim * 2;  // a row of mma operands
-  // What cp.async fills: 16-bit KV lands in mma layout; fp8 lands raw and is widened per block
-  // into the warp's converted block.
+  // What cp.async fills: 16-bit KV lands in mma layout; fp8 lands raw (read directly, or
+  // widened per block into the warp's converted block).
   static constexpr int kRawRowBytes = head_dim * int(sizeof(dtype_kv));
   static constexpr int kRawChunks = kRawRowBytes / 16;
   static constexpr int kStageBytes = 2 * kBlock * kRawRowBytes;  // K block, then V block
-  static constexpr int kConvertedBytes = kFp8 ? 2 * kBlock * kRowBytes : 0;
+  static constexpr int kConvertedBytes = kFp8 && !kDirect ? 2 * kBlock * kRowBytes : 0;
   static constexpr int kMergeBytes = kWarps * kRows * head_dim * 4;  // reuses the stage area
   static constexpr int kQRowBytes = kRowBytes + 16;                 // padded: conflict-free ldmatrix
   static constexpr int q_offset(int stages) {
@@ -52,10 +55,13 @@ struct DecodeMma {
     return stage_area > kMergeBytes ? stage_area : kMergeBytes;
   }
   static constexpr int smem_bytes(int stages) { return q_offset(stages) + kRows * kQRowBytes + 2 * kWarps * kRows * 4; }
-  // Three stages for fp8 too: four measured the same (the widening pass, not bytes in flight,
-  // bounds fp8) and five no longer fit two CTAs per SM (docs/PERF.md). Two where three do not
-  // fit the chip (hd128 16-bit KV needs 103 KB with three, over the 99 KiB of sm_86/89/120).
-  static constexpr int kStages = smem_bytes(3) <= kSmemPerCta ? 3 : 2;
+  // Three stages; six for direct fp8, whose stages hold half the bytes: 101 KB per CTA at hd128,
+  // two CTAs per SM like 16-bit KV, each warp with 20 KB in flight. Fewer where those do not fit
+  // the chip (hd128 16-bit KV needs 103 KB with three, over the 99 KiB of sm_86/89/120).
+  static constexpr int kStages = kDirect && smem_bytes(6) <= kSmemPerCta   ? 6
+                                 : kDirect && smem_bytes(4) <= kSmemPerCta ? 4
+                                 : smem_bytes(3) <= kSmemPerCta            ? 3
+                                                                           : 2;
   static constexpr int kWarpBytes = kStages * kStageBytes + kConvertedBytes;
   static constexpr int kQOffset = q_offset(kStages);
   static constexpr int kStateOffset = kQOffset + kRows * kQRowBytes;  // m, l per warp and row
@@ -70,6 +76,33 @@ struct DecodeMma {
   // 8 rows one ldmatrix reads at a column fall in 8 different banks.
   static __device__ __forceinline__ int swizzle(int token, int chunk) {
     return token * kRowBytes + ((chunk ^ (token & 7)) << 4);
+  }
+
+  // Direct fp8: byte offset of (token, 16-byte chunk) in a raw K or V block. A lane reads a
+  // quarter of a K row (tokens g, g + 8) and an eighth of four V rows (tokens 2c, 2c + 1, 2c + 8,
+  // 2c + 9); the XORs spread each quarter-warp's 16-byte reads of 128-byte rows over all banks.
+  static __device__ __forceinline__ int raw_k_offset(int token, int chunk) {
+    return token * kRawRowBytes + ((kDirect && kRawChunks == 8 ? chunk ^ (token & 1) : chunk) << 4);
+  }
+  static __device__ __forceinline__ int raw_v_offset(int token, int chunk) {
+    return token * kRawRowBytes + ((kDirect && kRawChunks == 8 ? chunk ^ (((token >> 1) & 3) << 1) : chunk) << 4);
+  }
+  // Direct fp8 reads each lane's fragment values from consecutive bytes, so dimensions are
+  // permuted: S sums over dimensions in the order k_dim gives (q is stored in that order), and
+  // the P V tile j, column n holds dimension n * head_dim / 8 + j (undone when the warps merge).
+  static __device__ __forceinline__ int k_dim(int logical) {
+    if constexpr (!kDirect) return logical;
+    const int kk = logical / 16, h = logical % 16 / 8, e = logical % 8;
+    return e / 2 * (head_dim / 4) + kk * 4 + h * 2 + e % 2;
+  }
+  static __device__ __forceinline__ int o_column(int dim) {  // where dimension dim sits in the P V tiles
+    if constexpr (!kDirect) return dim;
+    return dim % (head_dim / 8) * 8 + dim / (head_dim / 8);
+  }
+  static __device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t pair) {
+    constexpr __nv_fp8_interpretation_t kind = std::is_same_v<dtype_kv, __nv_fp8_e4m3> ? __NV_E4M3 : __NV_E5M2;
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(pair & 0xffffu), kind);
+    return uint32_t(h.x) | (uint32_t(h.y) << 16);
   }
 
   // Copies KV tokens [start, start + kBlock) into a stage; tokens >= end are zero-filled. Lanes
@@ -92,9 +125,10 @@ struct DecodeMma {
       const int flat = i * 32 + lane, token = flat / kRawChunks, chunk = flat % kRawChunks;
       const int64_t offset = __shfl_sync(0xffffffffu, my_offset, token) + chunk * (16 / int(sizeof(dtype_kv)));
       const bool valid = __shfl_sync(0xffffffffu, my_valid, token);
-      const int dst = kFp8 ? token * kRawRowBytes + chunk * 16 : swizzle(token, chunk);
-      cp_async_16(stage + dst, k + offset, valid);
-      cp_async_16(stage + kBlock * kRawRowBytes + dst, v + offset, valid);
+      const int k_dst = kFp8 ? raw_k_offset(token, chunk) : swizzle(token, chunk);
+      const int v_dst = kFp8 ? raw_v_offset(token, chunk) : swizzle(token, chunk);
+      cp_async_16(stage + k_dst, k + offset, valid);
+      cp_async_16(stage + kBlock * kRawRowBytes + v_dst, v + offset, valid);
     }
   }
 
@@ -199,7 +233,12 @@ struct DecodeMma {
       float lo[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f}, hi[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
       const dtype_q* q = static_cast<const dtype_q*>(p.q) + (int64_t(request) * p.num_qo_heads + first_head + row) * head_dim;
       if (row < rows) {
-        load8(q + chunk * 8, lo);
+        if constexpr (kDirect) {
+#pragma unroll
+          for (int e = 0; e < 8; ++e) lo[e] = to_float(q[k_dim(chunk * 8 + e)]);
+        } else {
+          load8(q + chunk * 8, lo);
+        }
         if constexpr (kRope) {
           load8(q + chunk * 8 + head_dim / 2, hi);
           float freq[8];
@@ -242,7 +281,7 @@ struct DecodeMma {
       cp_async_wait<kStages - 1>();
       __syncwarp();
       char* k_s = my_stages + (i % kStages) * kStageBytes;
-      if constexpr (kFp8) {
+      if constexpr (kFp8 && !kDirect) {
         char* converted = my_stages + kStages * kStageBytes;
         widen_block(k_s, converted, lane);
         __syncwarp();
@@ -252,16 +291,33 @@ struct DecodeMma {
         rotate_block(k_s, block_start(i), rope, lane);
         __syncwarp();
       }
-      const char* v_s = k_s + kBlock * kRowBytes;
+      const char* v_s = k_s + (kDirect ? kBlock * kRawRowBytes : kBlock * kRowBytes);
 
       // S (16 rows x 16 tokens) = Q K^T, as two 8-token halves.
       float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+      if constexpr (kDirect) {
+        // Token 8 h + lane / 4, bytes [c hd/4, (c + 1) hd/4) of its row: one 32-bit word per k step.
+        const int c = lane % 4;
 #pragma unroll
-      for (int kk = 0; kk < kKSteps; ++kk) {
-        uint32_t b[4];
-        ldmatrix_x4(b, k_s + swizzle((lane / 16) * 8 + lane % 8, kk * 2 + (lane / 8) % 2));
-        mma_16816<dtype>(s[0], q_frag[kk], b[0], b[1]);
-        mma_16816<dtype>(s[1], q_frag[kk], b[2], b[3]);
+        for (int h = 0; h < 2; ++h) {
+          const int token = 8 * h + lane / 4;
+          uint32_t words[kKSteps];
+#pragma unroll
+          for (int q = 0; q < kKSteps / 4; ++q)
+            *reinterpret_cast<uint4*>(words + 4 * q) =
+                *reinterpret_cast<const uint4*>(k_s + raw_k_offset(token, c * (kKSteps / 4) + q));
+#pragma unroll
+          for (int kk = 0; kk < kKSteps; ++kk)
+            mma_16816<dtype>(s[h], q_frag[kk], fp8x2_to_f16x2(words[kk]), fp8x2_to_f16x2(words[kk] >> 16));
+        }
+      } else {
+#pragma unroll
+        for (int kk = 0; kk < kKSteps; ++kk) {
+          uint32_t b[4];
+          ldmatrix_x4(b, k_s + swizzle((lane / 16) * 8 + lane % 8, kk * 2 + (lane / 8) % 2));
+          mma_16816<dtype>(s[0], q_frag[kk], b[0], b[1]);
+          mma_16816<dtype>(s[1], q_frag[kk], b[2], b[3]);
+        }
       }
 
       // Element (half h, e) is row row_of[e / 2], token 8 h + 2 (lane % 4) + e % 2.
@@ -313,12 +369,36 @@ struct DecodeMma {
       // O += P V: the S accumulators are exactly the A fragment of a 16x16 P.
       const uint32_t a[4] = {pack2<dtype>(s[0][0], s[0][1]), pack2<dtype>(s[0][2], s[0][3]),
                              pack2<dtype>(s[1][0], s[1][1]), pack2<dtype>(s[1][2], s[1][3])};
+      if constexpr (kDirect) {
+        // Rows 2c, 2c + 1, 2c + 8, 2c + 9, bytes [g hd/8, (g + 1) hd/8): byte j of a row is tile j's
+        // column g; byte pairs of rows (2c, 2c + 1) and (2c + 8, 2c + 9) make the b0 and b1 words.
+        constexpr int kVWords = kNTiles / 4;
+        const int g = lane / 4, c = lane % 4;
+        uint32_t rows_v[4][kVWords];
 #pragma unroll
-      for (int j = 0; j < kNTiles; j += 2) {
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, v_s + swizzle(((lane / 8) % 2) * 8 + lane % 8, j + lane / 16));
-        mma_16816<dtype>(o[j], a, b[0], b[1]);
-        mma_16816<dtype>(o[j + 1], a, b[2], b[3]);
+        for (int r = 0; r < 4; ++r) {
+          const int token = 2 * c + r % 2 + 8 * (r / 2);
+          const char* src = v_s + raw_v_offset(token, g * kVWords / 4) + g * kVWords * 4 % 16;
+          if constexpr (kVWords == 4) *reinterpret_cast<uint4*>(rows_v[r]) = *reinterpret_cast<const uint4*>(src);
+          else *reinterpret_cast<uint2*>(rows_v[r]) = *reinterpret_cast<const uint2*>(src);
+        }
+#pragma unroll
+        for (int w = 0; w < kVWords; ++w) {
+          const uint32_t b0_lo = __byte_perm(rows_v[0][w], rows_v[1][w], 0x5140), b0_hi = __byte_perm(rows_v[0][w], rows_v[1][w], 0x7362);
+          const uint32_t b1_lo = __byte_perm(rows_v[2][w], rows_v[3][w], 0x5140), b1_hi = __byte_perm(rows_v[2][w], rows_v[3][w], 0x7362);
+          mma_16816<dtype>(o[4 * w], a, fp8x2_to_f16x2(b0_lo), fp8x2_to_f16x2(b1_lo));
+          mma_16816<dtype>(o[4 * w + 1], a, fp8x2_to_f16x2(b0_lo >> 16), fp8x2_to_f16x2(b1_lo >> 16));
+          mma_16816<dtype>(o[4 * w + 2], a, fp8x2_to_f16x2(b0_hi), fp8x2_to_f16x2(b1_hi));
+          mma_16816<dtype>(o[4 * w + 3], a, fp8x2_to_f16x2(b0_hi >> 16), fp8x2_to_f16x2(b1_hi >> 16));
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < kNTiles; j += 2) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, v_s + swizzle(((lane / 8) % 2) * 8 + lane % 8, j + lane / 16));
+          mma_16816<dtype>(o[j], a, b[0], b[1]);
+          mma_16816<dtype>(o[j + 1], a, b[2], b[3]);
+        }
       }
       __syncwarp();
     }
@@ -355,9 +435,9 @@ struct DecodeMma {
         if (wm == -INFINITY) continue;  // this warp saw no key
         const float scale = exp2f(wm - row_m);
         row_l += l_s[w * kRows + r] * scale;
-        const float* src = merge_o + (w * kRows + r) * head_dim + d;
+        const float* src = merge_o + (w * kRows + r) * head_dim;
 #pragma unroll
-        for (int e = 0; e < 8; ++e) out[e] += src[e] * scale;
+        for (int e = 0; e < 8; ++e) out[e] += src[o_column(d + e)] * scale;
       }
       const float norm = row_l > 0.f ? p.v_scale / row_l : 0.f;
 #pragma unroll
