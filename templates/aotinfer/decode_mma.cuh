@@ -1,15 +1,17 @@
 // Decode on tensor cores, for head_dim <= 128 and KV either 16-bit of the query's type or fp8
-// (widened to f16 in shared memory, q converted to f16; fp8 scales apply in fp32), with or
-// without RoPE (q rotated once, each landed K block rotated in shared memory): the query
-// rows of a GQA group (padded to 16) are the M of mma.sync m16n8k16, so a group of 4 costs the
-// same instructions as one of 16. Used by batch_decode (templates/batch_decode.cuh), whose
-// contract it implements (aotinfer/params/batch_decode.h).
+// (q converted to f16, fp8 scales applied in fp32), with or without RoPE (q rotated once, each
+// landed K block rotated in shared memory): the query rows of a GQA group (padded to 16) are
+// the M of mma.sync m16n8k16, so a group of 4 costs the same instructions as one of 16. Used by
+// batch_decode (templates/batch_decode.cuh), whose contract it implements
+// (aotinfer/params/batch_decode.h).
 //
 // Each warp streams its own 16-token blocks of the work item (blocks warp, warp + 4, ...)
 // through a private cp.async pipeline and keeps its own online-softmax state, so the main loop
 // needs no CTA barrier; the four warp states are merged once at the end.
 //   S = Q K^T: A = Q (registers, loaded once), B = K rows via ldmatrix;
 //   O += P V:  A = P (the S accumulators, repacked), B = V via ldmatrix.trans.
+// fp8 without RoPE converts byte pairs straight into the B fragments instead (no ldmatrix);
+// fp8 with RoPE first widens each block to f16 rows for the rotation.
 #pragma once
 #include <cuda_fp8.h>
 #include <math.h>
