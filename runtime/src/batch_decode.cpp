@@ -1,5 +1,6 @@
 #include "aotinfer/batch_decode.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -100,6 +101,7 @@ BatchDecode::BatchDecode(const Package& package, const BatchDecodeConfig& c) : i
   impl_->shape.device = detail::current_device_ordinal();
   impl_->limits.num_sms = detail::current_device_sm_count();
   impl_->limits.ctas_per_sm = impl_->decode.max_active_ctas_per_sm();
+  if (info.tile[3] > 0) impl_->limits.ctas_per_sm = std::min(impl_->limits.ctas_per_sm, std::int32_t(info.tile[3]));
   impl_->limits.ctas_per_item = c.num_kv_heads * impl_->row_groups;
   impl_->limits.tile_tokens = int(info.tile[1]);
   if (impl_->limits.ctas_per_sm < 1) invalid(impl_->decode.uri() + " cannot be resident on this GPU (occupancy 0)");

@@ -71,8 +71,11 @@ struct DecodeMma {
   static constexpr int kCopiesPerLane = kBlock * kRawChunks / 32;  // of K, and as many of V
   static_assert(head_dim % 16 == 0 && kChunks >= 8 && kBlock * kRawChunks % 32 == 0, "tile shape");
 
-  static constexpr aotinfer_launch_info launch =
-      make_launch_info<aotinfer_batch_decode_params>(kThreads, kSmemBytes, kRows, kWarps * kBlock, head_dim);
+  // One resident CTA per SM streams 16-bit KV at full rate; fp8 converts every byte pair on the
+  // way (more work per byte, half the bytes per CTA) and needs two (measured, docs/PERF.md).
+  static constexpr int kStreamingCtasPerSm = kFp8 ? 2 : 1;
+  static constexpr aotinfer_launch_info launch = make_launch_info<aotinfer_batch_decode_params>(
+      kThreads, kSmemBytes, kRows, kWarps * kBlock, head_dim, kStreamingCtasPerSm);
 
   // Byte offset of (token, chunk) in a K or V block. Chunks are XORed with token % 8 so that the
   // 8 rows one ldmatrix reads at a column fall in 8 different banks.

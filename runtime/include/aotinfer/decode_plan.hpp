@@ -14,7 +14,7 @@ namespace aotinfer {
 
 struct DecodePlanLimits {
   int num_sms = 0;        // multiprocessors of the device
-  int ctas_per_sm = 0;    // resident CTAs of the decode kernel per SM (occupancy)
+  int ctas_per_sm = 0;    // resident CTAs per SM: occupancy, capped at what the kernel needs to stream (launch info)
   int ctas_per_item = 0;  // CTAs launched per work item (KV heads x query-row groups)
   int tile_tokens = 0;    // KV tokens per pipeline stage: chunk sizes are multiples of it
   // CUDA-graph mode: a fixed grid of this many work items (>= decode_max_work), always split,

@@ -24,7 +24,9 @@
  * are ready for the next run. Without partial_o, or for a request of one item, items write o/lse.
  *
  * Launch info: tile[0] = query rows per CTA, tile[1] = KV tokens per pipeline stage,
- * tile[2] = head_dim. */
+ * tile[2] = head_dim, tile[3] = resident CTAs per SM the kernel needs to stream at its full rate
+ * (0: as many as fit). The planner sizes a wave of split work by it: fewer, longer items where one
+ * CTA per SM already streams at full rate mean fewer partial states to merge. */
 #ifndef AOTINFER_PARAMS_BATCH_DECODE_H
 #define AOTINFER_PARAMS_BATCH_DECODE_H
 
