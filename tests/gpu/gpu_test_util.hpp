@@ -39,6 +39,13 @@ inline std::uint64_t fresh_seed() {
   return std::random_device{}() ^ (std::uint64_t(std::random_device{}()) << 32);
 }
 
+// Declares `rng`, seeded by fresh_seed(), and names the seed in every failure report of the
+// enclosing test case (Catch's INFO lasts to the end of the scope).
+#define SEEDED_RNG(rng)                                                   \
+  const std::uint64_t rng##_seed = fresh_seed();                          \
+  INFO("seed " << rng##_seed << " (AOTINFER_TEST_SEED replays it)");       \
+  std::mt19937_64 rng(rng##_seed)
+
 template <typename T>
 struct DeviceBuffer {
   T* ptr = nullptr;

@@ -525,9 +525,7 @@ BatchDecodeConfig random_shape(std::mt19937_64& rng, BatchDecodeConfig c, int in
 }  // namespace
 
 TEST_CASE("batch_decode matches the fp64 reference across variant axes, layouts and page sizes", "[gpu]") {
-  const std::uint64_t seed = fresh_seed();
-  INFO("seed " << seed << " (AOTINFER_TEST_SEED replays it)");
-  std::mt19937_64 rng(seed);
+  SEEDED_RNG(rng);
   int ran = 0, index = 0;
 
   auto go = [&](BatchDecodeConfig config) {
@@ -585,9 +583,7 @@ TEST_CASE("batch_decode matches the fp64 reference across variant axes, layouts 
 }
 
 TEST_CASE("batch_decode edge lengths: empty requests, single tokens, page and tile boundaries, skew", "[gpu]") {
-  const std::uint64_t seed = fresh_seed();
-  INFO("seed " << seed << " (AOTINFER_TEST_SEED replays it)");
-  std::mt19937_64 rng(seed);
+  SEEDED_RNG(rng);
   std::optional<BatchDecodeConfig> base = base_config();
   REQUIRE_SOME_RAN(base ? 1 : 0);
   int ran = 0;
@@ -628,27 +624,21 @@ static int run_group_sizes(std::mt19937_64& rng, const BatchDecodeConfig& base, 
 }
 
 TEST_CASE("batch_decode over GQA group sizes 1..8 and 16", "[gpu]") {
-  const std::uint64_t seed = fresh_seed();
-  INFO("seed " << seed << " (AOTINFER_TEST_SEED replays it)");
-  std::mt19937_64 rng(seed);
+  SEEDED_RNG(rng);
   std::optional<BatchDecodeConfig> base = base_config();
   REQUIRE_SOME_RAN(base ? 1 : 0);
   REQUIRE_SOME_RAN(run_group_sizes(rng, *base, kGroups, 24, 800));
 }
 
 TEST_CASE("batch_decode with GQA groups of 5, 7 and 64", "[gpu]") {
-  const std::uint64_t seed = fresh_seed();
-  INFO("seed " << seed << " (AOTINFER_TEST_SEED replays it)");
-  std::mt19937_64 rng(seed);
+  SEEDED_RNG(rng);
   std::optional<BatchDecodeConfig> base = base_config();
   REQUIRE_SOME_RAN(base ? 1 : 0);
   REQUIRE_SOME_RAN(run_group_sizes(rng, *base, {5, 7, 64}, 16, 1500));
 }
 
 TEST_CASE("batch_decode batch sizes 1..512: split plans for few long requests, unsplit for large batches", "[gpu]") {
-  const std::uint64_t seed = fresh_seed();
-  INFO("seed " << seed << " (AOTINFER_TEST_SEED replays it)");
-  std::mt19937_64 rng(seed);
+  SEEDED_RNG(rng);
   std::optional<BatchDecodeConfig> base = base_config();
   REQUIRE_SOME_RAN(base ? 1 : 0);
   aotinfer::DecodeWorkPlan plan;
@@ -680,9 +670,7 @@ TEST_CASE("batch_decode batch sizes 1..512: split plans for few long requests, u
 }
 
 TEST_CASE("batch_decode of one request with 1 to 131k keys", "[gpu]") {
-  const std::uint64_t seed = fresh_seed();
-  INFO("seed " << seed << " (AOTINFER_TEST_SEED replays it)");
-  std::mt19937_64 rng(seed);
+  SEEDED_RNG(rng);
   std::optional<BatchDecodeConfig> base = base_config();
   REQUIRE_SOME_RAN(base ? 1 : 0);
   // Lengths spread evenly over log2(length) from 1 to 2^17, one draw per octave.
@@ -695,9 +683,7 @@ TEST_CASE("batch_decode of one request with 1 to 131k keys", "[gpu]") {
 }
 
 TEST_CASE("batch_decode of a 128k-token request among short ones", "[gpu][long]") {
-  const std::uint64_t seed = fresh_seed();
-  INFO("seed " << seed << " (AOTINFER_TEST_SEED replays it)");
-  std::mt19937_64 rng(seed);
+  SEEDED_RNG(rng);
   BatchDecodeConfig bf16;
   bf16.head_dim = 128;
   std::optional<BatchDecodeConfig> base = available(bf16) ? std::optional(bf16) : base_config();
@@ -711,9 +697,7 @@ TEST_CASE("batch_decode of a 128k-token request among short ones", "[gpu][long]"
 }
 
 TEST_CASE("batch_decode in CUDA-graph mode: one captured graph replays every later plan", "[gpu]") {
-  const std::uint64_t seed = fresh_seed();
-  INFO("seed " << seed << " (AOTINFER_TEST_SEED replays it)");
-  std::mt19937_64 rng(seed);
+  SEEDED_RNG(rng);
   std::optional<BatchDecodeConfig> base = base_config();
   REQUIRE_SOME_RAN(base ? 1 : 0);
   BatchDecodeConfig config = with_heads(*base, pick(rng, kGroups), uniform(rng, 1, 4));
@@ -789,9 +773,7 @@ TEST_CASE("batch_decode in CUDA-graph mode: one captured graph replays every lat
 }
 
 TEST_CASE("BatchDecode refuses bad arguments before launching anything", "[gpu]") {
-  const std::uint64_t seed = fresh_seed();
-  INFO("seed " << seed << " (AOTINFER_TEST_SEED replays it)");
-  std::mt19937_64 rng(seed);
+  SEEDED_RNG(rng);
   std::optional<BatchDecodeConfig> base = base_config();
   REQUIRE_SOME_RAN(base ? 1 : 0);
   using Catch::CaseSensitive;
@@ -900,9 +882,7 @@ TEST_CASE("BatchDecode refuses bad arguments before launching anything", "[gpu]"
 // append_paged_kv
 
 TEST_CASE("append_paged_kv writes every new token into its page slot and nothing else", "[gpu]") {
-  const std::uint64_t seed = fresh_seed();
-  INFO("seed " << seed << " (AOTINFER_TEST_SEED replays it)");
-  std::mt19937_64 rng(seed);
+  SEEDED_RNG(rng);
   int ran = 0, index = 0;
   for (DType dtype : {DType::f16, DType::bf16, DType::e4m3, DType::e5m2})
     for (KvLayout layout : {KvLayout::nhd, KvLayout::hnd}) {

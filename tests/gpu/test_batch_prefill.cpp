@@ -335,18 +335,14 @@ Case random_case(std::mt19937_64& rng, BatchPrefillConfig c) {
 }  // namespace
 
 TEST_CASE("batch_prefill matches the fp64 reference for every prefill variant in the package", "[gpu]") {
-  const std::uint64_t seed = fresh_seed();
-  INFO("seed " << seed << " (AOTINFER_TEST_SEED replays it)");
-  std::mt19937_64 rng(seed);
+  SEEDED_RNG(rng);
   int ran = 0;
   for (const BatchPrefillConfig& c : package_configs()) ran += run_case(rng, random_case(rng, c)).ran;
   REQUIRE_SOME_RAN(ran);
 }
 
 TEST_CASE("batch_prefill of qo_len 1..4096 mixed with kv_len 0..32k in one batch", "[gpu]") {
-  const std::uint64_t seed = fresh_seed();
-  INFO("seed " << seed << " (AOTINFER_TEST_SEED replays it)");
-  std::mt19937_64 rng(seed);
+  SEEDED_RNG(rng);
   int ran = 0;
   for (KvStorage storage : {KvStorage::paged, KvStorage::ragged})
     for (MaskMode mask : {MaskMode::causal, MaskMode::none}) {
@@ -364,9 +360,7 @@ TEST_CASE("batch_prefill of qo_len 1..4096 mixed with kv_len 0..32k in one batch
 }
 
 TEST_CASE("batch_prefill over GQA group sizes 1..8 and 16, page sizes 1, 16, 64 and both layouts", "[gpu]") {
-  const std::uint64_t seed = fresh_seed();
-  INFO("seed " << seed << " (AOTINFER_TEST_SEED replays it)");
-  std::mt19937_64 rng(seed);
+  SEEDED_RNG(rng);
   int ran = 0;
   for (int group : {1, 2, 3, 4, 5, 6, 7, 8, 16})
     for (KvStorage storage : {KvStorage::paged, KvStorage::ragged}) {
@@ -383,9 +377,7 @@ TEST_CASE("batch_prefill over GQA group sizes 1..8 and 16, page sizes 1, 16, 64 
 }
 
 TEST_CASE("batch_prefill split and unsplit plans, large and small query tiles", "[gpu]") {
-  const std::uint64_t seed = fresh_seed();
-  INFO("seed " << seed << " (AOTINFER_TEST_SEED replays it)");
-  std::mt19937_64 rng(seed);
+  SEEDED_RNG(rng);
   for (KvStorage storage : {KvStorage::paged, KvStorage::ragged}) {
     // One chunk of a long prompt: few tiles, long keys -> split.
     Case few{base_config(storage, MaskMode::causal, 8, 8), {uniform(rng, 100, 300)}, {}};
@@ -410,9 +402,7 @@ TEST_CASE("batch_prefill split and unsplit plans, large and small query tiles", 
 }
 
 TEST_CASE("BatchPrefill in CUDA-graph mode: one captured graph replays later plans", "[gpu]") {
-  const std::uint64_t seed = fresh_seed();
-  INFO("seed " << seed << " (AOTINFER_TEST_SEED replays it)");
-  std::mt19937_64 rng(seed);
+  SEEDED_RNG(rng);
   BatchPrefillConfig config = base_config(KvStorage::ragged, MaskMode::causal, 8, 2);
   config.cuda_graph = true;
   config.max_batch = 4;
@@ -473,9 +463,7 @@ TEST_CASE("BatchPrefill in CUDA-graph mode: one captured graph replays later pla
 }
 
 TEST_CASE("BatchPrefill refuses bad arguments before launching anything", "[gpu]") {
-  const std::uint64_t seed = fresh_seed();
-  INFO("seed " << seed << " (AOTINFER_TEST_SEED replays it)");
-  std::mt19937_64 rng(seed);
+  SEEDED_RNG(rng);
   std::optional<BatchPrefill> prefill = make_prefill(base_config(KvStorage::paged, MaskMode::causal, 8, 2));
   REQUIRE_SOME_RAN(prefill ? 1 : 0);
   auto invalid = [](auto&& f) -> std::string {

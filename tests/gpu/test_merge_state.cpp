@@ -77,9 +77,7 @@ std::vector<const aotinfer::ManifestVariant*> merge_variants() {
 }  // namespace
 
 TEST_CASE("merge_state matches the fp64 reference for every variant in the package", "[gpu]") {
-  const std::uint64_t seed = fresh_seed();
-  INFO("seed " << seed << " (AOTINFER_TEST_SEED replays it)");
-  std::mt19937_64 rng(seed);
+  SEEDED_RNG(rng);
   std::uniform_int_distribution<std::int64_t> row_count(1, 3000);
 
   for (const auto* variant : merge_variants()) {
@@ -116,9 +114,7 @@ TEST_CASE("merge_state matches the fp64 reference for every variant in the packa
 }
 
 TEST_CASE("merge_state front-end: in place, without lse output, empty, and through the C API", "[gpu]") {
-  const std::uint64_t seed = fresh_seed();
-  INFO("seed " << seed);
-  std::mt19937_64 rng(seed);
+  SEEDED_RNG(rng);
   const auto* variant = merge_variants().front();
   const DType dtype = *aotinfer::parse_dtype(*variant->key.find("dtype"));
   const int head_dim = std::stoi(*variant->key.find("head_dim"));
