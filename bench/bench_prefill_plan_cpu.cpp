@@ -38,7 +38,7 @@ std::size_t plan_and_image(std::span<const std::int32_t> qo_indptr, std::span<co
     return layout.arrays(image.data());
   });
   layout.write_counts(image.data(), work);
-  return layout.bytes;
+  return work.split ? layout.bytes : layout.unsplit_bytes;  // what would be uploaded
 }
 
 template <typename Body>

@@ -178,14 +178,15 @@ void BatchPrefill::plan_lengths(std::span<const std::int32_t> qo_indptr, std::sp
       invalid("internal: the plan exceeds the CUDA-graph capacity");
     const std::size_t need_float = states > 0 ? float_bytes(states, c.head_dim) : 0;
     detail::check_workspace("batch_prefill", ws, layout.bytes, need_float);
-    // Not cleared: the planner writes every array entry, and the kernels read no other byte
-    // (not the gaps between the 256-byte aligned arrays, nor in CUDA-graph mode the merge
-    // entries past num_outputs, which the merge skips).
+    // Not cleared: the planner writes every array entry the kernels read, and they read no
+    // other byte (not the gaps between the 256-byte aligned arrays, nor the split-only arrays of
+    // an unsplit plan, which uploads only the arrays before them, nor in CUDA-graph mode the
+    // merge entries past num_outputs, which the merge skips).
     image = s.upload.raw_image(layout.bytes);
     return layout.arrays(image);
   });
   layout.write_counts(image, s.work);
-  s.upload.send(ws.int_buffer, layout.bytes, stream);
+  s.upload.send(ws.int_buffer, s.work.split ? layout.bytes : layout.unsplit_bytes, stream);
 
   s.batch = batch;
   s.total_q = total_q;
@@ -260,6 +261,8 @@ void BatchPrefill::run(const PrefillRunArgs& a, Stream stream) const {
   p.work_state = int_array(s.layout.state);
   p.work_state_stride = int_array(s.layout.state_stride);
   p.num_work = int_array(s.layout.counts);
+  p.num_merge_rows = int_array(s.layout.counts) + 1;
+  p.pair_counter = reinterpret_cast<std::int32_t*>(static_cast<char*>(s.workspace.int_buffer) + s.layout.counts) + 2;
   if (s.state_capacity > 0) {
     p.partial_o = static_cast<float*>(s.workspace.float_buffer);
     p.partial_lse = reinterpret_cast<float*>(static_cast<char*>(s.workspace.float_buffer) +
@@ -273,7 +276,7 @@ void BatchPrefill::run(const PrefillRunArgs& a, Stream stream) const {
   p.rope_rcp_theta = 1.f / a.rope_theta;
   const Kernel& kernel = s.work.large_tile ? s.large : s.small;
   const PrefillTile& tile = s.work.large_tile ? s.limits.large : s.limits.small;
-  if (kernel.launch_info().tile[3] != 0) {  // persistent: one wave strides over (item, KV head) pairs
+  if (kernel.launch_info().tile[3] != 0) {  // persistent: one wave takes the (item, KV head) pairs
     const std::int64_t pairs = std::int64_t(s.work.padded_work) * c.num_kv_heads;
     const std::int64_t wave = std::int64_t(s.limits.num_sms) * tile.ctas_per_sm;
     kernel.launch(Grid{unsigned(std::min(pairs, wave))}, p, stream);

@@ -12,18 +12,21 @@
 namespace aotinfer::detail {
 
 struct PrefillIntLayout {
-  std::size_t counts = 0;  // [num_work, num_outputs]
-  std::size_t request = 0, q_row = 0, kv_begin = 0, kv_end = 0, state = 0, state_stride = 0;
+  std::size_t counts = 0;  // [num_work, num_outputs, pair counter]
+  std::size_t request = 0, q_row = 0, kv_end = 0, kv_begin = 0, state = 0, state_stride = 0;
   std::size_t merge_indptr = 0, merge_row = 0;
   std::size_t bytes = 0;
+  // What a plan without split tiles uploads: the arrays up to kv_end (the kernels read no other).
+  std::size_t unsplit_bytes = 0;
 
   PrefillIntLayout(std::int64_t work, std::int64_t outputs) {
     const std::size_t per_work = align_up(std::size_t(work) * 4);
-    request = align_up(2 * 4);
+    request = align_up(3 * 4);
     q_row = request + per_work;
-    kv_begin = q_row + per_work;
-    kv_end = kv_begin + per_work;
-    state = kv_end + per_work;
+    kv_end = q_row + per_work;
+    unsplit_bytes = kv_end + per_work;
+    kv_begin = unsplit_bytes;
+    state = kv_begin + per_work;
     state_stride = state + per_work;
     merge_indptr = state_stride + per_work;
     merge_row = merge_indptr + align_up(std::size_t(outputs + 1) * 4);
@@ -36,9 +39,10 @@ struct PrefillIntLayout {
     return {at(request), at(q_row), at(kv_begin), at(kv_end), at(state), at(state_stride), at(merge_indptr), at(merge_row)};
   }
 
-  // The device counts the kernels read (the grids are fixed in CUDA-graph mode).
+  // The device counts the kernels read (the grids are fixed in CUDA-graph mode), and the
+  // persistent kernel's pair counter at 0.
   void write_counts(char* image, const PrefillWorkPlan& plan) const {
-    const std::int32_t values[2] = {plan.num_work, plan.num_outputs()};
+    const std::int32_t values[3] = {plan.num_work, plan.num_outputs(), 0};
     std::memcpy(image + counts, values, sizeof values);
   }
 };

@@ -272,7 +272,7 @@ struct PrefillMma {
 
     // Epilogue: normalise; write o/lse (through this warp's q rows, for 16-byte stores) or the
     // float state of a split tile.
-    const int state_base = p.work_state[item], state_stride = p.work_state_stride[item];
+    const int state_base = cta.state, state_stride = cta.state_stride;
 #pragma unroll
     for (int m = 0; m < kMmaQ; ++m)
 #pragma unroll

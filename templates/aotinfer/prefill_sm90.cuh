@@ -1,8 +1,8 @@
 // Batch prefill on Hopper (sm_90a), FlashAttention-3 style: the same work items and contract as
 // prefill_mma.cuh (aotinfer/params/batch_prefill.h), on warpgroup MMA fed from shared memory.
 //
-// A CTA of three warpgroups works through (item, KV head) pairs (persistent without a causal
-// mask, see run()), 128 packed query rows each:
+// A persistent CTA of three warpgroups works through (item, KV head) pairs (see run()), 128
+// packed query rows each:
 //   - the producer (warpgroup 0, few registers) copies a pair's q and then its K and V tiles of
 //     kKv keys into a ring of 128-byte-swizzled shared-memory stages with cp.async, through the
 //     KvRows policy (paged or ragged rows), rotating q and K for RoPE on the way; per stage, an
@@ -62,9 +62,10 @@ struct PrefillSm90 {
   static constexpr int kKOffset = kQBytes;
   static constexpr int kVOffset = kKOffset + kStages * kTileBytes;
   static constexpr int kBarOffset = kVOffset + kStages * kTileBytes;
-  static constexpr int kNumBars = 2 + 4 * kStages;
+  static constexpr int kNumBars = 4 + 4 * kStages;
   static constexpr int kOffsetsOffset = kBarOffset + 8 * kNumBars;  // key offsets, two tiles
-  static constexpr int kFreqOffset = kOffsetsOffset + 2 * kKv * 8;
+  static constexpr int kPairOffset = kOffsetsOffset + 2 * kKv * 8;  // the announced pairs, two slots
+  static constexpr int kFreqOffset = kPairOffset + 2 * 4;
   static constexpr int kSmemBytes = 1024 + kFreqOffset + (kRope ? head_dim / 2 * 4 : 0);
   // Registers per thread after reallocation. A CTA owns what it launched with: kThreads times
   // the count `__launch_bounds__(kThreads, 1)` allows (65536 / kThreads, in steps of 8). The
@@ -85,9 +86,8 @@ struct PrefillSm90 {
   static constexpr int kRowsPerPass = 128 / kThreadsPerRow;
   static_assert(kRows % kRowsPerPass == 0 && kKv % kRowsPerPass == 0, "tile shape");
 
-  static constexpr bool kPersistent = mask == MaskMode::none;  // see run()
   static constexpr aotinfer_launch_info launch =
-      make_launch_info<aotinfer_batch_prefill_params>(kThreads, kSmemBytes, kRows, kKv, head_dim, kPersistent);
+      make_launch_info<aotinfer_batch_prefill_params>(kThreads, kSmemBytes, kRows, kKv, head_dim, /*persistent=*/1);
 
   using Cta = PrefillCta<KvRows, dtype_kv, mask, sliding_window>;
 
@@ -97,6 +97,7 @@ struct PrefillSm90 {
     char* v;
     uint64_t* bars;
     int64_t* offsets;  // element offsets of a tile's keys, slot n % 2 for the n-th tile of the CTA
+    int* pair;         // two slots: see announce()
     float* freq;
     __device__ __forceinline__ explicit Shared(char* base)
         : q(base),
@@ -104,35 +105,49 @@ struct PrefillSm90 {
           v(base + kVOffset),
           bars(reinterpret_cast<uint64_t*>(base + kBarOffset)),
           offsets(reinterpret_cast<int64_t*>(base + kOffsetsOffset)),
+          pair(reinterpret_cast<int*>(base + kPairOffset)),
           freq(reinterpret_cast<float*>(base + kFreqOffset)) {}
     __device__ __forceinline__ uint64_t* q_full() const { return bars; }
     __device__ __forceinline__ uint64_t* q_empty() const { return bars + 1; }
-    __device__ __forceinline__ uint64_t* k_full(int s) const { return bars + 2 + s; }
-    __device__ __forceinline__ uint64_t* v_full(int s) const { return bars + 2 + kStages + s; }
-    __device__ __forceinline__ uint64_t* k_empty(int s) const { return bars + 2 + 2 * kStages + s; }
-    __device__ __forceinline__ uint64_t* v_empty(int s) const { return bars + 2 + 3 * kStages + s; }
+    __device__ __forceinline__ uint64_t* pair_full(int slot) const { return bars + 2 + slot; }
+    // Pair n > 0 of the CTA, which thread 0 of the producer announces to every other thread
+    // through slot (n - 1) % 2. The slot last held pair n - 2, which every thread read before it
+    // loaded or used the q of pair n - 1; thread 0 waits for that q's release before it writes
+    // the slot again, so neither slot nor barrier runs a phase ahead of a reader.
+    __device__ __forceinline__ void announce(int n, int w) const {
+      pair[(n - 1) % 2] = w;
+      sm90::mbar_arrive(pair_full((n - 1) % 2));
+    }
+    __device__ __forceinline__ int announced(int n) const {
+      sm90::mbar_wait(pair_full((n - 1) % 2), ((n - 1) / 2) & 1);
+      return pair[(n - 1) % 2];
+    }
+    __device__ __forceinline__ uint64_t* k_full(int s) const { return bars + 4 + s; }
+    __device__ __forceinline__ uint64_t* v_full(int s) const { return bars + 4 + kStages + s; }
+    __device__ __forceinline__ uint64_t* k_empty(int s) const { return bars + 4 + 2 * kStages + s; }
+    __device__ __forceinline__ uint64_t* v_empty(int s) const { return bars + 4 + 3 * kStages + s; }
   };
 
-  // A CTA works through (item, KV head) pairs, flattened as w = kv_head * num_work + item.
-  // Without a causal mask it is persistent (launch info tile[3] = 1): one wave of CTAs, each
-  // taking w = blockIdx.x, blockIdx.x + gridDim.x, ..., so the producer copies the next pair's q
-  // and first tiles while the consumers finish the last one; the ring's stages and phases run
-  // on across pairs. KV head major, as the hardware schedules an (items, heads) grid: CTAs
-  // running together read the same head's K and V, which stay in L2 (item major, 132 CTAs
-  // would stream up to 132 heads' KV from DRAM). Causal items differ in cost, and the
-  // hardware's dynamic assignment of one CTA per pair balanced them better than this static
-  // stride (docs/PERF.md), so causal variants keep the (items, heads) grid.
+  // A CTA works through (item, KV head) pairs, flattened as w = kv_head * num_work + item: KV head
+  // major, as the hardware would schedule an (items, heads) grid, so CTAs running together read
+  // the same head's K and V, which stay in L2 (item major, 132 CTAs would stream up to 132
+  // heads' KV from DRAM), and within a head longest item first (the planner's order). One wave
+  // of CTAs (launch info tile[3] = 1) takes pairs 0 .. gridDim.x - 1, then each CTA takes the
+  // next untaken pair from a device counter as it starts on one (next_pair), so costly causal
+  // items balance as they would under the hardware's dynamic CTA order, and the producer copies
+  // the next pair's q and first tiles while the consumers finish the last one; the ring's stages
+  // and phases run on across pairs.
   static __device__ void run(const aotinfer_batch_prefill_params& p) {
     const int num_work = *p.num_work, pairs = num_work * KvRows<dtype_kv>::num_kv_heads(p);
-    const int first = kPersistent ? int(blockIdx.x) : int(blockIdx.y) * num_work + int(blockIdx.x);
-    const int stride = kPersistent ? int(gridDim.x) : pairs;  // non-persistent: one pair
-    if (int(blockIdx.x) >= (kPersistent ? pairs : num_work)) return;
+    if (int(blockIdx.x) >= pairs) return;  // CUDA-graph padding
     extern __shared__ char smem_raw[];
     char* base = smem_raw + ((1024 - sm90::smem_u32(smem_raw) % 1024) % 1024);
     const Shared sh(base);
     if (threadIdx.x == 0) {
       sm90::mbar_init(sh.q_full(), 128);
       sm90::mbar_init(sh.q_empty(), 128 * kConsumers);
+      sm90::mbar_init(sh.pair_full(0), 1);
+      sm90::mbar_init(sh.pair_full(1), 1);
       for (int s = 0; s < kStages; ++s) {
         sm90::mbar_init(sh.k_full(s), 128);
         sm90::mbar_init(sh.v_full(s), 128);
@@ -148,10 +163,10 @@ struct PrefillSm90 {
     const int role = threadIdx.x / 128;
     if (role == 0) {
       sm90::shrink_registers<kProducerRegs>();
-      produce(p, sh, first, stride, pairs, num_work);
+      produce(p, sh, pairs, num_work);
     } else {
       sm90::grow_registers<kConsumerRegs>();
-      consume(p, sh, role - 1, first, stride, pairs, num_work);
+      consume(p, sh, role - 1, pairs, num_work);
     }
   }
 
@@ -193,19 +208,35 @@ struct PrefillSm90 {
   // writes with ordinary stores (converted or rotated q, rotated K) it fences for the async
   // proxy and announces with a plain arrive. The consumers fence after their waits too: the
   // cp.async writes are generic-proxy writes of other threads, which wgmma reads next.
-  static __device__ void produce(const aotinfer_batch_prefill_params& p, const Shared& sh, int first, int stride,
-                                 int pairs, int num_work) {
+  static __device__ void produce(const aotinfer_batch_prefill_params& p, const Shared& sh, int pairs, int num_work) {
+    const int active = min(int(gridDim.x), pairs);  // CTAs that take pairs
     int done = 0;  // tiles this CTA loaded before the current pair: the ring position
+    int w = blockIdx.x;
 #pragma unroll 1
-    for (int w = first, n = 0; w < pairs; w += stride, ++n) {
+    for (int n = 0;; ++n) {
+      if (n > 0) w = sh.announced(n);
+      if (w >= pairs) break;
+      // The next pair, taken now so that the atomic's round trip hides behind this pair's copies.
+      const int next = threadIdx.x == 0 ? next_pair(p.pair_counter, active, pairs) : 0;
       const Cta cta(p, w % num_work, w / num_work, pairs / num_work, kRows, kKv);
       if (n > 0) sm90::mbar_wait(sh.q_empty(), (n - 1) & 1);  // the consumers' last product with q
       load_q(p, cta, sh);
       load_kv(cta, sh, done);
       done += cta.num_tiles;
+      if (threadIdx.x == 0) sh.announce(n + 1, next);
     }
     cp_async_commit();
     cp_async_wait<0>();  // nothing in flight when the producer's threads exit
+  }
+
+  // Pair 0 of every active CTA is its blockIdx.x; later ones come from `counter`, which counts
+  // the pairs taken beyond those. A CTA takes once per pair it works on, the last time in vain,
+  // so a launch takes exactly `pairs` times, and the take that returns pairs - 1 is the last: it
+  // sets the counter back to 0 for the next launch (each plan uploads it as 0).
+  static __device__ __forceinline__ int next_pair(int* counter, int active, int pairs) {
+    const int taken = atomicAdd(counter, 1);
+    if (taken == pairs - 1) atomicExch(counter, 0);
+    return active + taken;
   }
 
   // q rows (zeros beyond the valid rows): copied, or converted and rotated through registers.
@@ -288,15 +319,16 @@ struct PrefillSm90 {
   // waits on its own and, after issuing, arrives on the other's. Group 1 opens group 0's first
   // turn, and group 0 takes up group 1's last arrive at the end, so every arrive is matched
   // (both take the same turns: num_tiles + 1 per pair with tiles).
-  static __device__ void consume(const aotinfer_batch_prefill_params& p, const Shared& sh, int g, int first,
-                                 int stride, int pairs, int num_work) {
+  static __device__ void consume(const aotinfer_batch_prefill_params& p, const Shared& sh, int g, int pairs,
+                                 int num_work) {
     if (g == 1) sm90::named_barrier_arrive<256>(kTurnBarrier);
     int done = 0;  // tiles of earlier pairs: the ring position
 #pragma unroll 1
-    for (int w = first, n = 0; w < pairs; w += stride, ++n) {
-      const int item = w % num_work;
-      const Cta cta(p, item, w / num_work, pairs / num_work, kRows, kKv);
-      attend(p, sh, cta, item, g, done, n);
+    for (int n = 0;; ++n) {
+      const int w = n == 0 ? int(blockIdx.x) : sh.announced(n);
+      if (w >= pairs) break;
+      const Cta cta(p, w % num_work, w / num_work, pairs / num_work, kRows, kKv);
+      attend(p, sh, cta, g, done, n);
       done += cta.num_tiles;
     }
     if (g == 0) sm90::named_barrier_sync<256>(kTurnBarrier);
@@ -305,7 +337,7 @@ struct PrefillSm90 {
   // One pair: the attention of consumer g's 64 rows, from ring position `done`; n-th pair of the
   // CTA.
   static __device__ __forceinline__ void attend(const aotinfer_batch_prefill_params& p, const Shared& sh,
-                                                const Cta& cta, int item, int g, int done, int n) {
+                                                const Cta& cta, int g, int done, int n) {
     const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
     // Softmax in log2 units (score_fragment.cuh).
     const float scale = soft_cap ? 1.f : p.sm_scale * kLog2e;
@@ -428,7 +460,7 @@ struct PrefillSm90 {
     }
 
     // Epilogue: normalise; o/lse, or the float state of a split tile.
-    const int state_base = p.work_state[item], state_stride = p.work_state_stride[item];
+    const int state_base = cta.state, state_stride = cta.state_stride;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const RowResult r(row_m[h], row_l[h], scale);

@@ -76,6 +76,7 @@ struct PrefillCta {
   int t_first, t_last;  // query tokens of the first and last valid row
   int begin, end;       // the keys this CTA visits: its item's range, cut to what its rows can see
   int num_tiles;
+  int state, state_stride;  // the item's float states (-1: o/lse directly)
 
   __device__ __forceinline__ PrefillCta(const aotinfer_batch_prefill_params& p, int item, int head, int num_kv_heads,
                                         int tile_rows, int kv_tile)
@@ -87,7 +88,12 @@ struct PrefillCta {
     q_offset = rows.length - qo_len;
     t_first = q_row / group;
     t_last = (q_row + valid_rows - 1) / group;
-    begin = p.work_kv_begin[item];
+    // Without split tiles every item covers its tile's keys and writes o (the planner leaves the
+    // split-only arrays unwritten).
+    const bool split = *p.num_merge_rows != 0;
+    begin = split ? p.work_kv_begin[item] : 0;
+    state = split ? p.work_state[item] : -1;
+    state_stride = split ? p.work_state_stride[item] : 0;
     end = min(p.work_kv_end[item], rows.length);
     if constexpr (mask == MaskMode::causal) end = min(end, q_offset + t_last + 1);
     if constexpr (sliding_window) begin = max(begin, q_offset + t_first - p.window_left);

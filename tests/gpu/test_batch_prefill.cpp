@@ -285,8 +285,6 @@ Outcome run_case(std::mt19937_64& rng, const Case& c) {
   auto indices = on_device(p.indices), last = on_device(p.last_page_len);
   DeviceBuffer<std::uint16_t> o(p.total_q * cfg.num_qo_heads * cfg.head_dim);
   DeviceBuffer<float> lse(p.total_q * cfg.num_qo_heads);
-  o.poison();
-  lse.poison();
   Workspace ws(prefill->workspace_sizes(p.total_q, batch));
   if (cfg.kv_storage == KvStorage::paged)
     prefill->plan_paged(p.qo_indptr, p.kv_indptr, p.last_page_len, p.indices, p.num_pages, ws.ws, nullptr);
@@ -303,7 +301,13 @@ Outcome run_case(std::mt19937_64& rng, const Case& c) {
   a.o = o.ptr, a.lse = lse.ptr;
   a.window_left = c.window_left;
   a.logits_soft_cap = c.soft_cap;
-  prefill->run(a, nullptr);
+  // Twice, outputs poisoned in between: the second launch must find the workspace as the plan
+  // left it (the persistent kernel's pair counter back at 0), and it is the one checked.
+  for (int launch = 0; launch < 2; ++launch) {
+    o.poison();
+    lse.poison();
+    prefill->run(a, nullptr);
+  }
   CUDA_CHECK(cudaDeviceSynchronize());
   CUDA_CHECK(cudaGetLastError());
   check(rng, p, o.download(), lse.download());
@@ -385,7 +389,8 @@ TEST_CASE("batch_prefill split and unsplit plans, large and small query tiles", 
     const Outcome split = run_case(rng, few);
     if (!split.ran) continue;
     CHECK(split.split);
-    // Many long prompts: the tiles fill the GPU -> unsplit, large tile.
+    // Many long prompts: the tiles fill the GPU -> unsplit, large tile; 1024 (item, KV head)
+    // pairs, several for each persistent CTA on Hopper.
     Case many{base_config(storage, MaskMode::causal, 8, 8), {}, {}};
     for (int i = 0; i < 16; ++i) many.qo_lens.push_back(1024), many.kv_lens.push_back(1024 + uniform(rng, 0, 100));
     many.sampled_tokens = 8;
@@ -447,6 +452,10 @@ TEST_CASE("BatchPrefill in CUDA-graph mode: one captured graph replays later pla
       CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
       CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
     }
+    // Two replays, the first poisoned after it: the second must find the workspace as the plan left it.
+    CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    o.poison();
     CUDA_CHECK(cudaGraphLaunch(exec, stream));
     CUDA_CHECK(cudaStreamSynchronize(stream));
     // The graph froze batch/total_q of the first plan only as run() arguments it validated; the

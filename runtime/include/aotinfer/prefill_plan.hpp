@@ -99,8 +99,10 @@ void plan_prefill_work(std::span<const std::int32_t> qo_indptr, std::span<const 
 
 // The same plan with the arrays written where `place` says: the planner calls it once, after
 // every check and with the plan's scalars set (padded_work, num_outputs(), num_states), and
-// writes every entry of the arrays it returns; the plan's vectors are left empty. `place` may
-// throw, which ends planning.
+// writes every entry of the arrays it returns that the kernels read: request, q_row and kv_end
+// always, the others only when the plan is split (otherwise every item starts at key 0 and
+// writes o directly, and copy_work_arrays says so). The plan's vectors are left empty. `place`
+// may throw, which ends planning.
 using PrefillArrayPlacer = std::function<PrefillWorkArrays(const PrefillWorkPlan&)>;
 void plan_prefill_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int32_t> kv_lengths,
                        const PrefillPlanLimits& limits, PrefillWorkPlan& plan, const PrefillArrayPlacer& place);

@@ -60,6 +60,7 @@ void check_indptr(std::span<const std::int32_t> indptr, const char* what) {
 
 void plan_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int32_t> kv_lengths, const PrefillPlanLimits& l,
                PrefillWorkPlan& plan, const PrefillArrayPlacer& place);
+void whole_tile_items(const PrefillWorkPlan& plan, std::int32_t* kv_begin, std::int32_t* state, std::int32_t* state_stride);
 
 }  // namespace
 
@@ -109,6 +110,7 @@ void plan_prefill_work(std::span<const std::int32_t> qo_indptr, std::span<const 
     return PrefillWorkArrays{plan.request.data(), plan.q_row.data(),        plan.kv_begin.data(),     plan.kv_end.data(),
                              plan.state.data(),   plan.state_stride.data(), plan.merge_indptr.data(), plan.merge_row.data()};
   });
+  if (!plan.split) whole_tile_items(plan, plan.kv_begin.data(), plan.state.data(), plan.state_stride.data());
 }
 
 void plan_prefill_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int32_t> kv_lengths,
@@ -123,10 +125,15 @@ void copy_work_arrays(const PrefillWorkArrays& a, PrefillWorkPlan& plan) {
   const std::size_t work = std::size_t(plan.padded_work), outputs = std::size_t(plan.num_outputs());
   plan.request.assign(a.request, a.request + work);
   plan.q_row.assign(a.q_row, a.q_row + work);
-  plan.kv_begin.assign(a.kv_begin, a.kv_begin + work);
   plan.kv_end.assign(a.kv_end, a.kv_end + work);
-  plan.state.assign(a.state, a.state + work);
-  plan.state_stride.assign(a.state_stride, a.state_stride + work);
+  if (plan.split) {
+    plan.kv_begin.assign(a.kv_begin, a.kv_begin + work);
+    plan.state.assign(a.state, a.state + work);
+    plan.state_stride.assign(a.state_stride, a.state_stride + work);
+  } else {
+    for (std::vector<std::int32_t>* v : {&plan.kv_begin, &plan.state, &plan.state_stride}) v->resize(work);
+    whole_tile_items(plan, plan.kv_begin.data(), plan.state.data(), plan.state_stride.data());
+  }
   plan.merge_indptr.assign(a.merge_indptr, a.merge_indptr + outputs + 1);
   plan.merge_row.assign(a.merge_row, a.merge_row + outputs);
 }
@@ -310,9 +317,8 @@ void plan_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int
         kv_end[x] = extent_of(qo, kv, packed, row);
       }
     }
-    std::fill_n(kv_begin, num_work, 0);
-    std::fill_n(state, num_work, -1);
-    std::fill_n(state_stride, num_work, 0);
+    // kv_begin, state and state_stride are left to whole_tile_items(): the kernels do not read
+    // them without split tiles.
   } else {
     std::int32_t states = 0, outputs = 0;
     for_each_tile([&](const QueryTile& t) {
@@ -356,8 +362,19 @@ void plan_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int
 
   // CUDA-graph padding: empty direct items (the kernels skip items past num_work).
   const std::size_t pad_from = std::size_t(plan.num_work), pad = std::size_t(plan.padded_work - plan.num_work);
-  for (std::int32_t* a : {out.request, out.q_row, out.kv_begin, out.kv_end, out.state_stride}) std::fill_n(a + pad_from, pad, 0);
-  std::fill_n(out.state + pad_from, pad, -1);
+  for (std::int32_t* a : {out.request, out.q_row, out.kv_end}) std::fill_n(a + pad_from, pad, 0);
+  if (split) {
+    for (std::int32_t* a : {out.kv_begin, out.state_stride}) std::fill_n(a + pad_from, pad, 0);
+    std::fill_n(out.state + pad_from, pad, -1);
+  }
+}
+
+// What an unsplit plan leaves unwritten: every item from key 0, written directly to o.
+void whole_tile_items(const PrefillWorkPlan& plan, std::int32_t* kv_begin, std::int32_t* state, std::int32_t* state_stride) {
+  const std::size_t work = std::size_t(plan.padded_work);
+  std::fill_n(kv_begin, work, 0);
+  std::fill_n(state, work, -1);
+  std::fill_n(state_stride, work, 0);
 }
 
 }  // namespace

@@ -27,13 +27,15 @@
  * into work_state_stride[x] chunks and the item writes float states: row r of KV head kh goes to
  * state work_state[x] + (kh * rows + r) * work_state_stride[x] (rows = valid rows of the tile) of
  * partial_o [states, head_dim] / partial_lse [states], which merge_state's merge_varlen combines.
+ * When *num_merge_rows is 0 no tile is split: every item starts at key 0 and writes o/lse, and
+ * work_kv_begin, work_state and work_state_stride are not read (the planner leaves them unwritten).
  * Items x >= *num_work exit at once (CUDA-graph padding).
  *
  * Launch info: tile[0] = packed query rows per CTA, tile[1] = KV tokens per pipeline stage,
  * tile[2] = head_dim, tile[3] = 0: grid (padded work, num_kv_heads) as above; 1: persistent,
  * grid.x = at most one wave of CTAs (SMs x resident CTAs per SM), which take the (item, KV head)
- * pairs w = kv_head * *num_work + item for w = blockIdx.x, blockIdx.x + gridDim.x, ... below
- * *num_work * num_kv_heads. */
+ * pairs w = kv_head * *num_work + item below *num_work * num_kv_heads: first w = blockIdx.x,
+ * then the next untaken one from *pair_counter (which the launch leaves at 0 again). */
 #ifndef AOTINFER_PARAMS_BATCH_PREFILL_H
 #define AOTINFER_PARAMS_BATCH_PREFILL_H
 
@@ -62,11 +64,13 @@ typedef struct aotinfer_batch_prefill_params {
 
   const int32_t* work_request;      /* [padded work] */
   const int32_t* work_q_row;        /* [padded work] first packed row of the tile */
-  const int32_t* work_kv_begin;     /* [padded work] request-relative key index */
+  const int32_t* work_kv_begin;     /* [padded work] request-relative key index; split plans only */
   const int32_t* work_kv_end;       /* [padded work] */
-  const int32_t* work_state;        /* [padded work] -1: write o directly */
-  const int32_t* work_state_stride; /* [padded work] */
+  const int32_t* work_state;        /* [padded work] -1: write o directly; split plans only */
+  const int32_t* work_state_stride; /* [padded work] split plans only */
   const int32_t* num_work;          /* device scalar */
+  const int32_t* num_merge_rows;    /* device scalar: rows merge_varlen combines; 0: no tile is split */
+  int32_t* pair_counter;            /* device scalar, 0 between launches: persistent CTAs take pairs from it */
   float* partial_o;
   float* partial_lse;
 
