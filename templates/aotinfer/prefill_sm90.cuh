@@ -29,6 +29,7 @@
 #include "aotinfer/prefill_work.cuh"
 #include "aotinfer/score_fragment.cuh"
 #include "aotinfer/sm90.cuh"
+#include "aotinfer/smem_budget.cuh"
 
 namespace aotinfer {
 
@@ -57,24 +58,33 @@ struct PrefillSm90 {
   static constexpr int kKvTiles = kKv / 8;        // n8 tiles of S
   static constexpr int kQBytes = kRows * head_dim * 2;
   static constexpr int kTileBytes = kKv * head_dim * 2;  // K or V of one stage
-  // Shared memory from a 1024-aligned base (the swizzle atoms must be): q, K stages, V stages,
-  // mbarriers, key offsets, RoPE frequencies; 1024 bytes of slack to align the base.
-  static constexpr int kKOffset = kQBytes;
+  // Shared memory from a 1024-aligned base (the swizzle atoms must be): q slots, K stages, V
+  // stages, mbarriers, key offsets, announced pairs, RoPE frequencies; 1024 bytes of slack to
+  // align the base. Two q slots where they fit (not head_dim 256), so that the producer loads
+  // the next pair's q while the consumers still use this one's.
+  static constexpr int smem_bytes(int q_slots) {
+    return 1024 + q_slots * kQBytes + 2 * kStages * kTileBytes + 8 * (8 + 4 * kStages) + 2 * kKv * 8 + 4 * 4 +
+           (kRope ? head_dim / 2 * 4 : 0);
+  }
+  static constexpr int kQSlots = smem_bytes(2) <= kSmemPerCta ? 2 : 1;
+  static constexpr int kKOffset = kQSlots * kQBytes;
   static constexpr int kVOffset = kKOffset + kStages * kTileBytes;
   static constexpr int kBarOffset = kVOffset + kStages * kTileBytes;
-  static constexpr int kNumBars = 4 + 4 * kStages;
+  static constexpr int kNumBars = 8 + 4 * kStages;
   static constexpr int kOffsetsOffset = kBarOffset + 8 * kNumBars;  // key offsets, two tiles
-  static constexpr int kPairOffset = kOffsetsOffset + 2 * kKv * 8;  // the announced pairs, two slots
-  static constexpr int kFreqOffset = kPairOffset + 2 * 4;
+  static constexpr int kPairOffset = kOffsetsOffset + 2 * kKv * 8;  // the announced pairs, 4 slots
+  static constexpr int kFreqOffset = kPairOffset + 4 * 4;
   static constexpr int kSmemBytes = 1024 + kFreqOffset + (kRope ? head_dim / 2 * 4 : 0);
+  static_assert(kSmemBytes == smem_bytes(kQSlots), "the layout above is what smem_bytes counts");
   // Registers per thread after reallocation. A CTA owns what it launched with: kThreads times
   // the count `__launch_bounds__(kThreads, 1)` allows (65536 / kThreads, in steps of 8). The
   // consumers' setmaxnreg.inc waits until the producer's .dec has freed enough, so a split
   // asking for more than the CTA owns never finishes: the static_assert keeps it within.
-  // The producer needs more where it rotates (RoPE) or copies 512-byte rows (head_dim 256), and
-  // the consumers can spare them there (no spills at these counts, ptxas -v).
-  static constexpr int kProducerRegs = kRope || head_dim == 256 ? 56 : 40;
-  static constexpr int kConsumerRegs = kRope || head_dim == 256 ? 224 : 232;
+  // The producer needs 48 to hold a pair's page-table state and the next pair's first lookup
+  // without spilling, more where it rotates (RoPE) or copies 512-byte rows (head_dim 256); the
+  // consumers keep the rest (no spills at these counts, ptxas -v).
+  static constexpr int kProducerRegs = kRope || head_dim == 256 ? 56 : 48;
+  static constexpr int kConsumerRegs = 224;
   static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
   static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= kThreads * kLaunchRegs,
                 "the register split must fit what the CTA launched with");
@@ -92,12 +102,12 @@ struct PrefillSm90 {
   using Cta = PrefillCta<KvRows, dtype_kv, mask, sliding_window>;
 
   struct Shared {
-    char* q;
+    char* q;  // slot i at q + i * kQBytes
     char* k;  // stage s at k + s * kTileBytes
     char* v;
     uint64_t* bars;
     int64_t* offsets;  // element offsets of a tile's keys, slot n % 2 for the n-th tile of the CTA
-    int* pair;         // two slots: see announce()
+    int* pair;         // 4 slots: see announce()
     float* freq;
     __device__ __forceinline__ explicit Shared(char* base)
         : q(base),
@@ -107,25 +117,29 @@ struct PrefillSm90 {
           offsets(reinterpret_cast<int64_t*>(base + kOffsetsOffset)),
           pair(reinterpret_cast<int*>(base + kPairOffset)),
           freq(reinterpret_cast<float*>(base + kFreqOffset)) {}
-    __device__ __forceinline__ uint64_t* q_full() const { return bars; }
-    __device__ __forceinline__ uint64_t* q_empty() const { return bars + 1; }
-    __device__ __forceinline__ uint64_t* pair_full(int slot) const { return bars + 2 + slot; }
+    // The CTA's n-th pair has its q in slot n % kQSlots, the (n / kQSlots)-th use of the slot.
+    __device__ __forceinline__ char* q_slot(int n) const { return q + (n % kQSlots) * kQBytes; }
+    __device__ __forceinline__ uint64_t* q_full(int n) const { return bars + n % kQSlots; }
+    __device__ __forceinline__ uint64_t* q_empty(int n) const { return bars + 2 + n % kQSlots; }
+    static __device__ __forceinline__ uint32_t q_parity(int n) { return uint32_t(n / kQSlots) & 1; }
     // Pair n > 0 of the CTA, which thread 0 of the producer announces to every other thread
-    // through slot (n - 1) % 2. The slot last held pair n - 2, which every thread read before it
-    // loaded or used the q of pair n - 1; thread 0 waits for that q's release before it writes
-    // the slot again, so neither slot nor barrier runs a phase ahead of a reader.
+    // through slot (n - 1) % 4 once it has loaded pair n - 1. The slot last held pair n - 4,
+    // which every thread read before it loaded or used the q of pair n - 4; and before loading
+    // pair n - 1, the producer waited for the release of pair n - 1 - kQSlots >= n - 3's q, so
+    // neither slot nor barrier runs a phase ahead of a reader.
+    __device__ __forceinline__ uint64_t* pair_full(int n) const { return bars + 4 + (n - 1) % 4; }
     __device__ __forceinline__ void announce(int n, int w) const {
-      pair[(n - 1) % 2] = w;
-      sm90::mbar_arrive(pair_full((n - 1) % 2));
+      pair[(n - 1) % 4] = w;
+      sm90::mbar_arrive(pair_full(n));
     }
     __device__ __forceinline__ int announced(int n) const {
-      sm90::mbar_wait(pair_full((n - 1) % 2), ((n - 1) / 2) & 1);
-      return pair[(n - 1) % 2];
+      sm90::mbar_wait(pair_full(n), ((n - 1) / 4) & 1);
+      return pair[(n - 1) % 4];
     }
-    __device__ __forceinline__ uint64_t* k_full(int s) const { return bars + 4 + s; }
-    __device__ __forceinline__ uint64_t* v_full(int s) const { return bars + 4 + kStages + s; }
-    __device__ __forceinline__ uint64_t* k_empty(int s) const { return bars + 4 + 2 * kStages + s; }
-    __device__ __forceinline__ uint64_t* v_empty(int s) const { return bars + 4 + 3 * kStages + s; }
+    __device__ __forceinline__ uint64_t* k_full(int s) const { return bars + 8 + s; }
+    __device__ __forceinline__ uint64_t* v_full(int s) const { return bars + 8 + kStages + s; }
+    __device__ __forceinline__ uint64_t* k_empty(int s) const { return bars + 8 + 2 * kStages + s; }
+    __device__ __forceinline__ uint64_t* v_empty(int s) const { return bars + 8 + 3 * kStages + s; }
   };
 
   // A CTA works through (item, KV head) pairs, flattened as w = kv_head * num_work + item: KV head
@@ -144,10 +158,11 @@ struct PrefillSm90 {
     char* base = smem_raw + ((1024 - sm90::smem_u32(smem_raw) % 1024) % 1024);
     const Shared sh(base);
     if (threadIdx.x == 0) {
-      sm90::mbar_init(sh.q_full(), 128);
-      sm90::mbar_init(sh.q_empty(), 128 * kConsumers);
-      sm90::mbar_init(sh.pair_full(0), 1);
-      sm90::mbar_init(sh.pair_full(1), 1);
+      for (int slot = 0; slot < kQSlots; ++slot) {
+        sm90::mbar_init(sh.q_full(slot), 128);
+        sm90::mbar_init(sh.q_empty(slot), 128 * kConsumers);
+      }
+      for (int n = 1; n <= 4; ++n) sm90::mbar_init(sh.pair_full(n), 1);
       for (int s = 0; s < kStages; ++s) {
         sm90::mbar_init(sh.k_full(s), 128);
         sm90::mbar_init(sh.v_full(s), 128);
@@ -219,9 +234,12 @@ struct PrefillSm90 {
       // The next pair, taken now so that the atomic's round trip hides behind this pair's copies.
       const int next = threadIdx.x == 0 ? next_pair(p.pair_counter, active, pairs) : 0;
       const Cta cta(p, w % num_work, w / num_work, pairs / num_work, kRows, kKv);
-      if (n > 0) sm90::mbar_wait(sh.q_empty(), (n - 1) & 1);  // the consumers' last product with q
-      load_q(p, cta, sh);
-      load_kv(cta, sh, done);
+      // The first page lookup goes out before any wait.
+      const int64_t first_offset = key_offset(cta, 0);
+      // The q slot's last pair is done with it (the consumers' last score product).
+      if (n >= kQSlots) sm90::mbar_wait(sh.q_empty(n), sh.q_parity(n) ^ 1);
+      load_q(p, cta, sh, n);
+      load_kv(cta, sh, done, first_offset);
       done += cta.num_tiles;
       if (threadIdx.x == 0) sh.announce(n + 1, next);
     }
@@ -241,7 +259,8 @@ struct PrefillSm90 {
 
   // q rows (zeros beyond the valid rows): copied, or converted and rotated through registers.
   static __device__ __forceinline__ void load_q(const aotinfer_batch_prefill_params& p, const Cta& cta,
-                                                const Shared& sh) {
+                                                const Shared& sh, int n) {
+    char* const q = sh.q_slot(n);
     const int c = threadIdx.x % kThreadsPerRow, row0 = threadIdx.x / kThreadsPerRow;
     constexpr bool kQCopied = std::is_same_v<dtype_q, dtype_kv> && !kRope;
 #pragma unroll 1
@@ -249,8 +268,8 @@ struct PrefillSm90 {
       const int row = row0 + i * kRowsPerPass;
       const bool valid = row < cta.valid_rows;
       const dtype_q* src = valid ? cta.template q_source<dtype_q>(p, row, head_dim) : static_cast<const dtype_q*>(p.q);
-      char* lo_dst = sh.q + sm90::sw128_offset(kRows, row, c);
-      char* hi_dst = sh.q + sm90::sw128_offset(kRows, row, c + kChunks / 2);
+      char* lo_dst = q + sm90::sw128_offset(kRows, row, c);
+      char* hi_dst = q + sm90::sw128_offset(kRows, row, c + kChunks / 2);
       if constexpr (kQCopied) {
         cp_async_16(lo_dst, src + c * 8, valid);
         cp_async_16(hi_dst, src + (c + kChunks / 2) * 8, valid);
@@ -266,24 +285,25 @@ struct PrefillSm90 {
       }
     }
     if constexpr (kQCopied) {
-      sm90::cp_async_arrive(sh.q_full());
+      sm90::cp_async_arrive(sh.q_full(n));
     } else {
       sm90::fence_async_shared();
-      sm90::mbar_arrive(sh.q_full());
+      sm90::mbar_arrive(sh.q_full(n));
     }
   }
 
-  // K and V of the pair's tiles into the ring, from ring position `done`.
-  static __device__ __forceinline__ void load_kv(const Cta& cta, const Shared& sh, int done) {
-    // Each producer thread looks up one key of a tile (a page-table read for paged KV) a tile
-    // ahead, into shared memory, so the copies of the next tile do not wait on it.
+  // Each producer thread looks up one key of a tile (a page-table read for paged KV) a tile
+  // ahead, into shared memory, so the copies of the next tile do not wait on it.
+  static __device__ __forceinline__ int64_t key_offset(const Cta& cta, int tile) {
     static_assert(kKv <= 128, "at most one key per producer thread");
+    const int pos = cta.begin + tile * kKv + int(threadIdx.x);
+    return threadIdx.x < kKv && pos < cta.end ? cta.rows.offset(pos) : int64_t(0);
+  }
+
+  // K and V of the pair's tiles into the ring, from ring position `done`; `next_offset` is this
+  // thread's key offset of tile 0.
+  static __device__ __forceinline__ void load_kv(const Cta& cta, const Shared& sh, int done, int64_t next_offset) {
     const KvRows<dtype_kv>& rows = cta.rows;
-    auto key_offset = [&](int tile) {
-      const int pos = cta.begin + tile * kKv + int(threadIdx.x);
-      return threadIdx.x < kKv && pos < cta.end ? rows.offset(pos) : int64_t(0);
-    };
-    int64_t next_offset = key_offset(0);
 #pragma unroll 1
     for (int tile = 0; tile < cta.num_tiles; ++tile) {
       const int ring = done + tile, s = ring % kStages, use = ring / kStages, start = cta.begin + tile * kKv;
@@ -292,7 +312,7 @@ struct PrefillSm90 {
       // The tile's offsets are written (their slot was last read two tiles ago, before the
       // previous barrier).
       sm90::named_barrier_sync<128>(kProducerBarrier);
-      next_offset = key_offset(tile + 1);
+      next_offset = key_offset(cta, tile + 1);
 
       if (use > 0) sm90::mbar_wait(sh.k_empty(s), (use - 1) & 1);
       copy_rows(rows.k, offsets, sh.k + s * kTileBytes, start, cta.end);
@@ -359,7 +379,7 @@ struct PrefillSm90 {
       if constexpr (sliding_window) key_lo[h] = cta.q_offset + t - p.window_left;
     }
 
-    const uint32_t q_addr = sm90::smem_u32(sh.q) + g * 64 * 128;
+    const uint32_t q_addr = sm90::smem_u32(sh.q_slot(n)) + g * 64 * 128;
     // Ring stage and phase parity of the pair's tile t.
     auto stage = [&](int t) { return (done + t) % kStages; };
     auto parity = [&](int t) { return uint32_t((done + t) / kStages) & 1; };
@@ -402,9 +422,9 @@ struct PrefillSm90 {
     // Software pipeline (FlashAttention-3's intra-warpgroup overlap): the scores of tile t are
     // computed while the output product of tile t - 1 runs, and its softmax overlaps that
     // product too; only the rescale of O waits for it.
-    sm90::mbar_wait(sh.q_full(), n & 1);
-    // q is free for the next pair once the last score product is done.
-    if (cta.num_tiles == 0) sm90::mbar_arrive(sh.q_empty());
+    sm90::mbar_wait(sh.q_full(n), sh.q_parity(n));
+    // q's slot is free for a later pair once the last score product is done.
+    if (cta.num_tiles == 0) sm90::mbar_arrive(sh.q_empty(n));
     if (cta.num_tiles > 0) {
       sm90::mbar_wait(sh.k_full(stage(0)), parity(0));
       sm90::fence_async_shared();  // the copies landed through the generic proxy (see produce)
@@ -415,7 +435,7 @@ struct PrefillSm90 {
       sm90::wgmma_wait<0>();
       sm90::pin(s_flat);
       sm90::mbar_arrive(sh.k_empty(stage(0)));
-      if (cta.num_tiles == 1) sm90::mbar_arrive(sh.q_empty());
+      if (cta.num_tiles == 1) sm90::mbar_arrive(sh.q_empty(n));
       softmax_scores(0);
 #pragma unroll
       for (int jj = 0; jj < kKv / 16; ++jj) weights_fragment<dtype>(p_frag[jj], s, jj);
@@ -435,7 +455,7 @@ struct PrefillSm90 {
       sm90::wgmma_wait<1>();  // the scores
       sm90::pin(s_flat);
       sm90::mbar_arrive(sh.k_empty(stage(t)));
-      if (t == cta.num_tiles - 1) sm90::mbar_arrive(sh.q_empty());
+      if (t == cta.num_tiles - 1) sm90::mbar_arrive(sh.q_empty(n));
       softmax_scores(t);
       sm90::wgmma_wait<0>();  // the output product of tile t - 1
       sm90::pin(o_flat);
