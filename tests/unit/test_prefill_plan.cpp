@@ -332,6 +332,8 @@ void check_plan(const V& qo_indptr, const V& kv, const PrefillPlanLimits& l, Pre
   INFO(describe(l) << ", " << describe(qo_indptr, kv));
   plan_prefill_work(qo_indptr, kv, l, plan);
   REQUIRE(plan_problem(qo_indptr, kv, l, plan) == "");
+  // The kernels tell a split plan by its merge rows (num_merge_rows), the upload by `split`.
+  REQUIRE(plan.split == (plan.num_outputs() > 0));
   PrefillWorkPlan fresh;
   plan_prefill_work(qo_indptr, kv, l, fresh);
   REQUIRE(fresh.num_work == plan.num_work);
