@@ -35,13 +35,13 @@ std::string scalars() {
 std::string decode_tensors() {
   using T = aotinfer_batch_decode_tensors;
   return AOTINFER_STRUCT(aotinfer_batch_decode_tensors, F(q), F(k_pages), F(v_pages), F(kv_indptr), F(kv_indices),
-                         F(kv_last_page_len), F(o), F(lse), F(q_positions));
+                         F(kv_last_page_len), F(o), F(lse), F(q_positions), F(sinks));
 }
 
 std::string prefill_tensors() {
   using T = aotinfer_batch_prefill_tensors;
   return AOTINFER_STRUCT(aotinfer_batch_prefill_tensors, F(q), F(k), F(v), F(qo_indptr), F(kv_indptr), F(kv_indices),
-                         F(kv_last_page_len), F(o), F(lse));
+                         F(kv_last_page_len), F(o), F(lse), F(sinks));
 }
 
 std::string merge_tensors() {
@@ -72,14 +72,14 @@ std::string prefill_config() {
 std::string decode_run_args() {
   using T = aotinfer_batch_decode_run_args;
   return AOTINFER_STRUCT(aotinfer_batch_decode_run_args, F(batch), F(q), F(k_pages), F(v_pages), F(kv_indptr),
-                         F(kv_indices), F(kv_last_page_len), F(o), F(lse), F(q_positions), F(sm_scale),
+                         F(kv_indices), F(kv_last_page_len), F(o), F(lse), F(q_positions), F(sinks), F(sm_scale),
                          F(logits_soft_cap), F(rope_scale), F(rope_theta), F(k_scale), F(v_scale), F(window_left));
 }
 
 std::string prefill_run_args() {
   using T = aotinfer_batch_prefill_run_args;
   return AOTINFER_STRUCT(aotinfer_batch_prefill_run_args, F(batch), F(total_q), F(q), F(qo_indptr), F(k), F(v),
-                         F(kv_indptr), F(kv_indices), F(kv_last_page_len), F(o), F(lse), F(sm_scale),
+                         F(kv_indptr), F(kv_indices), F(kv_last_page_len), F(o), F(lse), F(sinks), F(sm_scale),
                          F(logits_soft_cap), F(rope_scale), F(rope_theta), F(window_left));
 }
 

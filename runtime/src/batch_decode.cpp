@@ -207,6 +207,7 @@ void BatchDecode::run(const DecodeRunArgs& a, Stream stream) const {
   p.o = a.o;
   p.lse = a.lse;
   p.q_positions = a.q_positions;
+  p.sinks = a.sinks;
   p.work_request = int_array(s.layout.request);
   p.work_kv_begin = int_array(s.layout.kv_begin);
   p.work_kv_end = int_array(s.layout.kv_end);

@@ -254,6 +254,7 @@ void BatchPrefill::run(const PrefillRunArgs& a, Stream stream) const {
   }
   p.o = a.o;
   p.lse = a.lse;
+  p.sinks = a.sinks;
   p.work_request = int_array(s.layout.request);
   p.work_q_row = int_array(s.layout.q_row);
   p.work_kv_begin = int_array(s.layout.kv_begin);

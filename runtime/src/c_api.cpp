@@ -472,6 +472,7 @@ aotinfer_status aotinfer_batch_decode_run(const aotinfer_batch_decode* decode, c
     args.o = in->o;
     args.lse = in->lse;
     args.q_positions = in->q_positions;
+    args.sinks = in->sinks;
     args.sm_scale = in->sm_scale;
     args.logits_soft_cap = in->logits_soft_cap;
     args.rope_scale = in->rope_scale != 0 ? in->rope_scale : 1.f;
@@ -621,6 +622,7 @@ aotinfer_status aotinfer_batch_prefill_run(const aotinfer_batch_prefill* prefill
     args.kv_last_page_len = in->kv_last_page_len;
     args.o = in->o;
     args.lse = in->lse;
+    args.sinks = in->sinks;
     args.sm_scale = in->sm_scale;
     args.logits_soft_cap = in->logits_soft_cap;
     args.rope_scale = in->rope_scale != 0 ? in->rope_scale : 1.f;

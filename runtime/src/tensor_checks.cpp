@@ -169,6 +169,7 @@ DecodeRunArgs decode_run_args(const BatchDecodeConfig& c, const PlannedShape& pl
   check.tensor(t.kv_indices, "kv_indices", DType::i32, {{plan.kv_entries, "kv_indptr[batch]", true}}, Packing::contiguous, 4);
   check.tensor(t.kv_last_page_len, "kv_last_page_len", DType::i32, {{batch, "batch"}}, Packing::contiguous, 4);
   check.optional(t.q_positions, "q_positions", DType::i32, {{batch, "batch"}});
+  check.optional(t.sinks, "sinks", DType::f32, {{hq, "num_qo_heads"}});
   check_scalars(check, c.soft_cap, c.sliding_window, s);
 
   DecodeRunArgs a;
@@ -183,6 +184,7 @@ DecodeRunArgs decode_run_args(const BatchDecodeConfig& c, const PlannedShape& pl
   a.o = t.o.data;
   a.lse = static_cast<float*>(t.lse.data);
   a.q_positions = static_cast<const std::int32_t*>(t.q_positions.data);
+  a.sinks = static_cast<const float*>(t.sinks.data);
   a.sm_scale = s.sm_scale;
   a.logits_soft_cap = s.logits_soft_cap;
   a.rope_scale = or_default(s.rope_scale, 1.f);
@@ -202,6 +204,7 @@ PrefillRunArgs prefill_run_args(const BatchPrefillConfig& c, const PlannedShape&
   check.tensor(t.o, "o", c.dtype_o, {{rows, "total_q", true}, {hq, "num_qo_heads"}, {dim, "head_dim"}});
   // lse rows follow o's: a caller with spare rows in o has them in lse too.
   check.optional(t.lse, "lse", DType::f32, {{t.o.shape[0], "o's rows"}, {hq, "num_qo_heads"}});
+  check.optional(t.sinks, "sinks", DType::f32, {{hq, "num_qo_heads"}});
   check.tensor(t.qo_indptr, "qo_indptr", DType::i32, {{batch + 1, "batch + 1"}}, Packing::contiguous, 4);
   check.tensor(t.kv_indptr, "kv_indptr", DType::i32, {{batch + 1, "batch + 1"}}, Packing::contiguous, 4);
 
@@ -235,6 +238,7 @@ PrefillRunArgs prefill_run_args(const BatchPrefillConfig& c, const PlannedShape&
   a.kv_indptr = static_cast<const std::int32_t*>(t.kv_indptr.data);
   a.o = t.o.data;
   a.lse = static_cast<float*>(t.lse.data);
+  a.sinks = static_cast<const float*>(t.sinks.data);
   a.sm_scale = s.sm_scale;
   a.logits_soft_cap = s.logits_soft_cap;
   a.rope_scale = or_default(s.rope_scale, 1.f);

@@ -31,6 +31,23 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
+// Attention sinks (gpt-oss): one more logit `sink` in a row's softmax, in the units of the scores
+// s = q.k * sm_scale, whose value row is zero. It only adds e^sink to the denominator: the row's
+// natural-log lse becomes log(e^lse + e^sink), and its normalised output shrinks by
+// e^(lse - new lse), the factor returned. A row that kept no key (lse -inf) gets o = 0, lse = sink;
+// a NaN sink makes the row NaN.
+__device__ __forceinline__ float fold_sink(float& lse, float sink) {
+  const bool sink_wins = !(lse > sink);
+  const float hi = sink_wins ? sink : lse, lo = sink_wins ? lse : sink;
+  if (hi == -INFINITY) return 1.f;  // no key and a -inf sink: the row stays empty
+  // By the special-function unit, as the softmax: 1 + e^(lo - hi) lies in (1, 2], where lg2.approx
+  // errs by ~2^-22; the precise expf/log1pf would add ~3 KB of code to every kernel.
+  const float folded = hi + __log2f(1.f + fast_exp2((lo - hi) * kLog2e)) * kLn2;
+  const float factor = fast_exp2((lse - folded) * kLog2e);
+  lse = folded;
+  return factor;
+}
+
 // Loads that skip L1 (ld.global.cg): for data other CTAs of this launch wrote, which an SM's
 // L1 does not keep coherent.
 __device__ __forceinline__ float load_l2(const float* p) {

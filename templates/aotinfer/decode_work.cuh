@@ -16,6 +16,7 @@ struct DecodeWork {
   int page_begin;  // first entry of the request in kv.indices
   int q_pos;       // the query's position (RoPE, ALiBi, window)
   int begin, end;  // KV tokens to attend, request-relative, window applied
+  bool takes_sink; // sinks given and this item starts at key 0: its state holds the request's sink
   int first_item, items;  // the request's work items (split plans; else this one alone)
   __device__ bool split() const { return items > 1; }
 
@@ -41,16 +42,22 @@ struct DecodeWork {
     w.q_pos = p.q_positions ? p.q_positions[w.request] : kv_len - 1;
     w.begin = p.work_kv_begin[w.work];
     w.end = p.work_kv_end[w.work];
+    w.takes_sink = p.sinks && w.begin == 0;
     if constexpr (sliding_window) w.begin = max(w.begin, w.q_pos - p.window_left);
     return w;
   }
 
   // The normalised output of query row `row`, dims [d, d + 8): into o/lse, or into the partial
-  // state of this work item when the plan splits KV.
+  // state of this work item when the plan splits KV. The row's sink is folded in here.
   template <typename dtype_o, int head_dim>
-  __device__ __forceinline__ void write(const aotinfer_batch_decode_params& p, int row, int d, const float (&out)[8],
+  __device__ __forceinline__ void write(const aotinfer_batch_decode_params& p, int row, int d, float (&out)[8],
                                         float lse) const {
     const int head = first_head + row;
+    if (takes_sink) {
+      const float factor = fold_sink(lse, p.sinks[head]);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) out[e] *= factor;
+    }
     if (split()) {
       float* dst = p.partial_o + (int64_t(work) * p.num_qo_heads + head) * head_dim + d;
       *reinterpret_cast<float4*>(dst) = make_float4(out[0], out[1], out[2], out[3]);

@@ -277,8 +277,9 @@ struct PrefillMma {
     for (int m = 0; m < kMmaQ; ++m)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const RowResult r(row_m[m][h], row_l[m][h], scale);
+        RowResult r(row_m[m][h], row_l[m][h], scale);
         const int row = warp * kWarpRows + m * 16 + lane / 4 + 8 * h;
+        if (cta.takes_sink(p)) cta.add_sink(p, row, r);
         if (state_base < 0) {
 #pragma unroll
           for (int j = 0; j < kDimTiles; ++j) {

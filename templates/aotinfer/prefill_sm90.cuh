@@ -483,9 +483,10 @@ struct PrefillSm90 {
     const int state_base = cta.state, state_stride = cta.state_stride;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const RowResult r(row_m[h], row_l[h], scale);
+      RowResult r(row_m[h], row_l[h], scale);
       const int row = 64 * g + 16 * warp + lane / 4 + 8 * h;
       if (row >= cta.valid_rows) continue;
+      if (cta.takes_sink(p)) cta.add_sink(p, row, r);
       if (state_base < 0) {
         dtype_o* dst = static_cast<dtype_o*>(p.o) + cta.out_row(p, row) * head_dim + 2 * (lane % 4);
 #pragma unroll

@@ -5,6 +5,7 @@
 #include "aotinfer/abi.h"
 #include "aotinfer/attention.cuh"
 #include "aotinfer/params/batch_prefill.h"
+#include "aotinfer/score_fragment.cuh"
 
 namespace aotinfer {
 
@@ -67,7 +68,7 @@ struct RaggedKvRows {
 // query rows and `kv_tile` keys.
 template <template <typename> class KvRows, typename T, MaskMode mask, bool sliding_window>
 struct PrefillCta {
-  int kv_head, request, q_row;
+  int item, kv_head, request, q_row;
   KvRows<T> rows;
   int group;       // query heads per KV head
   int qo_begin;    // first query token of the request
@@ -80,7 +81,7 @@ struct PrefillCta {
 
   __device__ __forceinline__ PrefillCta(const aotinfer_batch_prefill_params& p, int item, int head, int num_kv_heads,
                                         int tile_rows, int kv_tile)
-      : kv_head(head), request(p.work_request[item]), q_row(p.work_q_row[item]), rows(p, request, kv_head) {
+      : item(item), kv_head(head), request(p.work_request[item]), q_row(p.work_q_row[item]), rows(p, request, kv_head) {
     group = p.num_qo_heads / num_kv_heads;
     qo_begin = p.qo_indptr[request];
     const int qo_len = p.qo_indptr[request + 1] - qo_begin;
@@ -111,6 +112,16 @@ struct PrefillCta {
   __device__ __forceinline__ int64_t out_row(const aotinfer_batch_prefill_params& p, int row) const {
     const int packed = q_row + row;
     return int64_t(qo_begin + packed / group) * p.num_qo_heads + kv_head * group + packed % group;
+  }
+  // Whether the rows take their sinks: sinks given and the item starts at key 0 (as every item
+  // that writes o does). Asked at the epilogue, not kept through the key loop, where the mma.sync
+  // kernel has no register to spare.
+  __device__ __forceinline__ bool takes_sink(const aotinfer_batch_prefill_params& p) const {
+    return p.sinks && (state < 0 || p.work_kv_begin[item] == 0);
+  }
+  // The sink of packed row q_row + row, folded into its normalisation (when takes_sink).
+  __device__ __forceinline__ void add_sink(const aotinfer_batch_prefill_params& p, int row, RowResult& r) const {
+    r.add_sink(p.sinks[kv_head * group + (q_row + row) % group]);
   }
 };
 

@@ -114,6 +114,8 @@ struct RowResult {
     inv = l > 0.f ? 1.f / l : 0.f;
     lse = l > 0.f ? (row_m * scale + log2f(l)) * kLn2 : -INFINITY;
   }
+  // The row's attention sink (attention.cuh), folded into inv and lse.
+  __device__ __forceinline__ void add_sink(float sink) { inv *= fold_sink(lse, sink); }
 };
 
 }  // namespace aotinfer

@@ -144,6 +144,7 @@ struct Case {
   std::vector<std::int32_t> lens;  // KV length per request
   bool with_lse = true;
   bool with_q_positions = false;
+  bool with_sinks = false;
   float sm_scale = 0;  // 0: 1/sqrt(head_dim)
   float soft_cap = 0;
   std::int32_t window_left = -1;
@@ -159,7 +160,7 @@ std::string describe(const Case& c) {
     << g.num_kv_heads << ", batch " << c.lens.size() << ", kv_len {";
   for (std::size_t i = 0; i < c.lens.size() && i < 16; ++i) s << (i ? ", " : "") << c.lens[i];
   if (c.lens.size() > 16) s << ", ... max " << *std::max_element(c.lens.begin(), c.lens.end());
-  s << "}, lse " << c.with_lse << ", q_positions " << c.with_q_positions << ", sm_scale " << c.sm_scale << ", soft_cap "
+  s << "}, lse " << c.with_lse << ", q_positions " << c.with_q_positions << ", sinks " << c.with_sinks << ", sm_scale " << c.sm_scale << ", soft_cap "
     << c.soft_cap << ", window_left " << c.window_left << ", rope " << c.rope_scale << "/" << c.rope_theta << ", k/v scale "
     << c.k_scale << "/" << c.v_scale << (g.cuda_graph ? ", cuda_graph, max_batch " + std::to_string(g.max_batch) : "");
   return s.str();
@@ -181,6 +182,7 @@ struct Problem {
   std::vector<std::uint8_t> q_bytes;
   std::vector<double> q;
   std::vector<std::int32_t> q_positions;
+  std::vector<float> sinks;  // [num_qo_heads]
 
   std::int64_t batch() const { return std::int64_t(c.lens.size()); }
   std::int64_t rows() const { return batch() * c.config.num_qo_heads; }
@@ -199,6 +201,7 @@ struct Problem {
     p.k_scale = c.k_scale;
     p.v_scale = c.v_scale;
     if (c.with_q_positions) p.q_positions = q_positions;
+    if (c.with_sinks) p.sinks.assign(sinks.begin(), sinks.end());
     return p;
   }
 };
@@ -252,6 +255,8 @@ Problem make_problem(std::mt19937_64& rng, const Case& c) {
   q_values.fill(p.q_bytes.data(), p.q.data(), std::int64_t(p.q.size()));
   // Explicit positions run a little ahead of the cache (as after evictions), never behind it.
   for (std::int32_t len : c.lens) p.q_positions.push_back(std::max(0, len - 1) + uniform(rng, 0, 16));
+  // Sinks from well below to well above a row's lse: some barely count, some dominate.
+  for (int h = 0; h < g.num_qo_heads; ++h) p.sinks.push_back(float(uniform(rng, -2.0, 8.0)));
   return p;
 }
 
@@ -278,7 +283,7 @@ struct DeviceProblem {
   BatchDecodeConfig config;
   std::int64_t max_batch;
   DeviceBuffer<std::uint8_t> q, o, k, v;
-  DeviceBuffer<float> lse;
+  DeviceBuffer<float> lse, sinks;
   DeviceBuffer<std::int32_t> indptr, indices, last_page_len, q_positions;
 
   DeviceProblem(const BatchDecodeConfig& c, std::int64_t max_batch, std::int64_t max_pages, std::int64_t max_indices)
@@ -289,6 +294,7 @@ struct DeviceProblem {
         k(max_pages * c.page_size * c.num_kv_heads * c.head_dim * aotinfer::dtype_size(c.dtype_kv)),
         v(k.count),
         lse(max_batch * c.num_qo_heads),
+        sinks(c.num_qo_heads),
         indptr(max_batch + 1),
         indices(max_indices),
         last_page_len(max_batch),
@@ -309,6 +315,7 @@ struct DeviceProblem {
     put(indices, p.cache.indices);
     put(last_page_len, p.cache.last_page_len);
     put(q_positions, p.q_positions);
+    put(sinks, p.sinks);
     poison_outputs();
   }
   void poison_outputs() {
@@ -328,6 +335,7 @@ struct DeviceProblem {
     a.o = o.ptr;
     a.lse = p.c.with_lse ? lse.ptr : nullptr;
     a.q_positions = p.c.with_q_positions ? q_positions.ptr : nullptr;
+    a.sinks = p.c.with_sinks ? sinks.ptr : nullptr;
     a.sm_scale = p.c.sm_scale;
     a.logits_soft_cap = p.c.soft_cap;
     a.rope_scale = p.c.rope_scale;
@@ -488,6 +496,7 @@ Case random_case(std::mt19937_64& rng, const BatchDecodeConfig& config, std::vec
   c.lens = std::move(lens);
   c.with_lse = lse;
   c.with_q_positions = q_positions;
+  c.with_sinks = uniform(rng, 0, 2) == 0;
   c.sm_scale = uniform(rng, 0, 1) ? 0.0f : float(uniform(rng, 0.5, 2.0) / std::sqrt(double(config.head_dim)));
   if (config.soft_cap) c.soft_cap = float(uniform(rng, 1.0, 8.0));
   if (config.sliding_window) {

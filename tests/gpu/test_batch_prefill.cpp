@@ -94,7 +94,15 @@ struct Case {
   std::int32_t window_left = -1;
   float soft_cap = 0;
   int sampled_tokens = 24;  // per request, besides the first and last
+  std::vector<float> sinks;  // [num_qo_heads] attention-sink logits, or empty
 };
+
+// Sinks from well below to well above a row's lse: some barely count, some dominate.
+std::vector<float> random_sinks(std::mt19937_64& rng, int num_qo_heads) {
+  std::vector<float> sinks(num_qo_heads);
+  for (float& s : sinks) s = float(uniform(rng, -2.0, 8.0));
+  return sinks;
+}
 
 struct Outcome {
   bool ran = false;
@@ -209,6 +217,7 @@ void check(std::mt19937_64& rng, const Problem& p, const std::vector<std::uint16
   rp.logits_soft_cap = p.c.soft_cap;
   rp.window_left = cfg.sliding_window ? p.c.window_left : -1;
   rp.rope_rcp_theta = 1e-4;
+  rp.sinks.assign(p.c.sinks.begin(), p.c.sinks.end());
   const aotinfer::DType operand = cfg.dtype_kv;
   rp.round_operand = [operand](double x) { return round_to(x, operand); };
 
@@ -276,7 +285,8 @@ void check(std::mt19937_64& rng, const Problem& p, const std::vector<std::uint16
 Outcome run_case(std::mt19937_64& rng, const Case& c) {
   std::optional<BatchPrefill> prefill = make_prefill(c.config);
   if (!prefill) return {};
-  INFO(describe(c.config) << ", " << c.qo_lens.size() << " requests, window " << c.window_left << ", cap " << c.soft_cap);
+  INFO(describe(c.config) << ", " << c.qo_lens.size() << " requests, window " << c.window_left << ", cap " << c.soft_cap
+                          << ", sinks " << !c.sinks.empty());
   const Problem p = make_problem(rng, c);
   const BatchPrefillConfig& cfg = c.config;
   const std::int32_t batch = std::int32_t(c.qo_lens.size());
@@ -285,6 +295,8 @@ Outcome run_case(std::mt19937_64& rng, const Case& c) {
   auto indices = on_device(p.indices), last = on_device(p.last_page_len);
   DeviceBuffer<std::uint16_t> o(p.total_q * cfg.num_qo_heads * cfg.head_dim);
   DeviceBuffer<float> lse(p.total_q * cfg.num_qo_heads);
+  DeviceBuffer<float> sinks(c.sinks.size());
+  if (!c.sinks.empty()) sinks.upload(c.sinks);
   Workspace ws(prefill->workspace_sizes(p.total_q, batch));
   if (cfg.kv_storage == KvStorage::paged)
     prefill->plan_paged(p.qo_indptr, p.kv_indptr, p.last_page_len, p.indices, p.num_pages, ws.ws, nullptr);
@@ -299,6 +311,7 @@ Outcome run_case(std::mt19937_64& rng, const Case& c) {
   a.q = q.ptr, a.qo_indptr = qo_indptr.ptr, a.k = k.ptr, a.v = v.ptr, a.kv_indptr = kv_indptr.ptr;
   a.kv_indices = indices.ptr, a.kv_last_page_len = last.ptr;
   a.o = o.ptr, a.lse = lse.ptr;
+  a.sinks = c.sinks.empty() ? nullptr : sinks.ptr;
   a.window_left = c.window_left;
   a.logits_soft_cap = c.soft_cap;
   // Twice, outputs poisoned in between: the second launch must find the workspace as the plan
@@ -330,6 +343,7 @@ Case random_case(std::mt19937_64& rng, BatchPrefillConfig c) {
   }
   if (c.sliding_window) k.window_left = uniform(rng, 0, 300);
   if (c.soft_cap) k.soft_cap = 20.f;
+  if (uniform(rng, 0, 2) == 0) k.sinks = random_sinks(rng, c.num_qo_heads);
   return k;
 }
 
@@ -400,6 +414,7 @@ TEST_CASE("batch_prefill split and unsplit plans, large and small query tiles", 
     // Decode-like rows (1-3 queries per request): the small tile, split across long keys.
     Case short_q{base_config(storage, MaskMode::causal, 4, 4), {}, {}};
     for (int i = 0; i < 6; ++i) short_q.qo_lens.push_back(uniform(rng, 1, 3)), short_q.kv_lens.push_back(uniform(rng, 3000, 9000));
+    short_q.sinks = random_sinks(rng, 4);  // only the chunk at key 0 of a split tile takes the sink
     const Outcome small = run_case(rng, short_q);
     CHECK(!small.large_tile);
     CHECK(small.split);

@@ -41,6 +41,10 @@ inline State attend(const std::vector<double>& scores, const std::vector<std::ve
   return out;
 }
 
+// An attention sink (params/batch_decode.h): a logit with a zero value row, i.e. the state of a
+// key set whose lse is `sink` and whose values are zero. merge() it into a row's state.
+inline State sink_state(double sink, std::size_t head_dim) { return State{std::vector<double>(head_dim, 0.0), sink}; }
+
 // The state of the union of two disjoint key sets (params/merge_state.h):
 //   lse = log(exp(a.lse) + exp(b.lse)),  v = exp(a.lse - lse) * a.v + exp(b.lse - lse) * b.v,
 // two empty states give v = 0, lse = -inf. An empty state may have an empty v (no head_dim known);

@@ -10,7 +10,8 @@
 //   s += alibi_slope(h) * (t - q_pos)                    (alibi)
 //   key t is dropped when t < q_pos - window_left         (window_left >= 0)
 //   o  = softmax(s) . (v * v_scale),  lse = log(sum(exp(s)))  (natural log)
-// No keys (L = 0, or all dropped) give o = 0, lse = -inf.
+//   with sinks, the row's state merged with sink_state(sinks[h])
+// No keys (L = 0, or all dropped) give o = 0, lse = -inf (with sinks: lse = sinks[h]).
 #pragma once
 #include <cmath>
 #include <cstddef>
@@ -59,6 +60,7 @@ struct DecodeParams {
   double k_scale = 1;
   double v_scale = 1;
   std::vector<std::int32_t> q_positions;  // [batch], or empty for q_pos = kv_len - 1
+  std::vector<double> sinks;              // [num_qo_heads] attention-sink logits, or empty
 };
 
 // ALiBi slope of head h of n_heads: m0^(h+1) for the first n (largest power of two <= n_heads)
@@ -114,7 +116,8 @@ inline void decode_request(const std::vector<double>& q, const PagedCache& kv, c
         if (p.window_left >= 0 && t < q_pos - p.window_left) s = -std::numeric_limits<double>::infinity();
         scores[t] = s;
       }
-      const State state = attend(scores, values, std::size_t(d));
+      State state = attend(scores, values, std::size_t(d));
+      if (!p.sinks.empty()) state = merge(state, sink_state(p.sinks[h], std::size_t(d)));
       for (int i = 0; i < d; ++i) o[h * d + i] = state.v[i];
       lse[h] = state.lse;
     }

@@ -8,8 +8,8 @@
 //                                                            type, identity for exact inputs)
 //   s_j = dot(q', k'_j) * sm_scale, then s_j = cap * tanh(s_j / cap)   (cap > 0)
 //   key j is kept when j <= p_t (causal) and j >= p_t - window_left (window_left >= 0)
-//   o = softmax(s) . v,  lse = log(sum(exp(s)))
-// No kept key gives o = 0, lse = -inf.
+//   o = softmax(s) . v,  lse = log(sum(exp(s))); with sinks, merged with sink_state(sinks[h])
+// No kept key gives o = 0, lse = -inf (with sinks: lse = sinks[h]).
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -35,6 +35,7 @@ struct PrefillParams {
   double rope_rcp_scale = 1;
   double rope_rcp_theta = 1e-4;
   std::function<double(double)> round_operand = [](double x) { return x; };
+  std::vector<double> sinks;  // [num_qo_heads] attention-sink logits, or empty
 };
 
 // Keys as the products see them: [kv_len][num_kv_heads][head_dim] in, rotated and rounded out.
@@ -75,7 +76,8 @@ inline State prefill_row(const PrefillParams& p, const double* q_row, std::int64
   }
   // attend() without copying every value row: o = sum_j w_j v_j / sum_j w_j, w_j = exp(s_j - max).
   State out{std::vector<double>(d, 0.0), -std::numeric_limits<double>::infinity()};
-  if (scores.empty()) return out;
+  const auto with_sink = [&](const State& s) { return p.sinks.empty() ? s : merge(s, sink_state(p.sinks[h], std::size_t(d))); };
+  if (scores.empty()) return with_sink(out);
   double max = scores[0], sum = 0;
   for (double s : scores) max = std::max(max, s);
   for (std::size_t i = 0; i < scores.size(); ++i) {
@@ -86,7 +88,7 @@ inline State prefill_row(const PrefillParams& p, const double* q_row, std::int64
   }
   for (double& x : out.v) x /= sum;
   out.lse = max + std::log(sum);
-  return out;
+  return with_sink(out);
 }
 
 }  // namespace aotinfer::reference

@@ -77,9 +77,15 @@ TEST_CASE("decode tensors that fit become the launch arguments", "[tensor_checks
   c.t.v_pages.data = static_cast<char*>(c.t.k_pages.data) + 16 * 8 * 128 * 2;
   CHECK(detail::decode_run_args(c.config, c.plan, c.t, c.scalars).kv_stride_page == 2 * 16 * 8 * 128);
 
+  CHECK(a.sinks == nullptr);
+
   c.t.lse = tensor(AOTINFER_F32, {3, 32});
   c.t.q_positions = tensor(AOTINFER_I32, {3});
-  CHECK(detail::decode_run_args(c.config, c.plan, c.t, c.scalars).lse == c.t.lse.data);
+  c.t.sinks = tensor(AOTINFER_F32, {32}, 0x7f0000200000);
+  a = detail::decode_run_args(c.config, c.plan, c.t, c.scalars);
+  CHECK(a.lse == c.t.lse.data);
+  CHECK(a.q_positions == c.t.q_positions.data);
+  CHECK(a.sinks == c.t.sinks.data);
 }
 
 TEST_CASE("each kind of bad decode tensor is refused, naming it", "[tensor_checks]") {
@@ -124,6 +130,12 @@ TEST_CASE("each kind of bad decode tensor is refused, naming it", "[tensor_check
   SECTION("lse of the wrong dtype") {
     c.t.lse = tensor(AOTINFER_BF16, {3, 32});
     CHECK_THAT(c.error(), Contains("lse: expected dtype f32, got bf16"));
+  }
+  SECTION("sinks of the wrong dtype, or one per KV head") {
+    c.t.sinks = tensor(AOTINFER_BF16, {32});
+    CHECK_THAT(c.error(), Contains("sinks: expected dtype f32, got bf16"));
+    c.t.sinks = tensor(AOTINFER_F32, {8});
+    CHECK_THAT(c.error(), Contains("sinks: expected shape [32] (num_qo_heads), got [8]"));
   }
   SECTION("kv_indptr of the wrong length") {
     c.t.kv_indptr = tensor(AOTINFER_I32, {3});
@@ -177,6 +189,13 @@ TEST_CASE("prefill tensors: ragged K/V may be views of a fused tensor, q and o n
   PrefillRunArgs a = detail::prefill_run_args(config, plan, t, scalars);
   CHECK(a.kv_stride == 48 * 128);
   CHECK(a.total_q == 100);
+  CHECK(a.sinks == nullptr);
+  t.sinks = tensor(AOTINFER_F32, {32});
+  CHECK(detail::prefill_run_args(config, plan, t, scalars).sinks == t.sinks.data);
+  t.sinks = tensor(AOTINFER_F32, {1, 32});
+  CHECK_THAT(error_of([&] { detail::prefill_run_args(config, plan, t, scalars); }).what(),
+             Contains("batch_prefill.run: sinks: expected shape [32] (num_qo_heads), got [1, 32]"));
+  t.sinks = {};
 
   t.q.shape[0] = t.o.shape[0] = 99;
   CHECK_THAT(error_of([&] { detail::prefill_run_args(config, plan, t, scalars); }).what(),

@@ -114,6 +114,7 @@ typedef struct aotinfer_batch_decode_run_args {
   void* o;
   float* lse;                 /* may be NULL */
   const int32_t* q_positions; /* may be NULL */
+  const float* sinks;         /* [num_qo_heads] attention-sink logits; may be NULL */
   float sm_scale;             /* 0: 1/sqrt(head_dim) */
   float logits_soft_cap;
   float rope_scale;           /* 0: 1 */
@@ -178,6 +179,7 @@ typedef struct aotinfer_batch_prefill_run_args {
   const int32_t* kv_last_page_len; /* paged only */
   void* o;                         /* [total_q, num_qo_heads, head_dim] */
   float* lse;                      /* [total_q, num_qo_heads]; may be NULL */
+  const float* sinks;              /* [num_qo_heads] attention-sink logits; may be NULL */
   float sm_scale;                  /* 0: 1/sqrt(head_dim) */
   float logits_soft_cap;           /* soft_cap variants: > 0 */
   float rope_scale;                /* 0: 1 */

@@ -58,6 +58,7 @@ struct DecodeRunArgs {
   void* o = nullptr;                             // [batch, num_qo_heads, head_dim]
   float* lse = nullptr;                          // [batch, num_qo_heads] or nullptr
   const std::int32_t* q_positions = nullptr;     // [batch] or nullptr (= kv_len - 1)
+  const float* sinks = nullptr;                  // [num_qo_heads] attention-sink logits, or nullptr
   float sm_scale = 0;                            // 0 = 1/sqrt(head_dim)
   float logits_soft_cap = 0;                     // soft_cap variants: > 0
   float rope_scale = 1;

@@ -66,6 +66,7 @@ struct PrefillRunArgs {
   const std::int32_t* kv_last_page_len = nullptr;  // paged only
   void* o = nullptr;           // [total_q, num_qo_heads, head_dim]
   float* lse = nullptr;        // [total_q, num_qo_heads] or nullptr
+  const float* sinks = nullptr;  // [num_qo_heads] attention-sink logits, or nullptr
   float sm_scale = 0;          // 0 = 1/sqrt(head_dim)
   float logits_soft_cap = 0;   // soft_cap variants: > 0
   float rope_scale = 1;

@@ -46,9 +46,10 @@ typedef struct aotinfer_tensor {
 
 /* The tensors of one batch_decode run (shapes in aotinfer/params/batch_decode.h). k_pages and
  * v_pages are the pools in the config's layout; their page stride may exceed one page (K and V
- * interleaved in one [pages, 2, ...] tensor) but must be equal. lse and q_positions may be absent. */
+ * interleaved in one [pages, 2, ...] tensor) but must be equal. lse, q_positions and sinks
+ * (float32 [num_qo_heads], attention-sink logits) may be absent. */
 typedef struct aotinfer_batch_decode_tensors {
-  aotinfer_tensor q, k_pages, v_pages, kv_indptr, kv_indices, kv_last_page_len, o, lse, q_positions;
+  aotinfer_tensor q, k_pages, v_pages, kv_indptr, kv_indices, kv_last_page_len, o, lse, q_positions, sinks;
 } aotinfer_batch_decode_tensors;
 
 /* Scalars of a run; 0 means the default (sm_scale 1/sqrt(head_dim), rope_scale 1, rope_theta
@@ -67,9 +68,10 @@ typedef struct aotinfer_attention_scalars {
  * the pools (as for decode) and kv_indices, kv_last_page_len are given; ragged: k and v are
  * [total_kv, num_kv_heads, head_dim] with any 16-byte-aligned token stride (views of a fused
  * QKV tensor are fine) and head_dim contiguous. q, o (and lse) have at least the planned
- * number of query rows. */
+ * number of query rows. lse and sinks (float32 [num_qo_heads], attention-sink logits) may be
+ * absent. */
 typedef struct aotinfer_batch_prefill_tensors {
-  aotinfer_tensor q, k, v, qo_indptr, kv_indptr, kv_indices, kv_last_page_len, o, lse;
+  aotinfer_tensor q, k, v, qo_indptr, kv_indptr, kv_indices, kv_last_page_len, o, lse, sinks;
 } aotinfer_batch_prefill_tensors;
 
 /* merge_state: v_* [..., head_dim] f16/bf16 of one shape, s_* float32 with one value per row;

@@ -34,8 +34,6 @@ DType activation_dtype(const ModelConfig& m, const Options& o, std::vector<std::
 // Model features that no attention template implements, whatever the spec asks for.
 std::vector<std::string> attention_refusals(const ModelConfig& m, const Options& o) {
   std::vector<std::string> why;
-  if (m.attention_sinks)
-    why.push_back("attention sinks (" + m.model_type + " adds a learned per-head logit to every softmax): no attention template computes them");
   for (const auto& type : m.other_layer_types)
     why.push_back("layer type \"" + type + "\": the templates implement full_attention and sliding_attention only");
   if (!o.fused_rope) return why;
@@ -73,6 +71,9 @@ std::vector<std::string> notes_of(const ModelConfig& m, const Options& o) {
   }
   if (m.sliding_layers && m.sliding_window)
     notes.push_back("sliding_window " + std::to_string(*m.sliding_window) + ": a run-time value of the sliding_window variants (window_left)");
+  if (m.attention_sinks)
+    notes.push_back("attention sinks (" + m.model_type + "'s self_attn.sinks, one logit per query head): a run-time argument "
+                    "(sinks) every decode and prefill variant takes");
   if (m.soft_cap) notes.push_back("attn_logit_softcapping " + number(*m.soft_cap) + ": a run-time value of the soft_cap variants (logits_soft_cap)");
   if (m.query_pre_attn_scalar)
     notes.push_back("query_pre_attn_scalar " + number(*m.query_pre_attn_scalar) + ": pass sm_scale = 1/sqrt(" +

@@ -11,7 +11,9 @@
  * are masked (sliding_window axis). rope_llama rotates q (at q_pos) and k (at kv_pos) by the
  * non-interleaved ("rotate half") RoPE with frequencies rope_rcp_scale * rope_rcp_theta^(2i/d).
  * q_pos = q_positions[i] when given, else kv_len - 1. fp8 KV is dequantised as k * k_scale,
- * v * v_scale (1.0 for 16-bit KV). A request with kv_len 0 gets o = 0, lse = -inf.
+ * v * v_scale (1.0 for 16-bit KV). With sinks given, each row's softmax also holds the logit
+ * sinks[h] (units of s, no soft cap) with a zero value row: it adds e^sinks[h] to the
+ * denominator (and to e^lse). A request with kv_len 0 gets o = 0, lse = -inf (with sinks, sinks[h]).
  *
  * The work partition comes from the planner (runtime/include/aotinfer/decode_plan.hpp): CTA
  * (x, y) handles work item x = (request, [kv_begin, kv_end)) for KV head y / row_groups and
@@ -40,6 +42,7 @@ typedef struct aotinfer_batch_decode_params {
   void* o;
   float* lse;
   const int32_t* q_positions; /* [batch] or NULL */
+  const float* sinks;         /* [num_qo_heads] attention-sink logits, or NULL */
 
   const int32_t* work_request;  /* [padded work] */
   const int32_t* work_kv_begin; /* [padded work] request-relative token index */

@@ -15,8 +15,11 @@
  *   rope_llama: q and k are rotated at their positions (non-interleaved "rotate half", frequency
  *   rope_rcp_scale * rope_rcp_theta^(2i/d)) in fp32 and rounded to the operand type.
  * The operand type of both products is dtype_kv (q is rounded to it when the types differ);
- * accumulation and softmax are fp32. A row that keeps no key gets o = 0, lse = -inf. Causal
- * plans with qo_len > kv_len are rejected by the planner.
+ * accumulation and softmax are fp32. With sinks given, each row's softmax also holds the logit
+ * sinks[h] of its query head (units of s, no soft cap) with a zero value row: it adds
+ * e^sinks[h] to the denominator (and to e^lse); of a split tile, the chunk at key 0 holds it.
+ * A row that keeps no key gets o = 0, lse = -inf (with sinks, sinks[h]). Causal plans with
+ * qo_len > kv_len are rejected by the planner.
  *
  * GQA rows are packed: the CTA for KV head kh works on "packed rows" R = t * group + g of a
  * request (query token t, query head kh * group + g), so the group shares every K/V tile.
@@ -61,6 +64,7 @@ typedef struct aotinfer_batch_prefill_params {
   aotinfer_ragged_kv ragged; /* batch_prefill_ragged reads this */
   void* o;
   float* lse;
+  const float* sinks; /* [num_qo_heads] attention-sink logits, or NULL */
 
   const int32_t* work_request;      /* [padded work] */
   const int32_t* work_q_row;        /* [padded work] first packed row of the tile */
