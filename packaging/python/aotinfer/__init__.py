@@ -244,13 +244,16 @@ class BatchDecode:
 
     def run(self, q, k_pages, v_pages, kv_indptr, kv_indices, kv_last_page_len, o, lse=None, q_positions=None,
             sm_scale=0.0, logits_soft_cap=0.0, rope_scale=1.0, rope_theta=1e4, k_scale=1.0, v_scale=1.0,
-            window_left=-1, stream=None):
+            window_left=-1, stream=None, sinks=None):
         """Runs the last plan. q, o [batch, num_qo_heads, head_dim]; lse [batch, num_qo_heads]
         float32 or None; k_pages, v_pages the pools in the config's layout (views of one
         [pages, 2, ...] tensor are fine); kv_indptr, kv_indices, kv_last_page_len (and
-        q_positions) int32 device copies of what plan saw."""
+        q_positions) int32 device copies of what plan saw. sinks: attention-sink logits, float32
+        [num_qo_heads] on the GPU, or None: each head's softmax also holds its sink logit (in the
+        units of the scaled scores, not soft-capped) with a zero value row, so e^sinks[h] joins
+        the denominator and lse includes it."""
         status = _decode_run(self._address, q, k_pages, v_pages, kv_indptr, kv_indices, kv_last_page_len, o, lse,
-                             q_positions, sm_scale, logits_soft_cap, rope_scale, rope_theta, k_scale, v_scale,
+                             q_positions, sinks, sm_scale, logits_soft_cap, rope_scale, rope_theta, k_scale, v_scale,
                              window_left, stream)
         if status:
             _raise(status)
@@ -322,14 +325,15 @@ class BatchPrefill:
         self._batch, self._total_q, self._workspaces = n - 1, qo[n - 1], (float_workspace, int_workspace)
 
     def run(self, q, k, v, qo_indptr, kv_indptr, o, kv_indices=None, kv_last_page_len=None, lse=None, sm_scale=0.0,
-            logits_soft_cap=0.0, rope_scale=1.0, rope_theta=1e4, window_left=-1, stream=None):
+            logits_soft_cap=0.0, rope_scale=1.0, rope_theta=1e4, window_left=-1, stream=None, sinks=None):
         """Runs the last plan. q, o [total_q, num_qo_heads, head_dim] (at least the planned total_q
         rows); lse [rows of o, num_qo_heads] float32 or None; k, v the page pools
         [pages, page_size, heads, dim] (nhd) or [pages, heads, page_size, dim] (hnd) when paged,
         [total_kv, num_kv_heads, head_dim] when ragged (token-strided views of a fused QKV tensor
         are fine); qo_indptr, kv_indptr, kv_indices and kv_last_page_len are int32 device copies
-        of what plan saw (the last two paged only)."""
+        of what plan saw (the last two paged only). sinks: attention-sink logits, float32
+        [num_qo_heads] on the GPU, or None (as BatchDecode.run)."""
         status = _prefill_run(self._address, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_last_page_len, o, lse,
-                              sm_scale, logits_soft_cap, rope_scale, rope_theta, 1.0, 1.0, window_left, stream)
+                              sinks, sm_scale, logits_soft_cap, rope_scale, rope_theta, 1.0, 1.0, window_left, stream)
         if status:
             _raise(status)

@@ -11,7 +11,7 @@ import sys
 import torch
 
 import aotinfer
-from gpu_common import paged_layout
+from gpu_common import paged_layout, softmax_with_sinks
 
 seed = random.randrange(1 << 30)
 torch.manual_seed(seed)
@@ -52,8 +52,9 @@ def i32(xs):
     return torch.tensor(xs, device=dev, dtype=torch.int32)
 
 
-def attention_reference(q, k, v, causal_offset=None):
-    """q [n, hq, d], k/v [m, hk, d] -> o [n, hq, d] in float64 (GQA; causal aligned to the end)."""
+def attention_reference(q, k, v, causal_offset=None, sinks=None):
+    """q [n, hq, d], k/v [m, hk, d] -> o [n, hq, d] in float64 (GQA; causal aligned to the end;
+    sinks [hq]: attention-sink logits)."""
     group = q.shape[1] // k.shape[1]
     k = k.double().repeat_interleave(group, 1)
     v = v.double().repeat_interleave(group, 1)
@@ -62,7 +63,7 @@ def attention_reference(q, k, v, causal_offset=None):
         n, m = q.shape[0], k.shape[0]
         keep = torch.arange(m, device=dev)[None, :] <= torch.arange(n, device=dev)[:, None] + (m - n)
         s = s.masked_fill(~keep, float("-inf"))
-    return torch.einsum("hnm,mhd->nhd", s.softmax(-1), v)
+    return torch.einsum("hnm,mhd->nhd", softmax_with_sinks(s, sinks)[0], v)
 
 
 # --- decode: a paged cache (NHD), K and V interleaved in one [pages, 2, page, heads, dim] tensor
@@ -88,14 +89,17 @@ def run(**changes):
     decode.run(**args)
 
 
-def decode_reference():
+def decode_reference(sinks=None):
     out = []
     for i, n in enumerate(lens):
         rows = [(indices[indptr[i] + t // page], t % page) for t in range(n)]
         k = torch.stack([k_pages[p, s] for p, s in rows])
         v = torch.stack([v_pages[p, s] for p, s in rows])
-        out.append(attention_reference(q[i:i + 1], k, v)[0])
+        out.append(attention_reference(q[i:i + 1], k, v, sinks=sinks)[0])
     return torch.stack(out)
+
+
+sinks = torch.rand(hq, device=dev) * 8 - 2  # attention-sink logits, one per query head
 
 
 refused("decode: float16 q for a bf16 decode", lambda: run(q=q.half()), "q:", "expected dtype bf16", "got f16")
@@ -115,11 +119,19 @@ refused("decode: a pool with fewer pages than the plan's page ids", lambda: run(
 refused("decode: a pool in the other layout", lambda: run(k_pages=k_pages.transpose(1, 2)), "k_pages:")
 refused("decode: a 5-dimensional tensor", lambda: run(q=q[None, None]), "q:", "5 dimensions")
 refused("decode: a float64 q", lambda: run(q=q.double()), "q:", "float64")
+refused("decode: bf16 sinks", lambda: run(sinks=sinks.to(bf16)), "sinks:", "f32", "bf16")
+refused("decode: sinks of the KV heads' count", lambda: run(sinks=sinks[:hk]), "sinks:", f"[{hq}]", "num_qo_heads")
+refused("decode: sinks on the CPU", lambda: run(sinks=sinks.cpu()), "sinks:", "CPU")
+refused("decode: strided sinks", lambda: run(sinks=torch.rand(2 * hq, device=dev)[::2]), "sinks:", "contiguous")
 
 o.fill_(float("nan"))
 run()
 torch.cuda.synchronize()
 close("decode after every refusal (K/V interleaved in one tensor)", o, decode_reference(), 1e-2)
+o.fill_(float("nan"))
+run(sinks=sinks)
+torch.cuda.synchronize()
+close("decode with sinks", o, decode_reference(sinks), 1e-2)
 
 # --- prefill, ragged: K and V are token-strided views of a fused QKV tensor --------------------
 qo_lens = [random.randint(1, 300) for _ in range(3)]
@@ -150,12 +162,16 @@ refused("prefill: ragged k with the wrong head count", lambda: prun(k=fused[:, :
 refused("prefill: ragged k on the CPU", lambda: prun(k=k_ragged.cpu()), "k:", "CPU")
 refused("prefill: qo_indptr of the wrong length", lambda: prun(qo_indptr=d_qo[:-1]), "qo_indptr:", "batch + 1")
 refused("prefill: f16 o for a bf16 prefill", lambda: prun(o=po.half()), "o:", "bf16")
-po.fill_(float("nan"))
-prun()
-torch.cuda.synchronize()
-want = torch.cat([attention_reference(pq[qo_indptr[i]:qo_indptr[i + 1]], k_ragged[kv_indptr[i]:kv_indptr[i + 1]],
-                                      v_ragged[kv_indptr[i]:kv_indptr[i + 1]], causal_offset=True) for i in range(3)])
-close("ragged prefill on views of a fused QKV tensor", po, want, 1e-2)
+refused("prefill: sinks [1, num_qo_heads]", lambda: prun(sinks=sinks[None]), "sinks:", f"[{hq}]")
+refused("prefill: float16 sinks", lambda: prun(sinks=sinks.half()), "sinks:", "f32")
+for label, sink in (("", None), (" with sinks", sinks)):
+    po.fill_(float("nan"))
+    prun(sinks=sink)
+    torch.cuda.synchronize()
+    want = torch.cat([attention_reference(pq[qo_indptr[i]:qo_indptr[i + 1]], k_ragged[kv_indptr[i]:kv_indptr[i + 1]],
+                                          v_ragged[kv_indptr[i]:kv_indptr[i + 1]], causal_offset=True, sinks=sink)
+                      for i in range(3)])
+    close("ragged prefill on views of a fused QKV tensor" + label, po, want, 1e-2)
 
 # --- merge_state and append_paged_kv ---------------------------------------------------------
 rows = 257

@@ -73,8 +73,9 @@ def alibi_slopes(heads):
 
 
 def attention(q, k, v, causal=False, sm_scale=None, cap=0.0, window=-1, rope_theta=None, rope_scale=1.0,
-              alibi=False, k_scale=1.0, v_scale=1.0):
-    """q [m, Hq, D] at positions n - m + t, k/v [n, Hk, D] at 0..n-1 -> (o [m, Hq, D], lse [m, Hq] base 2)."""
+              alibi=False, k_scale=1.0, v_scale=1.0, sinks=None):
+    """q [m, Hq, D] at positions n - m + t, k/v [n, Hk, D] at 0..n-1 -> (o [m, Hq, D], lse [m, Hq] base 2).
+    sinks [Hq]: one more logit per row (after scaling, not capped) whose value is zero."""
     m, n, heads = q.shape[0], k.shape[0], q.shape[1]
     group = heads // k.shape[1]
     qd, kd, vd = q.double(), k.double() * k_scale, v.double() * v_scale
@@ -95,6 +96,9 @@ def attention(q, k, v, causal=False, sm_scale=None, cap=0.0, window=-1, rope_the
     if window >= 0:
         keep &= rel >= -window
     s = s.masked_fill(~keep, -math.inf)
+    if sinks is not None:
+        s = torch.cat([s, sinks.double()[:, None, None].expand(heads, m, 1)], -1)
+        vd = torch.cat([vd, torch.zeros_like(vd[:1])])
     lse = torch.logsumexp(s, -1)
     o = torch.einsum("hmn,nhd->mhd", torch.softmax(s, -1).nan_to_num(0.0), vd)
     return o, lse.transpose(0, 1) / LN2
@@ -166,7 +170,7 @@ def poisoned(shape, dtype):
 
 def decode_case(name, group, page, layout, form, dtype="bf16", kv_dtype=None, head_dim=128, pos="NONE",
                 window=-1, cap=None, sm_scale=None, rope_theta=None, rope_scale=None, k_scale=None, v_scale=None,
-                strided_q=False, give_out=False):
+                strided_q=False, give_out=False, sinks=False):
     kv_dtype = kv_dtype or dtype
     kv_heads = random.choice([1, 2, 4]) if group <= 16 else 1
     heads, batch = kv_heads * group, random.randint(1, 12)
@@ -181,7 +185,8 @@ def decode_case(name, group, page, layout, form, dtype="bf16", kv_dtype=None, he
         q = q[:, :heads * head_dim].view(batch, heads, head_dim)
     else:
         q = torch.randn(batch, heads, head_dim, device=DEV).to(DTYPES[dtype])
-    kw = dict(k_scale=k_scale, v_scale=v_scale, return_lse=True)
+    sinks = torch.rand(heads, device=DEV) * 8 - 2 if sinks else None  # per-head logits, negligible to dominant
+    kw = dict(k_scale=k_scale, v_scale=v_scale, return_lse=True, sinks=sinks)
     if give_out:
         kw.update(out=poisoned((batch, heads, head_dim), DTYPES[dtype]), lse=poisoned((batch, heads), torch.float32))
     o, lse = wrapper.run(q, cache.cache, **kw)
@@ -190,14 +195,14 @@ def decode_case(name, group, page, layout, form, dtype="bf16", kv_dtype=None, he
     ref_o, ref_lse = zip(*(attention(q[r:r + 1], *cache.get(r, n), cap=cap or 0.0, window=window, sm_scale=sm_scale,
                                      rope_theta=(rope_theta or 1e4) if pos == "ROPE_LLAMA" else None,
                                      rope_scale=rope_scale or 1.0, alibi=pos == "ALIBI", k_scale=k_scale or 1.0,
-                                     v_scale=v_scale or 1.0) for r, n in enumerate(lens)))
+                                     v_scale=v_scale or 1.0, sinks=sinks) for r, n in enumerate(lens)))
     label = (f"decode {name} [{dtype}/{kv_dtype} hd{head_dim} group {group} page {page} {layout} {form} "
              f"batch {batch} max_kv {max(lens)}]")
     torch.cuda.synchronize()
     check(label + " o", o, torch.cat(ref_o), 1e-2)
     check(label + " lse", lse, torch.cat(ref_lse), 1e-3)
     if give_out:  # the aliases, on the same plan
-        o, lse = wrapper.run_return_lse(q, cache.cache, k_scale=k_scale, v_scale=v_scale)
+        o, lse = wrapper.run_return_lse(q, cache.cache, k_scale=k_scale, v_scale=v_scale, sinks=sinks)
         torch.cuda.synchronize()
         check(label + " run_return_lse lse", lse, torch.cat(ref_lse), 1e-3)
         o = wrapper.forward(q, cache.cache, k_scale=k_scale, v_scale=v_scale, window_left=window,
@@ -226,6 +231,10 @@ def decode_cases():
     guarded("decode e5m2", lambda: decode_case("fp8 e5m2 KV", 2, 64, "HND", "tuple", "f16", "e5m2", head_dim=64))
     guarded("decode strided", lambda: decode_case("strided q, caller's out/lse", 4, 16, "NHD", "tuple", "bf16",
                                                   strided_q=True, give_out=True))
+    guarded("decode sinks+cap", lambda: decode_case("sinks + soft cap", 8, 16, "HND", "single", "f16", head_dim=64,
+                                                    cap=1.5, sm_scale=0.3, sinks=True))
+    guarded("decode sinks+window", lambda: decode_case("sinks + sliding window", 4, 16, "NHD", "tuple", "bf16",
+                                                       window=random.randint(0, 200), sinks=True))
 
 
 def decode_graph():
@@ -289,7 +298,8 @@ def reference_prefill(q, qo, kv_get, **kw):
 
 
 def paged_prefill_case(name, group, page, layout, form, dtype="bf16", head_dim=128, causal=True, pos="NONE",
-                       window=-1, cap=None, o_dtype=None, lse_base="log2", lse_layout="NH", give_out=False):
+                       window=-1, cap=None, o_dtype=None, lse_base="log2", lse_layout="NH", give_out=False,
+                       sinks=False):
     kv_heads = random.choice([1, 2, 4])
     heads, batch = kv_heads * group, random.randint(1, 6)
     qo, kv = prefill_lengths(batch, causal)
@@ -299,7 +309,8 @@ def paged_prefill_case(name, group, page, layout, form, dtype="bf16", head_dim=1
                  causal=causal, pos_encoding_mode=pos, window_left=window, logits_soft_cap=cap,
                  q_data_type=DTYPES[dtype], o_data_type=DTYPES[o_dtype] if o_dtype else None)
     q = torch.randn(sum(qo), heads, head_dim, device=DEV).to(DTYPES[dtype])
-    kw = dict(return_lse=True, lse_base=lse_base, lse_layout=lse_layout)
+    sinks = torch.rand(heads, device=DEV) * 8 - 2 if sinks else None
+    kw = dict(return_lse=True, lse_base=lse_base, lse_layout=lse_layout, sinks=sinks)
     if give_out:  # a non-contiguous out (written through a temporary) and the caller's lse
         kw["out"] = poisoned((heads, sum(qo), head_dim), DTYPES[o_dtype or dtype]).transpose(0, 1)
         kw["lse"] = poisoned((heads, sum(qo)) if lse_layout == "HN" else (sum(qo), heads), torch.float32)
@@ -307,7 +318,7 @@ def paged_prefill_case(name, group, page, layout, form, dtype="bf16", head_dim=1
     if give_out:
         assert o is kw["out"] and lse is kw["lse"], "run() must return the caller's out and lse"
     ref_o, ref_lse = reference_prefill(q, qo, lambda r: cache.get(r, kv[r]), causal=causal, window=window,
-                                       cap=cap or 0.0, rope_theta=1e4 if pos == "ROPE_LLAMA" else None)
+                                       cap=cap or 0.0, rope_theta=1e4 if pos == "ROPE_LLAMA" else None, sinks=sinks)
     if lse_base == "ln":
         ref_lse = ref_lse * LN2
     if lse_layout == "HN":
@@ -342,6 +353,10 @@ def paged_prefill_cases():
         give_out=True))
     guarded("paged prefill caller's lse", lambda: paged_prefill_case("caller's out and lse", 4, 16, "HND", "tuple",
                                                                      give_out=True))
+    guarded("paged prefill sinks", lambda: paged_prefill_case("sinks", 8, 16, "NHD", "single", sinks=True))
+    guarded("paged prefill sinks+window+cap", lambda: paged_prefill_case(
+        "sinks + window + soft cap", 2, 64, "HND", "tuple", head_dim=256, window=random.randint(0, 100), cap=1.5,
+        sinks=True))
 
 
 def paged_prefill_graph():

@@ -1,6 +1,7 @@
 """The installed wheel on a GPU with PyTorch: merge_state, append_paged_kv, BatchDecode and
-BatchPrefill (ragged and paged) through the Python API on torch tensors, checked against torch
-references in float64, and one decode timed against SDPA. Run on a GPU machine after `pip install aotinfer-*.whl`."""
+BatchPrefill (ragged and paged, each also with attention sinks) through the Python API on torch
+tensors, checked against torch references in float64, and one decode timed against SDPA. Run on
+a GPU machine after `pip install aotinfer-*.whl`."""
 import math
 import random
 import sys
@@ -8,7 +9,7 @@ import sys
 import torch
 
 import aotinfer
-from gpu_common import paged_layout
+from gpu_common import paged_layout, softmax_with_sinks
 
 seed = random.randrange(1 << 30)
 torch.manual_seed(seed)
@@ -61,24 +62,33 @@ q = torch.randn(batch, qo_heads, dim, device="cuda", dtype=torch.bfloat16)
 o = torch.full_like(q, float("nan"))
 lse = torch.full((batch, qo_heads), float("nan"), device="cuda")
 decode.run(q, k_pages, v_pages, d_indptr, d_indices, d_last, o, lse)
+sinks = torch.rand(qo_heads, device="cuda") * 12 - 2  # per-head sink logits, from negligible to dominant
+o_sinks, lse_sinks = torch.full_like(o, float("nan")), torch.full_like(lse, float("nan"))
+decode.run(q, k_pages, v_pages, d_indptr, d_indices, d_last, o_sinks, lse_sinks, sinks=sinks)
 torch.cuda.synchronize()
 
-o_ref, lse_ref, start = [], [], 0
+refs = {None: ([], []), "sinks": ([], [])}
+start = 0
 for i, n in enumerate(lens):
     k = k_new[start:start + n].double().transpose(0, 1).repeat_interleave(qo_heads // kv_heads, 0)  # [heads, n, dim]
     v = v_new[start:start + n].double().transpose(0, 1).repeat_interleave(qo_heads // kv_heads, 0)
     scores = torch.einsum("hd,hnd->hn", q[i].double(), k) / math.sqrt(dim)
-    o_ref.append(torch.einsum("hn,hnd->hd", scores.softmax(-1), v))
-    lse_ref.append(scores.logsumexp(-1))
+    for key, sink in ((None, None), ("sinks", sinks)):
+        p, s = softmax_with_sinks(scores, sink)
+        refs[key][0].append(torch.einsum("hn,hnd->hd", p, v))
+        refs[key][1].append(s)
     start += n
-check("append + batch_decode o", o, torch.stack(o_ref), 1e-2)
-check("append + batch_decode lse", lse, torch.stack(lse_ref), 1e-4)
+check("append + batch_decode o", o, torch.stack(refs[None][0]), 1e-2)
+check("append + batch_decode lse", lse, torch.stack(refs[None][1]), 1e-4)
+check("batch_decode with sinks o", o_sinks, torch.stack(refs["sinks"][0]), 1e-2)
+check("batch_decode with sinks lse", lse_sinks, torch.stack(refs["sinks"][1]), 1e-4)
 
 
 def prefill_checks():
     """BatchPrefill, ragged and paged (NHD pool, shuffled page order), on one small mixed batch of
     causal requests against a float64 reference of params/batch_prefill.h: query token t of a
-    request sees keys j <= kv_len - qo_len + t; query head h reads KV head h // group."""
+    request sees keys j <= kv_len - qo_len + t; query head h reads KV head h // group. Each also
+    with attention sinks."""
     qo_lens, kv_lens = [1, 37, 200], [5, 300, 200]
     h_qo, h_kv, d, page_size = 8, 2, 128, 16
     group, batch = h_qo // h_kv, len(qo_lens)
@@ -90,8 +100,9 @@ def prefill_checks():
     q = torch.randn(total_q, h_qo, d, device="cuda", dtype=torch.bfloat16)
     k = torch.randn(kv_indptr[-1], h_kv, d, device="cuda", dtype=torch.bfloat16)
     v = torch.randn_like(k)
+    sinks = torch.rand(h_qo, device="cuda") * 8 - 2
 
-    o_ref, lse_ref = [], []
+    refs = {None: ([], []), "sinks": ([], [])}
     for i, (nq, nk) in enumerate(zip(qo_lens, kv_lens)):
         qi = q[qo_indptr[i]:qo_indptr[i + 1]].double().transpose(0, 1)                           # [h_qo, nq, d]
         ki = k[kv_indptr[i]:kv_indptr[i + 1]].double().transpose(0, 1).repeat_interleave(group, 0)  # [h_qo, nk, d]
@@ -100,9 +111,10 @@ def prefill_checks():
         t = torch.arange(nq, device="cuda")[:, None]
         j = torch.arange(nk, device="cuda")[None, :]
         scores = scores.masked_fill(j > nk - nq + t, float("-inf"))
-        o_ref.append((scores.softmax(-1) @ vi).transpose(0, 1))  # [nq, h_qo, d]
-        lse_ref.append(scores.logsumexp(-1).transpose(0, 1))     # [nq, h_qo]
-    o_ref, lse_ref = torch.cat(o_ref), torch.cat(lse_ref)
+        for key, sink in ((None, None), ("sinks", sinks)):
+            p, s = softmax_with_sinks(scores, sink)
+            refs[key][0].append((p @ vi).transpose(0, 1))  # [nq, h_qo, d]
+            refs[key][1].append(s.transpose(0, 1))         # [nq, h_qo]
 
     # The same K/V in a page pool: request i's pages in a random order, spare pages left zero.
     pages = [math.ceil(n / page_size) for n in kv_lens]
@@ -133,18 +145,23 @@ def prefill_checks():
         float_bytes, int_bytes = prefill.workspace_sizes(total_q, batch)
         float_ws = torch.empty(max(float_bytes, 1), device="cuda", dtype=torch.uint8)
         int_ws = torch.empty(max(int_bytes, 1), device="cuda", dtype=torch.uint8)
-        o = torch.full_like(q, float("nan"))
-        lse = torch.full((total_q, h_qo), float("nan"), device="cuda")
         if kv_storage == "ragged":
             prefill.plan(qo_indptr, kv_indptr, float_ws, int_ws)
-            prefill.run(q, k, v, d_qo, d_kv, o, lse=lse)
         else:
             prefill.plan(qo_indptr, page_indptr, float_ws, int_ws, kv_last_page_len=last, kv_indices=indices,
                          num_pages=num_pages)
-            prefill.run(q, k_pages, v_pages, d_qo, d_pages, o, kv_indices=d_indices, kv_last_page_len=d_last, lse=lse)
-        torch.cuda.synchronize()
-        check(f"batch_prefill {kv_storage} o", o, o_ref, 1e-2)
-        check(f"batch_prefill {kv_storage} lse", lse, lse_ref, 1e-3)
+        for key, sink in ((None, None), ("sinks", sinks)):
+            o = torch.full_like(q, float("nan"))
+            lse = torch.full((total_q, h_qo), float("nan"), device="cuda")
+            if kv_storage == "ragged":
+                prefill.run(q, k, v, d_qo, d_kv, o, lse=lse, sinks=sink)
+            else:
+                prefill.run(q, k_pages, v_pages, d_qo, d_pages, o, kv_indices=d_indices, kv_last_page_len=d_last,
+                            lse=lse, sinks=sink)
+            torch.cuda.synchronize()
+            label = f"batch_prefill {kv_storage}" + (" with sinks" if sink is not None else "")
+            check(f"{label} o", o, torch.cat(refs[key][0]), 1e-2)
+            check(f"{label} lse", lse, torch.cat(refs[key][1]), 1e-3)
 
 
 prefill_checks()

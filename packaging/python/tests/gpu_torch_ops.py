@@ -3,13 +3,15 @@ and CUDA-graph capture, against eager runs and float64 references computed here.
 
   (a) a decode "attention layer" (q projection, torch_ops.batch_decode_run, o projection) and a
       prefill layer (q/k/v projections, torch_ops.append_paged_kv of the new tokens behind a
-      random past, batch_prefill_run over the pages and over the ragged new tokens, o
-      projection), and merge_state in a compiled function: compiled output == eager output,
-      zero graph breaks (torch._dynamo.explain and dynamo's counters), eager == reference;
+      random past, batch_prefill_run over the pages and, with attention sinks, over the ragged
+      new tokens, o projection), and merge_state in a compiled function: compiled output ==
+      eager output, zero graph breaks (torch._dynamo.explain and dynamo's counters), eager ==
+      reference;
   (b) decode captured in a torch.cuda.CUDAGraph (plan outside): replay after new q contents and
       after a re-plan of the same batch with new lengths and pages (cuda_graph=True), against an
       eager run and the reference;
-  plus the registry's error for an object that was garbage-collected.
+  plus the ops' schemas (sinks is an optional Tensor?) and the registry's error for an object
+  that was garbage-collected.
 
 Shapes are drawn fresh each run (the seed is printed). Run after `pip install aotinfer-*.whl`:
     python3 packaging/python/tests/gpu_torch_ops.py
@@ -24,7 +26,7 @@ import torch
 
 import aotinfer
 import aotinfer.torch_ops as ops
-from gpu_common import paged_layout
+from gpu_common import paged_layout, softmax_with_sinks
 
 seed = random.randrange(1 << 30)
 random.seed(seed)
@@ -74,8 +76,9 @@ def request_kv(pool, indptr, indices, r, n):
     return pool[ids].reshape(-1, pool.shape[2], pool.shape[3])[:n]
 
 
-def attention_ref(q, k, v, causal):
-    """float64 attention of q [nq, H, D] over k, v [nk, Hkv, D]; query t sits at nk - nq + t."""
+def attention_ref(q, k, v, causal, sinks=None):
+    """float64 attention of q [nq, H, D] over k, v [nk, Hkv, D]; query t sits at nk - nq + t;
+    sinks [H]: attention-sink logits."""
     group = q.shape[1] // k.shape[1]
     k = k.double().repeat_interleave(group, 1)
     v = v.double().repeat_interleave(group, 1)
@@ -85,7 +88,8 @@ def attention_ref(q, k, v, causal):
         t = torch.arange(nq, device=DEV)[:, None]
         j = torch.arange(nk, device=DEV)[None, :]
         scores = scores.masked_fill(j > nk - nq + t, float("-inf"))
-    return torch.einsum("hqk,khd->qhd", scores.softmax(-1), v), scores.logsumexp(-1).transpose(0, 1)
+    p, lse = softmax_with_sinks(scores, sinks)
+    return torch.einsum("hqk,khd->qhd", p, v), lse.transpose(0, 1)
 
 
 pkg = aotinfer.Package()
@@ -147,6 +151,7 @@ class PrefillLayer(torch.nn.Module):
 
     def __init__(self, paged, ragged):
         super().__init__()
+        self.register_buffer("sinks", torch.rand(HEADS, device=DEV) * 8 - 2)  # the ragged run's, float32
         self.q_proj = torch.nn.Linear(HIDDEN, HEADS * DIM, bias=False, device=DEV, dtype=BF16)
         self.k_proj = torch.nn.Linear(HIDDEN, KV_HEADS * DIM, bias=False, device=DEV, dtype=BF16)
         self.v_proj = torch.nn.Linear(HIDDEN, KV_HEADS * DIM, bias=False, device=DEV, dtype=BF16)
@@ -162,7 +167,7 @@ class PrefillLayer(torch.nn.Module):
         o_paged, o_ragged = torch.empty_like(q), torch.empty_like(q)
         ops.batch_prefill_run(self.paged, q, k_pages, v_pages, qo_indptr, kv_indptr, o_paged, kv_indices,
                               kv_last_page_len)
-        ops.batch_prefill_run(self.ragged, q, k, v, qo_indptr, qo_indptr, o_ragged)
+        ops.batch_prefill_run(self.ragged, q, k, v, qo_indptr, qo_indptr, o_ragged, sinks=self.sinks)
         return self.o_proj(o_paged.view(-1, HEADS * DIM)), o_paged, o_ragged
 
 
@@ -206,17 +211,17 @@ def prefill_layer_checks():
             k_all = request_kv(k_pages, indptr, indices, r, kv_lens[r])
             v_all = request_kv(v_pages, indptr, indices, r, kv_lens[r])
             ref_paged.append(attention_ref(q[rows], k_all, v_all, True)[0])
-            ref_ragged.append(attention_ref(q[rows], k_new[rows], v_new[rows], True)[0])
+            ref_ragged.append(attention_ref(q[rows], k_new[rows], v_new[rows], True, layer.sinks)[0])
             if r == 0:  # append_paged_kv put the new tokens behind the past
                 check("prefill layer eager: appended K in the pages", k_all[past[0]:], k_new[rows], 1e-6)
         check("prefill layer eager: paged o vs float64", o_paged, torch.cat(ref_paged), 1e-2)
-        check("prefill layer eager: ragged o vs float64", o_ragged, torch.cat(ref_ragged), 1e-2)
+        check("prefill layer eager: ragged o (sinks) vs float64", o_ragged, torch.cat(ref_ragged), 1e-2)
         breaks, graphs = graph_breaks(layer, *args)
         report(breaks == 0, f"prefill layer: torch._dynamo.explain: {breaks} graph breaks, {graphs} graph(s)")
         k_pages.zero_(), v_pages.zero_()  # the compiled layer must append again (the past is gone: refs below)
         (yc, opc, orc), counted = compiled_run(layer, *args)
         report(counted == 0, f"prefill layer compiled(fullgraph): dynamo counted {counted} graph breaks")
-        check("prefill layer compiled vs eager: ragged o", orc, o_ragged, 1e-2)
+        check("prefill layer compiled vs eager: ragged o (sinks)", orc, o_ragged, 1e-2)
         ref_nopast = []
         for r in range(batch):
             rows = slice(qo_indptr[r], qo_indptr[r + 1])
@@ -313,6 +318,9 @@ def graph_checks():
 
 
 def registry_checks():
+    for name in ("batch_decode_run", "batch_prefill_run"):
+        schema = str(getattr(torch.ops.aotinfer, name).default._schema)
+        report("Tensor? sinks" in schema, f"{name} schema: {schema}")
     decode = aotinfer.BatchDecode(pkg, HEADS, KV_HEADS, DIM, PAGE)
     oid = ops.handle(decode)
     report(ops.handle(decode) == oid, f"registry: a planned object keeps its id ({oid})")
@@ -322,7 +330,7 @@ def registry_checks():
     pool = torch.zeros(1, PAGE, KV_HEADS, DIM, device=DEV, dtype=BF16)
     try:
         torch.ops.aotinfer.batch_decode_run(oid, q, pool, pool, dev_i32([0, 1]), dev_i32([0]), dev_i32([1]),
-                                            torch.empty_like(q), None, None, 0.0, 0.0, 1.0, 1e4, 1.0, 1.0, -1)
+                                            torch.empty_like(q), None, None, None, 0.0, 0.0, 1.0, 1e4, 1.0, 1.0, -1)
         report(False, "registry: an op naming a collected object raised nothing")
     except aotinfer.InvalidArgument as e:
         report("no longer exists" in str(e), f"registry: collected object: {e}")

@@ -105,6 +105,28 @@ class FrontEndTest(unittest.TestCase):
                     aotinfer.merge_state(pkg, *args)
                 self.assertIn(message, str(e.exception))
 
+    def test_run_passes_sinks_in_its_slot(self):
+        """run()'s tensors reach the runtime in its struct's order: a bad sinks is refused by name
+        while it is described, and a good one gets as far as the handle check (no driver here, so
+        no decode or prefill object: a NULL handle stands in)."""
+        q, i32 = FakeCudaArray((4, 8, 128)), FakeCudaArray((5,), "<i4")
+        pool = FakeCudaArray((9, 16, 2, 128))
+        decode, prefill = object.__new__(aotinfer.BatchDecode), object.__new__(aotinfer.BatchPrefill)
+        decode._address = prefill._address = 0
+        runs = {"decode": lambda sinks: decode.run(q, pool, pool, i32, i32, FakeCudaArray((4,), "<i4"), q, sinks=sinks),
+                "prefill": lambda sinks: prefill.run(q, pool, pool, i32, i32, q, sinks=sinks)}
+        for name, run in runs.items():
+            with self.subTest(name):
+                with self.assertRaises(aotinfer.InvalidArgument) as e:
+                    run(FakeCudaArray((1, 1, 1, 1, 8), "<f4"))
+                self.assertIn("sinks: has 5 dimensions", str(e.exception))
+                with self.assertRaises(TypeError) as e:
+                    run([0.5] * 8)
+                self.assertIn("sinks: expected a tensor", str(e.exception))
+                with self.assertRaises(aotinfer.InvalidArgument) as e:
+                    run(FakeCudaArray((8,), "<f4"))
+                self.assertIn(f"{name} must not be NULL", str(e.exception))
+
     def test_plan_reads_host_metadata_only(self):
         with self.assertRaises(aotinfer.InvalidArgument) as e:
             aotinfer._int32_array(FakeCudaArray((5,), "<i4"), "kv_indptr")

@@ -349,24 +349,29 @@ class RefusalTest(unittest.TestCase):
                              "BatchPrefillWithRaggedKVCacheWrapper.plan", words)
 
     def test_run(self):
-        """run()'s unserved arguments are refused before the plan is even looked at."""
+        """run()'s unserved arguments are refused before the plan is even looked at; sinks are
+        served (decode and paged prefill: they get as far as the plan check)."""
         decode = flashinfer.BatchDecodeWithPagedKVCacheWrapper(Stand())
         q, cache = Stand((4, 32, 128), "torch.bfloat16"), (Stand(), Stand())
-        self.refused(lambda: decode.run(q, cache, sinks=Stand()), "sinks=<Stand>")
         self.refused(lambda: decode.run(q, cache, kv_cache_sf=Stand()), "kv_cache_sf")
         self.refused(lambda: decode.run(q, cache, skip_softmax_threshold_scale_factor=1.0),
                      "skip_softmax_threshold_scale_factor=1.0")
         self.refused(lambda: decode.run(q, cache, Stand()), "*args")
         self.refused(lambda: decode.run(q, cache, q_len_per_req=2), "q_len_per_req=2")
         paged = flashinfer.BatchPrefillWithPagedKVCacheWrapper(Stand())
-        self.refused(lambda: paged.run(q, cache, sinks=Stand()), "BatchPrefillWithPagedKVCacheWrapper.run", "sinks")
+        self.refused(lambda: paged.run(q, cache, kv_cache_sf=Stand()), "BatchPrefillWithPagedKVCacheWrapper.run",
+                     "kv_cache_sf")
         ragged = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(Stand())
         self.refused(lambda: ragged.run(q, Stand(), Stand(), kv_cache_sf=Stand()), "kv_cache_sf")
         with self.assertRaises(ValueError):
             paged.run(q, cache, lse_base="log10")
         with self.assertRaises(ValueError):
             ragged.run(q, Stand(), Stand(), lse_layout="TN")
-        for call in (lambda: decode.run(q, cache), lambda: paged.run(q, cache), lambda: ragged.run(q, Stand(), Stand())):
+        sinks = Stand((32,), "torch.float32")
+        for call in (lambda: decode.run(q, cache), lambda: paged.run(q, cache), lambda: ragged.run(q, Stand(), Stand()),
+                     lambda: decode.run(q, cache, sinks=sinks), lambda: paged.run(q, cache, sinks=sinks),
+                     lambda: decode.run_return_lse(q, cache, sinks=sinks),
+                     lambda: paged.run_return_lse(q, cache, sinks=sinks)):
             with self.assertRaises(RuntimeError) as e:
                 call()
             self.assertIn("plan() first", str(e.exception))

@@ -178,7 +178,7 @@ def prefill_plan(where, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo=Non
 
 def unserved(where, args, **named):
     """run()'s slow path, taken only when one of these is set: refuses *args or the first
-    named argument that is not None (sinks, kv_cache_sf, ...)."""
+    named argument that is not None (kv_cache_sf, ...)."""
     if args:
         refuse(where, "*args", args, "custom-kernel arguments are not served")
     for name, value in named.items():

@@ -75,9 +75,10 @@ class BatchDecodeWithPagedKVCacheWrapper(_base.Wrapper):
             return_lse=False, enable_pdl=None, window_left=None, sinks=None, q_len_per_req=None,
             skip_softmax_threshold_scale_factor=None, kv_cache_sf=None):
         """q [batch, num_qo_heads, head_dim]; paged_kv_cache a (k, v) tuple or one [pages, 2, ...]
-        tensor. Returns out, or (out, lse) with return_lse (lse base 2, float32 [batch, heads])."""
-        if args or sinks is not None or kv_cache_sf is not None or skip_softmax_threshold_scale_factor is not None:
-            _args.unserved(_RUN, args, sinks=sinks, kv_cache_sf=kv_cache_sf,
+        tensor; sinks per-head attention sink logits, float32 [num_qo_heads] (the core checks them).
+        Returns out, or (out, lse) with return_lse (lse base 2, float32 [batch, heads])."""
+        if args or kv_cache_sf is not None or skip_softmax_threshold_scale_factor is not None:
+            _args.unserved(_RUN, args, kv_cache_sf=kv_cache_sf,
                            skip_softmax_threshold_scale_factor=skip_softmax_threshold_scale_factor)
         if q_len_per_req not in (None, 1):
             _args.refuse(_RUN, "q_len_per_req", q_len_per_req, "decode serves one query token per request")
@@ -87,15 +88,15 @@ class BatchDecodeWithPagedKVCacheWrapper(_base.Wrapper):
             q = q.contiguous()
         o, lse_rows, _ = self._outputs(_RUN, q, out, lse, return_lse, "NH")
         self._launch(q, k, v, o, lse_rows, self._sm_scale if q_scale is None else self._sm_scale * float(q_scale),
-                     1.0 if k_scale is None else float(k_scale), 1.0 if v_scale is None else float(v_scale))
+                     1.0 if k_scale is None else float(k_scale), 1.0 if v_scale is None else float(v_scale), sinks)
         return self._deliver(o, out, lse_rows, return_lse)
 
-    def _launch(self, q, k, v, o, lse, sm_scale, k_scale, v_scale):
+    def _launch(self, q, k, v, o, lse, sm_scale, k_scale, v_scale, sinks):
         """The call into the core (its custom op inside torch.compile)."""
         s = self._scalars
         _base.call("batch_decode_run", BatchDecode.run, self._core, q, k, v, self._paged_kv_indptr_buf,
                    self._paged_kv_indices_buf, self._paged_kv_last_page_len_buf, o, lse, None, sm_scale, s[1], s[2],
-                   s[3], k_scale, v_scale, s[4])
+                   s[3], k_scale, v_scale, s[4], sinks=sinks)
 
     run_return_lse = functools.partialmethod(run, return_lse=True)
 

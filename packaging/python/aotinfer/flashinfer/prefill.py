@@ -49,14 +49,14 @@ class _Prefill(_base.Wrapper):
         self._batch_size = batch
         self._keep(core, config, features, scalars)
 
-    def _attend(self, where, q, k, v, sm_scale, v_scale, out, lse, return_lse, lse_base, lse_layout):
+    def _attend(self, where, q, k, v, sm_scale, v_scale, out, lse, return_lse, lse_base, lse_layout, sinks):
         if q.shape[0] != self._qo_indptr_last:
             raise ValueError(f"aotinfer.flashinfer {where}: q has {q.shape[0]} tokens, qo_indptr[-1] is "
                              f"{self._qo_indptr_last}")
         if not q.is_contiguous():  # a slice of a fused qkv: the kernel reads q densely
             q = q.contiguous()
         o, lse_rows, lse_dest = self._outputs(where, q, out, lse, return_lse, lse_layout)
-        self._launch(q, k, v, o, lse_rows, sm_scale)
+        self._launch(q, k, v, o, lse_rows, sm_scale, sinks)
         if v_scale is not None and not (isinstance(v_scale, float) and v_scale == 1.0):
             o.mul_(v_scale)  # as FlashInfer: after the kernel, the LSE unchanged
         return self._deliver(o, out, lse_rows, return_lse, lse_base, lse_layout, lse_dest)
@@ -118,17 +118,18 @@ class BatchPrefillWithPagedKVCacheWrapper(_Prefill):
             return_lse=False, lse_base="log2", lse_layout="NH", enable_pdl=None, window_left=None, sinks=None,
             kv_cache_sf=None, skip_softmax_threshold_scale_factor=None, use_fp16_softmax=None, uses_spcompress=None):
         """q [qo_indptr[-1], num_qo_heads, head_dim]; paged_kv_cache a (k, v) tuple or one
-        [pages, 2, ...] tensor. Returns out, or (out, lse) with return_lse."""
+        [pages, 2, ...] tensor; sinks per-head attention sink logits, float32 [num_qo_heads] (the
+        core checks them). Returns out, or (out, lse) with return_lse."""
         where = _PAGED + ".run"
-        if args or sinks is not None or kv_cache_sf is not None or skip_softmax_threshold_scale_factor is not None:
-            _args.unserved(where, args, sinks=sinks, kv_cache_sf=kv_cache_sf,
+        if args or kv_cache_sf is not None or skip_softmax_threshold_scale_factor is not None:
+            _args.unserved(where, args, kv_cache_sf=kv_cache_sf,
                            skip_softmax_threshold_scale_factor=skip_softmax_threshold_scale_factor)
         if lse_base != "log2" or lse_layout != "NH":
             _args.lse_options(where, lse_base, lse_layout)
         self._planned(where, window_left)
         k, v = _base.split_cache(paged_kv_cache, self._kv_layout)
         return self._attend(where, q, k, v, self._sm(q_scale, k_scale), v_scale, out, lse, return_lse, lse_base,
-                            lse_layout)
+                            lse_layout, sinks)
 
     def _sm(self, q_scale, k_scale):
         sm = self._sm_scale
@@ -138,12 +139,12 @@ class BatchPrefillWithPagedKVCacheWrapper(_Prefill):
             sm *= float(k_scale)
         return sm
 
-    def _launch(self, q, k, v, o, lse, sm_scale):
+    def _launch(self, q, k, v, o, lse, sm_scale, sinks):
         """The call into the core (its custom op inside torch.compile)."""
         s = self._scalars
         _base.call("batch_prefill_run", BatchPrefill.run, self._core, q, k, v, self._qo_indptr_buf,
                    self._paged_kv_indptr_buf, o, self._paged_kv_indices_buf, self._paged_kv_last_page_len_buf, lse,
-                   sm_scale, s[1], s[2], s[3], s[4])
+                   sm_scale, s[1], s[2], s[3], s[4], sinks=sinks)
 
     run_return_lse = functools.partialmethod(run, return_lse=True)
 
@@ -209,13 +210,13 @@ class BatchPrefillWithRaggedKVCacheWrapper(_Prefill):
         if lse_base != "log2" or lse_layout != "NH":
             _args.lse_options(where, lse_base, lse_layout)
         self._planned(where, None)  # k, v may be token-strided views (of a fused qkv): the core reads them so
-        return self._attend(where, q, k, v, self._sm_scale, None, out, lse, return_lse, lse_base, lse_layout)
+        return self._attend(where, q, k, v, self._sm_scale, None, out, lse, return_lse, lse_base, lse_layout, None)
 
-    def _launch(self, q, k, v, o, lse, sm_scale):
+    def _launch(self, q, k, v, o, lse, sm_scale, sinks):
         """The call into the core (its custom op inside torch.compile)."""
         s = self._scalars
         _base.call("batch_prefill_run", BatchPrefill.run, self._core, q, k, v, self._qo_indptr_buf, self._kv_indptr_buf,
-                   o, None, None, lse, sm_scale, s[1], s[2], s[3], s[4])
+                   o, None, None, lse, sm_scale, s[1], s[2], s[3], s[4], sinks=sinks)
 
     run_return_lse = functools.partialmethod(run, return_lse=True)
 

@@ -39,12 +39,14 @@ generation/continuous_batching/cache.py):
     raises NotFound naming the spec entry that adds it).
 
 Honoured: scaling (sm_scale), logits soft cap ("softcap" kwarg, soft_cap variants), sliding
-windows, GQA. Refused with an error: attention sinks (s_aux / module.sinks), dropout, value head
-dim != query head dim, dtypes other than float16/bfloat16, non-causal modules, transformers'
-block-table decode path (only enabled for flash attention), CUDA-graph capture of the forward
-(continuous batching's use_cuda_graph: plans are host work and transformers replays graphs with
-new metadata), and torch.compile with fullgraph=True (the function is torch.compiler.disable'd;
-compile without fullgraph runs it eagerly between graphs: ContinuousBatchingConfig(
+windows, GQA, attention sinks (gpt-oss: the "s_aux" kwarg, else module.sinks, one logit per
+query head, passed as float32 sinks to every BatchDecode / BatchPrefill run of the layer).
+Refused with an error: dropout, value head dim != query head dim, dtypes other than
+float16/bfloat16, non-causal modules, transformers' block-table decode path (only enabled for
+flash attention), CUDA-graph capture of the forward (continuous batching's use_cuda_graph: plans
+are host work and transformers replays graphs with new metadata), and torch.compile with
+fullgraph=True (the function is torch.compiler.disable'd; compile without fullgraph runs it
+eagerly between graphs: ContinuousBatchingConfig(
 varlen_compile_config=CompileConfig(fullgraph=False)); default_compile_level >= 1 compiles the
 varlen path with fullgraph=True). By default continuous batching uses neither for an
 implementation that is not flash attention.
@@ -252,8 +254,6 @@ def paged_attention_forward(module, query, key, value, attention_mask=None, scal
         _refuse("transformers' block-table decode path (max_blocks_per_request > 0) is not supported")
     if dropout:
         _refuse(f"attention dropout ({dropout}) is not supported")
-    if kwargs.get("s_aux") is not None or getattr(module, "sinks", None) is not None:
-        _refuse("attention sinks are not supported")
     if not getattr(module, "is_causal", True):
         _refuse("non-causal attention is not supported")
     if query.dim() != 4 or query.shape[0] != 1:
@@ -269,6 +269,11 @@ def paged_attention_forward(module, query, key, value, attention_mask=None, scal
     softcap = kwargs.get("softcap")
     softcap = float(softcap) if softcap else 0.0
     sm_scale = float(scaling) if scaling is not None else float(getattr(module, "scaling", 1.0 / math.sqrt(head_dim)))
+    sinks = kwargs.get("s_aux")
+    if sinks is None:
+        sinks = getattr(module, "sinks", None)
+    if sinks is not None:  # a bf16 nn.Parameter in gpt-oss: the kernels read float32 logits, without autograd
+        sinks = sinks.detach().to(torch.float32).contiguous()
 
     layer_idx = module.layer_idx
     group, layer_in_group = cache.layer_index_to_group_indices[layer_idx]
@@ -343,9 +348,10 @@ def paged_attention_forward(module, query, key, value, attention_mask=None, scal
         window_left = window - 1 if sliding else -1
         if plan.kind == "decode":
             plan.core.run(q[:n], k_all, v_all, plan.kv_indptr, plan.kv_indices, plan.kv_last_page_len, o[:n],
-                          sm_scale=sm_scale, logits_soft_cap=softcap, window_left=window_left, stream=plan.stream)
+                          sm_scale=sm_scale, logits_soft_cap=softcap, window_left=window_left, stream=plan.stream,
+                          sinks=sinks)
         else:
             plan.core.run(q[:n], k_all, v_all, plan.qo_indptr, plan.kv_indptr, o[:n], kv_indices=plan.kv_indices,
                           kv_last_page_len=plan.kv_last_page_len, sm_scale=sm_scale, logits_soft_cap=softcap,
-                          window_left=window_left, stream=plan.stream)
+                          window_left=window_left, stream=plan.stream, sinks=sinks)
     return o.unsqueeze(0), None
