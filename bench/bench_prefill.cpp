@@ -3,7 +3,8 @@
 // plan() host time. Writes its rows as JSON lines for bench/prefill_torch.py, which measures
 // PyTorch SDPA (flash, cuDNN) on the same shapes and prints the comparison.
 // Usage: aotinfer_bench_prefill PACKAGE_DIR RESULTS.jsonl   (AOTINFER_BENCH_ONLY=ragged:causal:4:4096:8
-// runs one case, for profilers; ...:8:64 one of head_dim 64 or 256)
+// runs one case, for profilers; ...:8:64 one of head_dim 64 or 256; AOTINFER_BENCH_SINKS=1 passes
+// attention sinks to every run)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -76,6 +77,10 @@ int main(int argc, char** argv) {
         cases.push_back({storage, causal, 4, 4096, 8, head_dim});
 
   const char* only = std::getenv("AOTINFER_BENCH_ONLY");
+  const bool sinks = std::getenv("AOTINFER_BENCH_SINKS") && std::string(std::getenv("AOTINFER_BENCH_SINKS")) == "1";
+  if (sinks) std::printf("(every run with attention sinks)\n");
+  float* d_sinks = static_cast<float*>(device(qo_heads * sizeof(float)));
+  check(cudaMemset(d_sinks, 0, qo_heads * sizeof(float)), "sinks");  // logit 0: the values do not change the time
   for (const Case& c : cases) {
     const std::string kv_name = c.storage == aotinfer::KvStorage::paged ? "paged" : "ragged";
     const std::string mask = c.causal ? "causal" : "none";
@@ -126,6 +131,7 @@ int main(int argc, char** argv) {
     args.total_q = tokens;
     args.q = q, args.qo_indptr = d_qo, args.k = k, args.v = v, args.kv_indptr = d_kv;
     args.kv_indices = d_indices, args.kv_last_page_len = d_last, args.o = o;
+    if (sinks) args.sinks = d_sinks;
     const double us = median_us(3, 20, [&](int) { prefill.run(args, nullptr); });
     check(cudaGetLastError(), "prefill");
     const double flops = 4.0 * c.batch * double(c.len) * c.len * qo_heads * head_dim * (c.causal ? 0.5 : 1.0);
