@@ -3,8 +3,8 @@
 // plan() host time. Writes its rows as JSON lines for bench/prefill_torch.py, which measures
 // PyTorch SDPA (flash, cuDNN) on the same shapes and prints the comparison.
 // Usage: aotinfer_bench_prefill PACKAGE_DIR RESULTS.jsonl   (AOTINFER_BENCH_ONLY=ragged:causal:4:4096:8
-// runs one case, for profilers; ...:8:64 one of head_dim 64 or 256; AOTINFER_BENCH_SINKS=1 passes
-// attention sinks to every run)
+// runs one case, for profilers; ...:8:64 one of head_dim 64 or 256, ragged:causal:1:32768:8:q256 a
+// chunked prefill; AOTINFER_BENCH_SINKS=1 passes attention sinks to every run)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -14,6 +14,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "aotinfer/batch_prefill.hpp"
@@ -43,6 +44,7 @@ struct Case {
   bool causal;
   int batch, len, kv_heads;
   int head_dim = 128;
+  int qo_len = 0;  // query tokens per request, the last of its len keys; 0: len (whole prompts)
 };
 
 }  // namespace
@@ -75,8 +77,13 @@ int main(int argc, char** argv) {
     for (bool causal : {true, false})
       for (auto storage : {aotinfer::KvStorage::ragged, aotinfer::KvStorage::paged})
         cases.push_back({storage, causal, 4, 4096, 8, head_dim});
+  // Chunked prefill: a few queries on long KV, split plans whose merge_varlen is part of run().
+  for (auto [batch, len, qo] : {std::tuple{1, 32768, 256}, {4, 16384, 512}, {1, 131072, 64}})
+    for (auto storage : {aotinfer::KvStorage::ragged, aotinfer::KvStorage::paged})
+      cases.push_back({storage, true, batch, len, 8, 128, qo});
 
   const char* only = std::getenv("AOTINFER_BENCH_ONLY");
+  bool chunked_header = false;
   const bool sinks = std::getenv("AOTINFER_BENCH_SINKS") && std::string(std::getenv("AOTINFER_BENCH_SINKS")) == "1";
   if (sinks) std::printf("(every run with attention sinks)\n");
   float* d_sinks = static_cast<float*>(device(qo_heads * sizeof(float)));
@@ -85,7 +92,8 @@ int main(int argc, char** argv) {
     const std::string kv_name = c.storage == aotinfer::KvStorage::paged ? "paged" : "ragged";
     const std::string mask = c.causal ? "causal" : "none";
     const std::string name = kv_name + ":" + mask + ":" + std::to_string(c.batch) + ":" + std::to_string(c.len) + ":" +
-                             std::to_string(c.kv_heads) + (c.head_dim == 128 ? "" : ":" + std::to_string(c.head_dim));
+                             std::to_string(c.kv_heads) + (c.head_dim == 128 ? "" : ":" + std::to_string(c.head_dim)) +
+                             (c.qo_len ? ":q" + std::to_string(c.qo_len) : "");
     const int head_dim = c.head_dim;
     if (only && name != only) continue;
     aotinfer::BatchPrefillConfig cfg;
@@ -97,13 +105,14 @@ int main(int argc, char** argv) {
     cfg.mask = c.causal ? aotinfer::MaskMode::causal : aotinfer::MaskMode::none;
     aotinfer::BatchPrefill prefill(pkg, cfg);
 
-    const long tokens = long(c.batch) * c.len;
+    const int qo = c.qo_len ? c.qo_len : c.len;
+    const long tokens = long(c.batch) * qo;
     const size_t q_bytes = size_t(tokens) * qo_heads * head_dim * 2;
-    const size_t kv_bytes = size_t(tokens) * c.kv_heads * head_dim * 2;  // pages hold exactly the tokens
+    const size_t kv_bytes = size_t(c.batch) * c.len * c.kv_heads * head_dim * 2;  // pages hold exactly the keys
     std::vector<int> qo_indptr(c.batch + 1), kv_indptr(c.batch + 1), last(c.batch, page);
     const int pages_per_req = c.len / page;
     for (int i = 0; i <= c.batch; ++i) {
-      qo_indptr[i] = i * c.len;
+      qo_indptr[i] = i * qo;
       kv_indptr[i] = c.storage == aotinfer::KvStorage::paged ? i * pages_per_req : i * c.len;
     }
     std::vector<int> indices(c.batch * pages_per_req);
@@ -134,14 +143,27 @@ int main(int argc, char** argv) {
     if (sinks) args.sinks = d_sinks;
     const double us = median_us(3, 20, [&](int) { prefill.run(args, nullptr); });
     check(cudaGetLastError(), "prefill");
-    const double flops = 4.0 * c.batch * double(c.len) * c.len * qo_heads * head_dim * (c.causal ? 0.5 : 1.0);
+    // Query t of qo sees len - qo + t + 1 keys under a causal mask: about qo (len - qo / 2).
+    const double keys_seen = double(qo) * c.len - (c.causal ? 0.5 * qo * qo : 0.0);
+    const double flops = 4.0 * c.batch * keys_seen * qo_heads * head_dim;
     const double tflops = flops / us / 1e6;
     const auto& plan = prefill.work_plan();
-    std::printf("%-7s %-7s %5d %6d %4d %4d %5d %6s %6d %10.1f %8.1f\n", kv_name.c_str(), mask.c_str(), c.batch, c.len,
-                c.kv_heads, head_dim, plan.tile_rows, plan.split ? "yes" : "no", plan.padded_work * c.kv_heads, us, tflops);
-    results << "{\"kv\": \"" << kv_name << "\", \"causal\": " << (c.causal ? "true" : "false") << ", \"batch\": " << c.batch
-            << ", \"len\": " << c.len << ", \"kv_heads\": " << c.kv_heads << ", \"head_dim\": " << head_dim << ", \"us\": " << us << ", \"flops\": " << flops
-            << "}\n";
+    if (c.qo_len) {  // its own table, and no row for prefill_torch.py (whose shapes have qo = len)
+      if (!chunked_header) {
+        chunked_header = true;
+        std::printf("\nchunked prefill: causal, queries at the end of the KV, split plans (run() includes merge_varlen)\n"
+                    "%-7s %5s %6s %6s %4s %4s %6s %8s %10s %8s\n", "kv", "batch", "qo", "kv_len", "kvh", "hd", "split",
+                    "merged", "time us", "TF/s");
+      }
+      std::printf("%-7s %5d %6d %6d %4d %4d %6s %8d %10.1f %8.1f\n", kv_name.c_str(), c.batch, qo, c.len, c.kv_heads,
+                  head_dim, plan.split ? "yes" : "no", plan.num_outputs(), us, tflops);
+    } else {
+      std::printf("%-7s %-7s %5d %6d %4d %4d %5d %6s %6d %10.1f %8.1f\n", kv_name.c_str(), mask.c_str(), c.batch, c.len,
+                  c.kv_heads, head_dim, plan.tile_rows, plan.split ? "yes" : "no", plan.padded_work * c.kv_heads, us, tflops);
+      results << "{\"kv\": \"" << kv_name << "\", \"causal\": " << (c.causal ? "true" : "false") << ", \"batch\": " << c.batch
+              << ", \"len\": " << c.len << ", \"kv_heads\": " << c.kv_heads << ", \"head_dim\": " << head_dim << ", \"us\": " << us
+              << ", \"flops\": " << flops << "}\n";
+    }
     for (void* p : {q, o, k, v, static_cast<void*>(d_qo), static_cast<void*>(d_kv), static_cast<void*>(d_last),
                     static_cast<void*>(d_indices), ws.float_buffer, ws.int_buffer})
       cudaFree(p);

@@ -6,6 +6,7 @@
 #include "aotinfer/abi.h"
 #include "aotinfer/annotate.h"
 #include "aotinfer/dtype.cuh"
+#include "aotinfer/merge_partial.cuh"
 #include "aotinfer/params/merge_state.h"
 #include "aotinfer/params/merge_varlen.h"
 
@@ -66,29 +67,12 @@ struct AOTINFER_FAMILY("merge_state")
     if (out >= num_outputs) return;
     const int d = (threadIdx.x % kVarlenThreadsPerRow) * 4;
 
-    // Online merge: m is the running max lse, den the sum of exp(s - m), acc the weighted sum.
-    float m = -INFINITY, den = 0.f;
-    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int state = p.indptr[out]; state < p.indptr[out + 1]; ++state) {
-      const int64_t index = int64_t(state) * p.num_heads + head;
-      const float s = p.s[index];
-      if (s == -INFINITY) continue;
-      const float4 v = *reinterpret_cast<const float4*>(p.v + index * head_dim + d);
-      const float new_m = fmaxf(m, s);
-      const float old_scale = expf(m - new_m), w = expf(s - new_m);
-      acc.x = acc.x * old_scale + w * v.x;
-      acc.y = acc.y * old_scale + w * v.y;
-      acc.z = acc.z * old_scale + w * v.z;
-      acc.w = acc.w * old_scale + w * v.w;
-      den = den * old_scale + w;
-      m = new_m;
-    }
-    const float inv = den > 0.f ? 1.f / den : 0.f;
+    // Prefill splits a tile into few chunks (as many as fill a wave with the other tiles).
+    const int first = p.indptr[out];
+    const MergedSlice merged = merge_partial_states<head_dim, 4>(p.s, p.v, first, p.indptr[out + 1] - first, p.num_heads, head, d);
     const int64_t out_row = (p.output_row ? int64_t(p.output_row[out]) : int64_t(out)) * p.num_heads + head;
-    dtype out4[4] = {from_float<dtype>(acc.x * inv), from_float<dtype>(acc.y * inv), from_float<dtype>(acc.z * inv),
-                     from_float<dtype>(acc.w * inv)};
-    *reinterpret_cast<uint2*>(static_cast<dtype*>(p.v_out) + out_row * head_dim + d) = *reinterpret_cast<const uint2*>(out4);
-    if (p.s_out != nullptr && d == 0) p.s_out[out_row] = den > 0.f ? m + logf(den) : -INFINITY;
+    store4(static_cast<dtype*>(p.v_out) + out_row * head_dim + d, merged.o);
+    if (p.s_out != nullptr && d == 0) p.s_out[out_row] = merged.lse;
   }
 };
 

@@ -3,6 +3,7 @@
 // request merges the request's states (aotinfer/params/batch_decode.h).
 #pragma once
 #include "aotinfer/attention.cuh"
+#include "aotinfer/merge_partial.cuh"
 #include "aotinfer/params/batch_decode.h"
 
 namespace aotinfer {
@@ -85,42 +86,13 @@ struct DecodeWork {
     __syncthreads();  // ... and the acquire of the last count precedes every merge load
     if (!*flag) return;
 
-    // Thread = (row, 4 dims): an online merge over the items, kBatch items' loads in flight at a
-    // time (the states were just written, so they come from L2).
-    constexpr int kBatch = 16;
+    // Thread = (row, 4 dims). A small batch splits a request over up to a wave of items.
     for (int pair = threadIdx.x; pair < rows * (head_dim / 4); pair += kThreads) {
       const int head = first_head + pair / (head_dim / 4), d = (pair % (head_dim / 4)) * 4;
-      float m = -INFINITY, sum = 0.f;
-      float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-      for (int base = 0; base < items; base += kBatch) {
-        float lse[kBatch];
-        float4 v[kBatch];
-#pragma unroll
-        for (int i = 0; i < kBatch; ++i) {
-          const int64_t row = int64_t(first_item + base + i) * p.num_qo_heads + head;
-          const bool valid = base + i < items;
-          lse[i] = valid ? load_l2(p.partial_lse + row) : -INFINITY;
-          v[i] = valid ? load_l2(reinterpret_cast<const float4*>(p.partial_o + row * head_dim + d)) : make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-        float new_m = m;
-#pragma unroll
-        for (int i = 0; i < kBatch; ++i) new_m = fmaxf(new_m, lse[i]);
-        if (new_m == -INFINITY) continue;  // no item so far saw a key
-        const float old_scale = expf(m - new_m);  // 0 while m is -inf
-        sum *= old_scale;
-        acc.x *= old_scale, acc.y *= old_scale, acc.z *= old_scale, acc.w *= old_scale;
-#pragma unroll
-        for (int i = 0; i < kBatch; ++i) {
-          const float w = expf(lse[i] - new_m);
-          sum += w;
-          acc.x += w * v[i].x, acc.y += w * v[i].y, acc.z += w * v[i].z, acc.w += w * v[i].w;
-        }
-        m = new_m;
-      }
-      const float rcp = sum > 0.f ? 1.f / sum : 0.f;
-      store4(static_cast<dtype_o*>(p.o) + (int64_t(request) * p.num_qo_heads + head) * head_dim + d,
-             make_float4(acc.x * rcp, acc.y * rcp, acc.z * rcp, acc.w * rcp));
-      if (d == 0 && p.lse) p.lse[int64_t(request) * p.num_qo_heads + head] = sum > 0.f ? m + logf(sum) : -INFINITY;
+      const MergedSlice merged =
+          merge_partial_states<head_dim, 16>(p.partial_lse, p.partial_o, first_item, items, p.num_qo_heads, head, d);
+      store4(static_cast<dtype_o*>(p.o) + (int64_t(request) * p.num_qo_heads + head) * head_dim + d, merged.o);
+      if (d == 0 && p.lse) p.lse[int64_t(request) * p.num_qo_heads + head] = merged.lse;
     }
   }
 };
