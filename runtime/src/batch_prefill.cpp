@@ -49,7 +49,8 @@ struct BatchPrefill::Impl {
   Workspace workspace;
   detail::PlannedShape shape;  // what described tensors are checked against
   detail::PlanUpload upload;
-  std::vector<std::int32_t> kv_lengths;  // reused by plan_ragged
+  // The last plan's inputs, for work_plan() (an unsplit plan uploads no key ranges).
+  std::vector<std::int32_t> qo_indptr, kv_lengths;
 };
 
 void BatchPrefill::check_config(const BatchPrefillConfig& c) {
@@ -113,7 +114,7 @@ const PrefillWorkPlan& BatchPrefill::work_plan() const {
   // they are copied out only for callers that look at them.
   Impl& s = *impl_;
   if (s.planned && !s.work_arrays) {
-    copy_work_arrays(s.layout.arrays(s.image), s.work);
+    copy_work_arrays(s.layout.arrays(s.image), s.qo_indptr, s.kv_lengths, s.limits, s.work);
     s.work_arrays = true;
   }
   return s.work;
@@ -133,9 +134,9 @@ void BatchPrefill::plan_paged(std::span<const std::int32_t> qo_indptr, std::span
   const BatchPrefillConfig& c = impl_->config;
   impl_->planned = false;
   if (c.kv_storage != KvStorage::paged) invalid("plan_paged() on a prefill configured for ragged KV (use plan_ragged)");
-  const std::vector<std::int32_t> lengths = decode_kv_lengths(kv_indptr, kv_last_page_len, c.page_size);
+  impl_->kv_lengths = decode_kv_lengths(kv_indptr, kv_last_page_len, c.page_size);
   detail::check_page_ids("batch_prefill", kv_indptr, kv_indices, num_pages);
-  plan_lengths(qo_indptr, lengths, ws, stream);
+  plan_lengths(qo_indptr, impl_->kv_lengths, ws, stream);
   impl_->shape.kv_entries = kv_indptr.back();
   impl_->shape.num_pages = kv_indices.empty() ? 0 : num_pages;
 }
@@ -186,6 +187,7 @@ void BatchPrefill::plan_lengths(std::span<const std::int32_t> qo_indptr, std::sp
     return layout.arrays(image);
   });
   layout.write_counts(image, s.work);
+  s.qo_indptr.assign(qo_indptr.begin(), qo_indptr.end());
   s.upload.send(ws.int_buffer, s.work.split ? layout.bytes : layout.unsplit_bytes, stream);
 
   s.batch = batch;

@@ -16,16 +16,16 @@ struct PrefillIntLayout {
   std::size_t request = 0, q_row = 0, kv_end = 0, kv_begin = 0, state = 0, state_stride = 0;
   std::size_t merge_indptr = 0, merge_row = 0;
   std::size_t bytes = 0;
-  // What a plan without split tiles uploads: the arrays up to kv_end (the kernels read no other).
+  // What a plan without split tiles uploads: request and q_row (the kernels read no other array).
   std::size_t unsplit_bytes = 0;
 
   PrefillIntLayout(std::int64_t work, std::int64_t outputs) {
     const std::size_t per_work = align_up(std::size_t(work) * 4);
     request = align_up(3 * 4);
     q_row = request + per_work;
-    kv_end = q_row + per_work;
-    unsplit_bytes = kv_end + per_work;
-    kv_begin = unsplit_bytes;
+    unsplit_bytes = q_row + per_work;
+    kv_end = unsplit_bytes;
+    kv_begin = kv_end + per_work;
     state = kv_begin + per_work;
     state_stride = state + per_work;
     merge_indptr = state_stride + per_work;

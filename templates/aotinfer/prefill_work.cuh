@@ -89,13 +89,13 @@ struct PrefillCta {
     q_offset = rows.length - qo_len;
     t_first = q_row / group;
     t_last = (q_row + valid_rows - 1) / group;
-    // Without split tiles every item covers its tile's keys and writes o (the planner leaves the
-    // split-only arrays unwritten).
+    // Without split tiles every item covers its tile's keys (the request's, cut below) and writes
+    // o (the planner leaves the split-only arrays unwritten).
     const bool split = *p.num_merge_rows != 0;
     begin = split ? p.work_kv_begin[item] : 0;
     state = split ? p.work_state[item] : -1;
     state_stride = split ? p.work_state_stride[item] : 0;
-    end = min(p.work_kv_end[item], rows.length);
+    end = split ? min(p.work_kv_end[item], rows.length) : rows.length;
     if constexpr (mask == MaskMode::causal) end = min(end, q_offset + t_last + 1);
     if constexpr (sliding_window) begin = max(begin, q_offset + t_first - p.window_left);
     num_tiles = end > begin ? (end - begin + kv_tile - 1) / kv_tile : 0;

@@ -92,7 +92,7 @@ void plan_placed(const std::vector<std::int32_t>& qo_indptr, const std::vector<s
     return a;
   });
   if (!placed.request.empty() || !placed.merge_indptr.empty()) finding("plan_prefill_work with `place` filled the plan's vectors");
-  copy_work_arrays(a, placed);
+  copy_work_arrays(a, qo_indptr, kv_lengths, limits, placed);
 }
 
 }  // namespace

@@ -94,7 +94,7 @@ struct Case {
   std::int32_t window_left = -1;
   float soft_cap = 0;
   int sampled_tokens = 24;  // per request, besides the first and last
-  std::vector<float> sinks;  // [num_qo_heads] attention-sink logits, or empty
+  std::vector<float> sinks{};  // [num_qo_heads] attention-sink logits, or empty
 };
 
 // Sinks from well below to well above a row's lse: some barely count, some dominate.

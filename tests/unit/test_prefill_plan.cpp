@@ -365,7 +365,7 @@ void check_plan(const V& qo_indptr, const V& kv, const PrefillPlanLimits& l, Pre
   // What the kernels read, as copy_work_arrays gives it back (an unsplit plan leaves the
   // split-only arrays unwritten).
   PrefillWorkPlan copied = p;
-  copy_work_arrays(placed.arrays, copied);
+  copy_work_arrays(placed.arrays, qo_indptr, kv, l, copied);
   REQUIRE(copied.request == plan.request);
   REQUIRE(copied.q_row == plan.q_row);
   REQUIRE(copied.kv_begin == plan.kv_begin);

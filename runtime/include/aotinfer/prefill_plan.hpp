@@ -99,16 +99,17 @@ void plan_prefill_work(std::span<const std::int32_t> qo_indptr, std::span<const 
 
 // The same plan with the arrays written where `place` says: the planner calls it once, after
 // every check and with the plan's scalars set (padded_work, num_outputs(), num_states), and
-// writes every entry of the arrays it returns that the kernels read: request, q_row and kv_end
-// always, the others only when the plan is split (otherwise every item starts at key 0 and
-// writes o directly, and copy_work_arrays says so). The plan's vectors are left empty. `place`
-// may throw, which ends planning.
+// writes every entry of the arrays it returns that the kernels read: request and q_row always,
+// the others only when the plan is split (otherwise every item covers its tile's keys from key 0
+// and writes o directly, which the kernels know, and copy_work_arrays fills in). The plan's
+// vectors are left empty. `place` may throw, which ends planning.
 using PrefillArrayPlacer = std::function<PrefillWorkArrays(const PrefillWorkPlan&)>;
 void plan_prefill_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int32_t> kv_lengths,
                        const PrefillPlanLimits& limits, PrefillWorkPlan& plan, const PrefillArrayPlacer& place);
 
 // Fills the plan's vectors from arrays a placed plan was written to (its padded_work and
-// num_outputs() give the sizes).
-void copy_work_arrays(const PrefillWorkArrays& arrays, PrefillWorkPlan& plan);
+// num_outputs() give the sizes), and from the plan's inputs what an unsplit plan leaves unwritten.
+void copy_work_arrays(const PrefillWorkArrays& arrays, std::span<const std::int32_t> qo_indptr,
+                      std::span<const std::int32_t> kv_lengths, const PrefillPlanLimits& limits, PrefillWorkPlan& plan);
 
 }  // namespace aotinfer

@@ -60,7 +60,8 @@ void check_indptr(std::span<const std::int32_t> indptr, const char* what) {
 
 void plan_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int32_t> kv_lengths, const PrefillPlanLimits& l,
                PrefillWorkPlan& plan, const PrefillArrayPlacer& place);
-void whole_tile_items(const PrefillWorkPlan& plan, std::int32_t* kv_begin, std::int32_t* state, std::int32_t* state_stride);
+void whole_tile_items(std::span<const std::int32_t> qo_indptr, std::span<const std::int32_t> kv_lengths,
+                      const PrefillPlanLimits& l, PrefillWorkPlan& plan);
 
 }  // namespace
 
@@ -110,7 +111,7 @@ void plan_prefill_work(std::span<const std::int32_t> qo_indptr, std::span<const 
     return PrefillWorkArrays{plan.request.data(), plan.q_row.data(),        plan.kv_begin.data(),     plan.kv_end.data(),
                              plan.state.data(),   plan.state_stride.data(), plan.merge_indptr.data(), plan.merge_row.data()};
   });
-  if (!plan.split) whole_tile_items(plan, plan.kv_begin.data(), plan.state.data(), plan.state_stride.data());
+  if (!plan.split) whole_tile_items(qo_indptr, kv_lengths, l, plan);
 }
 
 void plan_prefill_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int32_t> kv_lengths,
@@ -121,18 +122,19 @@ void plan_prefill_work(std::span<const std::int32_t> qo_indptr, std::span<const 
   plan_work(qo_indptr, kv_lengths, l, plan, place);
 }
 
-void copy_work_arrays(const PrefillWorkArrays& a, PrefillWorkPlan& plan) {
+void copy_work_arrays(const PrefillWorkArrays& a, std::span<const std::int32_t> qo_indptr,
+                      std::span<const std::int32_t> kv_lengths, const PrefillPlanLimits& limits, PrefillWorkPlan& plan) {
   const std::size_t work = std::size_t(plan.padded_work), outputs = std::size_t(plan.num_outputs());
   plan.request.assign(a.request, a.request + work);
   plan.q_row.assign(a.q_row, a.q_row + work);
-  plan.kv_end.assign(a.kv_end, a.kv_end + work);
   if (plan.split) {
     plan.kv_begin.assign(a.kv_begin, a.kv_begin + work);
+    plan.kv_end.assign(a.kv_end, a.kv_end + work);
     plan.state.assign(a.state, a.state + work);
     plan.state_stride.assign(a.state_stride, a.state_stride + work);
   } else {
-    for (std::vector<std::int32_t>* v : {&plan.kv_begin, &plan.state, &plan.state_stride}) v->resize(work);
-    whole_tile_items(plan, plan.kv_begin.data(), plan.state.data(), plan.state_stride.data());
+    for (std::vector<std::int32_t>* v : {&plan.kv_begin, &plan.kv_end, &plan.state, &plan.state_stride}) v->resize(work);
+    whole_tile_items(qo_indptr, kv_lengths, limits, plan);
   }
   plan.merge_indptr.assign(a.merge_indptr, a.merge_indptr + outputs + 1);
   plan.merge_row.assign(a.merge_row, a.merge_row + outputs);
@@ -303,22 +305,20 @@ void plan_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int
   out.merge_indptr[0] = 0;
   if (!split) {
     // The runs in sorted order, then their tiles in consecutive slots, each a whole tile
-    // written directly to o; what does not depend on the tile is filled in bulk.
+    // written directly to o. Only request and q_row: without split tiles the kernels take an
+    // item's keys from its request (the causal cut gives the tile's extent), so the rest is left
+    // to whole_tile_items(); computing the extents here cost a third of the plan's time.
     std::int32_t* const order = run + 4 * num_tiles;
     for (std::size_t r = 0; r < num_runs; ++r) order[bucket[std::size_t(run[4 * r + 3])]++] = std::int32_t(r);
     std::int32_t x = 0;
     for (std::size_t s = 0; s < num_runs; ++s) {
       const std::int32_t* const r = run + 4 * std::size_t(order[s]);
-      const std::int32_t i = r[0], qo = qo_indptr[i + 1] - qo_indptr[i], kv = kv_lengths[i];
-      const std::uint32_t packed = std::uint32_t(qo) * std::uint32_t(group), row_end = std::uint32_t(r[2]) * tile_rows;
+      const std::uint32_t row_end = std::uint32_t(r[2]) * tile_rows;
       for (std::uint32_t row = std::uint32_t(r[1]) * tile_rows; row < row_end; row += tile_rows, ++x) {
-        request[x] = i;
+        request[x] = r[0];
         q_row[x] = std::int32_t(row);
-        kv_end[x] = extent_of(qo, kv, packed, row);
       }
     }
-    // kv_begin, state and state_stride are left to whole_tile_items(): the kernels do not read
-    // them without split tiles.
   } else {
     std::int32_t states = 0, outputs = 0;
     for_each_tile([&](const QueryTile& t) {
@@ -362,19 +362,31 @@ void plan_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int
 
   // CUDA-graph padding: empty direct items (the kernels skip items past num_work).
   const std::size_t pad_from = std::size_t(plan.num_work), pad = std::size_t(plan.padded_work - plan.num_work);
-  for (std::int32_t* a : {out.request, out.q_row, out.kv_end}) std::fill_n(a + pad_from, pad, 0);
+  for (std::int32_t* a : {out.request, out.q_row}) std::fill_n(a + pad_from, pad, 0);
   if (split) {
-    for (std::int32_t* a : {out.kv_begin, out.state_stride}) std::fill_n(a + pad_from, pad, 0);
+    for (std::int32_t* a : {out.kv_begin, out.kv_end, out.state_stride}) std::fill_n(a + pad_from, pad, 0);
     std::fill_n(out.state + pad_from, pad, -1);
   }
 }
 
-// What an unsplit plan leaves unwritten: every item from key 0, written directly to o.
-void whole_tile_items(const PrefillWorkPlan& plan, std::int32_t* kv_begin, std::int32_t* state, std::int32_t* state_stride) {
-  const std::size_t work = std::size_t(plan.padded_work);
-  std::fill_n(kv_begin, work, 0);
-  std::fill_n(state, work, -1);
-  std::fill_n(state_stride, work, 0);
+// What an unsplit plan leaves unwritten, into the plan's vectors (padded_work entries each):
+// every item covers its tile's keys from key 0 (the extent, as plan_work's extent_of computes
+// it) and writes o directly; padding items are empty.
+void whole_tile_items(std::span<const std::int32_t> qo_indptr, std::span<const std::int32_t> kv_lengths,
+                      const PrefillPlanLimits& l, PrefillWorkPlan& plan) {
+  const std::int32_t group = l.num_qo_heads / l.num_kv_heads;
+  for (std::int32_t x = 0; x < plan.padded_work; ++x) {
+    std::int32_t extent = 0;
+    if (x < plan.num_work) {
+      const std::int32_t i = plan.request[x], qo = qo_indptr[i + 1] - qo_indptr[i], kv = kv_lengths[i];
+      const std::int64_t last_row = std::min<std::int64_t>(std::int64_t(plan.q_row[x]) + plan.tile_rows, std::int64_t(qo) * group) - 1;
+      extent = l.causal ? std::int32_t(kv - qo + last_row / group + 1) : kv;
+    }
+    plan.kv_begin[x] = 0;
+    plan.kv_end[x] = extent;
+    plan.state[x] = -1;
+    plan.state_stride[x] = 0;
+  }
 }
 
 }  // namespace

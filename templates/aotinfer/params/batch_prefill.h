@@ -30,8 +30,9 @@
  * into work_state_stride[x] chunks and the item writes float states: row r of KV head kh goes to
  * state work_state[x] + (kh * rows + r) * work_state_stride[x] (rows = valid rows of the tile) of
  * partial_o [states, head_dim] / partial_lse [states], which merge_state's merge_varlen combines.
- * When *num_merge_rows is 0 no tile is split: every item starts at key 0 and writes o/lse, and
- * work_kv_begin, work_state and work_state_stride are not read (the planner leaves them unwritten).
+ * When *num_merge_rows is 0 no tile is split: every item covers its request's keys (cut by the
+ * mask) and writes o/lse, and work_kv_begin, work_kv_end, work_state and work_state_stride are
+ * not read (the planner leaves them unwritten).
  * Items x >= *num_work exit at once (CUDA-graph padding).
  *
  * Launch info: tile[0] = packed query rows per CTA, tile[1] = KV tokens per pipeline stage,
@@ -69,7 +70,7 @@ typedef struct aotinfer_batch_prefill_params {
   const int32_t* work_request;      /* [padded work] */
   const int32_t* work_q_row;        /* [padded work] first packed row of the tile */
   const int32_t* work_kv_begin;     /* [padded work] request-relative key index; split plans only */
-  const int32_t* work_kv_end;       /* [padded work] */
+  const int32_t* work_kv_end;       /* [padded work] split plans only */
   const int32_t* work_state;        /* [padded work] -1: write o directly; split plans only */
   const int32_t* work_state_stride; /* [padded work] split plans only */
   const int32_t* num_work;          /* device scalar */
