@@ -48,6 +48,18 @@ class Divider {
   std::uint64_t m_;
 };
 
+// The keys of the tile of packed rows [row, row + tile_rows) of a request with qo queries (packed
+// rows in all) and kv keys: all of them, or under a causal mask those its last token t =
+// (last row) / group sees, 0 .. kv - qo + t (never beyond the request's keys: t < qo).
+struct TileExtent {
+  bool causal;
+  std::uint32_t tile_rows;
+  Divider by_group;
+  std::int32_t operator()(std::int32_t qo, std::int32_t kv, std::uint32_t packed, std::uint32_t row) const {
+    return causal ? kv - qo + std::int32_t(by_group(std::min(row + tile_rows, packed) - 1)) + 1 : kv;
+  }
+};
+
 // lengths_from_indptr's checks: [batch + 1] entries, starting at 0, not decreasing.
 void check_indptr(std::span<const std::int32_t> indptr, const char* what) {
   if (indptr.empty()) invalid(std::string(what) + " must have batch + 1 entries, got an empty array");
@@ -176,11 +188,7 @@ void plan_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int
   // a request has fewer than 2^31 packed rows (checked above), so row + tile_rows cannot wrap.
   const Divider by_group{std::uint32_t(group)}, by_tile_rows{tile_rows};
   auto tiles_of = [&](std::uint32_t packed) { return by_tile_rows(packed + tile_rows - 1); };
-  // Causal: the tile's last token t = (last row) / group sees keys 0 .. kv - qo + t, never
-  // beyond the request's keys (t < qo).
-  auto extent_of = [&](std::int32_t qo, std::int32_t kv, std::uint32_t packed, std::uint32_t row) {
-    return l.causal ? kv - qo + std::int32_t(by_group(std::min(row + tile_rows, packed) - 1)) + 1 : kv;
-  };
+  const TileExtent extent_of{l.causal, tile_rows, by_group};
   auto for_each_tile = [&](auto&& visit) {
     for (std::int32_t i = 0; i < batch; ++i) {
       const std::int32_t qo = qo_indptr[i + 1] - qo_indptr[i], kv = kv_lengths[i];
@@ -370,17 +378,16 @@ void plan_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int
 }
 
 // What an unsplit plan leaves unwritten, into the plan's vectors (padded_work entries each):
-// every item covers its tile's keys from key 0 (the extent, as plan_work's extent_of computes
-// it) and writes o directly; padding items are empty.
+// every item covers its tile's keys from key 0 and writes o directly; padding items are empty.
 void whole_tile_items(std::span<const std::int32_t> qo_indptr, std::span<const std::int32_t> kv_lengths,
                       const PrefillPlanLimits& l, PrefillWorkPlan& plan) {
-  const std::int32_t group = l.num_qo_heads / l.num_kv_heads;
+  const std::uint32_t group = std::uint32_t(l.num_qo_heads / l.num_kv_heads);
+  const TileExtent extent_of{l.causal, std::uint32_t(plan.tile_rows), Divider{group}};
   for (std::int32_t x = 0; x < plan.padded_work; ++x) {
     std::int32_t extent = 0;
     if (x < plan.num_work) {
-      const std::int32_t i = plan.request[x], qo = qo_indptr[i + 1] - qo_indptr[i], kv = kv_lengths[i];
-      const std::int64_t last_row = std::min<std::int64_t>(std::int64_t(plan.q_row[x]) + plan.tile_rows, std::int64_t(qo) * group) - 1;
-      extent = l.causal ? std::int32_t(kv - qo + last_row / group + 1) : kv;
+      const std::int32_t i = plan.request[x], qo = qo_indptr[i + 1] - qo_indptr[i];
+      extent = extent_of(qo, kv_lengths[i], std::uint32_t(qo) * group, std::uint32_t(plan.q_row[x]));
     }
     plan.kv_begin[x] = 0;
     plan.kv_end[x] = extent;
