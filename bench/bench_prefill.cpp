@@ -3,7 +3,7 @@
 // plan() host time. Writes its rows as JSON lines for bench/prefill_torch.py, which measures
 // PyTorch SDPA (flash, cuDNN) on the same shapes and prints the comparison.
 // Usage: aotinfer_bench_prefill PACKAGE_DIR RESULTS.jsonl   (AOTINFER_BENCH_ONLY=ragged:causal:4:4096:8
-// runs one case, for profilers; ...:8:64 one of head_dim 64 or 256, ragged:causal:1:32768:8:q256 a
+// runs one case, for profilers; ...:8:64 one of head_dim 64, 96 or 256, ragged:causal:1:32768:8:q256 a
 // chunked prefill; AOTINFER_BENCH_SINKS=1 passes attention sinks to every run)
 #include <cuda_runtime.h>
 
@@ -73,7 +73,7 @@ int main(int argc, char** argv) {
         for (auto storage : {aotinfer::KvStorage::ragged, aotinfer::KvStorage::paged})
           cases.push_back({storage, causal, batch, len, kv_heads});
   // The other head dims on the mid-size shape.
-  for (int head_dim : {64, 256})
+  for (int head_dim : {64, 96, 256})
     for (bool causal : {true, false})
       for (auto storage : {aotinfer::KvStorage::ragged, aotinfer::KvStorage::paged})
         cases.push_back({storage, causal, 4, 4096, 8, head_dim});
@@ -103,6 +103,11 @@ int main(int argc, char** argv) {
     cfg.kv_storage = c.storage;
     cfg.page_size = page;
     cfg.mask = c.causal ? aotinfer::MaskMode::causal : aotinfer::MaskMode::none;
+    if (!bench::has_variant<aotinfer::BatchPrefill>(pkg, cfg)) {
+      std::printf("%-7s %-7s %5d %6d %4d %4d  (not in the package: skipped)\n", kv_name.c_str(), mask.c_str(), c.batch, c.len,
+                  c.kv_heads, head_dim);
+      continue;
+    }
     aotinfer::BatchPrefill prefill(pkg, cfg);
 
     const int qo = c.qo_len ? c.qo_len : c.len;
@@ -174,6 +179,10 @@ int main(int argc, char** argv) {
   std::printf("\nplan() host time (ragged, causal, 32/8 heads, 1024-token requests; median of 200)\n%-6s %10s\n", "batch", "us");
   aotinfer::BatchPrefillConfig cfg;
   cfg.kv_storage = aotinfer::KvStorage::ragged;
+  if (!bench::has_variant<aotinfer::BatchPrefill>(pkg, cfg)) {
+    std::printf("(its variant is not in the package: skipped)\n");
+    return 0;
+  }
   aotinfer::BatchPrefill prefill(pkg, cfg);
   const aotinfer::WorkspaceSizes sizes = prefill.workspace_sizes(256 * 1024, 256);
   aotinfer::Workspace ws{device(sizes.float_bytes), sizes.float_bytes, device(sizes.int_bytes), sizes.int_bytes};

@@ -2,12 +2,27 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include "aotinfer/error.hpp"
+#include "aotinfer/package.hpp"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 
 namespace bench {
+
+// Whether the package holds the variant an operation (BatchDecode, BatchPrefill) needs for
+// `config`: a benchmark skips the rows of the others, so it runs on any package.
+template <typename Op, typename Config>
+bool has_variant(const aotinfer::Package& pkg, const Config& config) {
+  try {
+    pkg.find(Op::variant_key(config));
+    return true;
+  } catch (const aotinfer::Error&) {
+    return false;
+  }
+}
 
 inline void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) {

@@ -11,9 +11,9 @@ namespace aotinfer {
 template <typename dtype, int head_dim>
 struct AOTINFER_FAMILY("append_paged_kv")
     AOTINFER_VALUES("dtype", "f16", "bf16", "e4m3", "e5m2")
-    AOTINFER_VALUES("head_dim", 64, 128, 256) append_paged_kv {
-  static constexpr int kThreads = 128;
+    AOTINFER_VALUES("head_dim", 64, 96, 128, 256) append_paged_kv {
   static constexpr int kChunksPerRow = head_dim * int(sizeof(dtype)) / 16;
+  static constexpr int kThreads = whole_rows_threads(kChunksPerRow, 128);
   static constexpr int kRowsPerCta = kThreads / kChunksPerRow;
   static_assert(kThreads % kChunksPerRow == 0, "a row's chunks must tile the CTA");
 

@@ -33,15 +33,17 @@ template <typename dtype_q, typename dtype_kv, int head_dim, typename dtype_o = 
 struct AOTINFER_FAMILY("batch_decode")
     AOTINFER_VALUES("dtype_q", "f16", "bf16")
     AOTINFER_VALUES("dtype_kv", "f16", "bf16", "e4m3", "e5m2")
-    AOTINFER_VALUES("head_dim", 64, 128, 256)
+    AOTINFER_VALUES("head_dim", 64, 96, 128, 256)
     AOTINFER_VALUES("dtype_o", "f16", "bf16") batch_decode {
-  // 8 warps and 4 query rows per CTA: enough warps per SM to hide latency, and few enough
-  // accumulator registers (rows x 8) for two CTAs per SM.
-  static constexpr int kThreads = 256;
-  static constexpr int kWarps = kThreads / 32;
-  static constexpr int kRows = 4;                         // query rows per CTA
-  static constexpr int kTile = head_dim == 256 ? 32 : 64;  // KV tokens per stage
   static constexpr int kChunks = head_dim / 8;  // 8-element chunks per row
+  // 8 warps and 4 query rows per CTA: enough warps per SM to hide latency, and few enough
+  // accumulator registers (rows x 8) for two CTAs per SM. P·V needs whole rows of chunks per
+  // CTA: head_dim 96 takes 6 warps (192 threads), and 16 tokens per warp (2 lanes per token)
+  // so that a lane's share of a row holds whole RoPE pairs.
+  static constexpr int kThreads = whole_rows_threads(kChunks, 256);
+  static constexpr int kWarps = kThreads / 32;
+  static constexpr int kRows = 4;                                                    // query rows per CTA
+  static constexpr int kTile = head_dim == 256 ? 32 : head_dim == 96 ? 96 : 64;  // KV tokens per stage
 
   // Scores: each warp scores kTile / kWarps tokens; the lanes of a token split its chunks.
   static constexpr int kTokensPerWarp = kTile / kWarps;
@@ -49,7 +51,9 @@ struct AOTINFER_FAMILY("batch_decode")
   // P·V: thread = (token group, chunk).
   static constexpr int kGroups = kThreads / kChunks;
   static constexpr int kTokensPerGroup = kTile / kGroups;
-  static_assert(kChunks % kParts == 0 && kThreads % kChunks == 0 && kTile % kGroups == 0, "tile shape");
+  static_assert(kTile % kWarps == 0 && kChunks % kParts == 0 && kThreads % kChunks == 0 && kTile % kGroups == 0,
+                "tile shape");
+  static_assert(pos_encoding != PosEncoding::rope_llama || kChunks / 2 % kParts == 0, "a lane takes whole RoPE pairs");
 
   // Shared memory. K rows get 16 bytes of padding so lanes reading different tokens at the
   // same column hit different banks.

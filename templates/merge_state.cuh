@@ -15,12 +15,12 @@ namespace aotinfer {
 template <typename dtype, int head_dim>
 struct AOTINFER_FAMILY("merge_state")
     AOTINFER_VALUES("dtype", "f16", "bf16")
-    AOTINFER_VALUES("head_dim", 64, 128, 256) merge_state {
+    AOTINFER_VALUES("head_dim", 64, 96, 128, 256) merge_state {
   // The kernel is memory-bound: each thread moves one 16-byte pack of each of v_a, v_b, v_out,
   // so a row takes head_dim / kVec threads and a CTA handles several rows.
   static constexpr int kVec = Pack16<dtype>::size;
   static constexpr int kThreadsPerRow = head_dim / kVec;
-  static constexpr int kThreads = 128;
+  static constexpr int kThreads = whole_rows_threads(kThreadsPerRow, 128);
   static constexpr int kRowsPerCta = kThreads / kThreadsPerRow;
   static_assert(head_dim % kVec == 0 && kThreads % kThreadsPerRow == 0, "head_dim must tile the CTA");
 
@@ -56,9 +56,10 @@ struct AOTINFER_FAMILY("merge_state")
 
   // merge_varlen: float partial states (split-KV) -> one output row each; 4 dims per thread.
   static constexpr int kVarlenThreadsPerRow = head_dim / 4;
-  static constexpr int kVarlenRowsPerCta = kThreads / kVarlenThreadsPerRow;
+  static constexpr int kVarlenThreads = whole_rows_threads(kVarlenThreadsPerRow, 128);
+  static constexpr int kVarlenRowsPerCta = kVarlenThreads / kVarlenThreadsPerRow;
   static constexpr aotinfer_launch_info merge_varlen_launch =
-      make_launch_info<aotinfer_merge_varlen_params>(kThreads, 0, kVarlenRowsPerCta);
+      make_launch_info<aotinfer_merge_varlen_params>(kVarlenThreads, 0, kVarlenRowsPerCta);
 
   AOTINFER_ENTRY static __device__ void merge_varlen(const aotinfer_merge_varlen_params& p) {
     const int64_t row = int64_t(blockIdx.x) * kVarlenRowsPerCta + threadIdx.x / kVarlenThreadsPerRow;

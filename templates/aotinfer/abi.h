@@ -33,6 +33,16 @@ constexpr aotinfer_launch_info make_launch_info(uint32_t threads, uint32_t dynam
   return aotinfer_launch_info{AOTINFER_ABI_VERSION, uint32_t(sizeof(Params)), {threads, 1, 1},
                               dynamic_smem_bytes, {tile0, tile1, tile2, tile3}};
 }
+
+/* Threads of a CTA that splits into whole warps and into whole rows of `per_row` threads each:
+ * the largest common multiple of 32 and per_row up to `target` (or the least one, if it is
+ * larger). head_dim 96 has 12 16-byte chunks per 16-bit row: 96 threads where 8-, 16- and
+ * 32-chunk rows take 128. */
+constexpr uint32_t whole_rows_threads(uint32_t per_row, uint32_t target) {
+  uint32_t unit = 32;
+  while (unit % per_row != 0) unit += 32;
+  return target > unit ? target / unit * unit : unit;
+}
 }  // namespace aotinfer
 #endif
 

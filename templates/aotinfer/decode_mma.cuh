@@ -33,8 +33,9 @@ struct DecodeMma {
   static constexpr bool kFp8 = sizeof(dtype_kv) == 1;
   static constexpr bool kRope = pos_encoding == PosEncoding::rope_llama;
   // fp8 without RoPE converts its operands straight from the landed bytes into mma fragments;
-  // with RoPE it widens each block into f16 rows first, which the rotation then works on.
-  static constexpr bool kDirect = kFp8 && !kRope;
+  // with RoPE it widens each block into f16 rows first, which the rotation then works on. So
+  // does head_dim 96, whose rows do not split into the quarters and eighths the direct reads take.
+  static constexpr bool kDirect = kFp8 && !kRope && head_dim % 64 == 0;
   using dtype = std::conditional_t<kFp8, __half, dtype_kv>;  // the mma operand type
   static constexpr int kWarps = 4;
   static constexpr int kThreads = 32 * kWarps;
@@ -43,15 +44,15 @@ struct DecodeMma {
   static constexpr int kChunks = head_dim / 8;  // 16-byte chunks per row
   static constexpr int kKSteps = head_dim / 16;
   static constexpr int kNTiles = head_dim / 8;
-  static constexpr int kRowBytes = head_dim * 2;  // a row of mma operands
-  // What cp.async fills: 16-bit KV lands in mma layout; fp8 lands raw (read directly, or
-  // widened per block into the warp's converted block).
-  static constexpr int kRawRowBytes = head_dim * int(sizeof(dtype_kv));
-  static constexpr int kRawChunks = kRawRowBytes / 16;
+  static constexpr int kRowBytes = swizzled_row_bytes(head_dim);  // a row of mma operands in a block
+  // What cp.async fills: 16-bit KV lands in mma layout; fp8 lands raw and unpadded (read
+  // directly, or widened per block into the warp's converted block).
+  static constexpr int kRawChunks = head_dim * int(sizeof(dtype_kv)) / 16;  // copied per row
+  static constexpr int kRawRowBytes = kFp8 ? kRawChunks * 16 : kRowBytes;
   static constexpr int kStageBytes = 2 * kBlock * kRawRowBytes;  // K block, then V block
   static constexpr int kConvertedBytes = kFp8 && !kDirect ? 2 * kBlock * kRowBytes : 0;
   static constexpr int kMergeBytes = kWarps * kRows * head_dim * 4;  // reuses the stage area
-  static constexpr int kQRowBytes = kRowBytes + 16;                 // padded: conflict-free ldmatrix
+  static constexpr int kQRowBytes = head_dim * 2 + 16;              // padded: conflict-free ldmatrix
   static constexpr int q_offset(int stages) {
     const int stage_area = kWarps * (stages * kStageBytes + kConvertedBytes);
     return stage_area > kMergeBytes ? stage_area : kMergeBytes;
@@ -78,7 +79,8 @@ struct DecodeMma {
       kThreads, kSmemBytes, kRows, kWarps * kBlock, head_dim, kStreamingCtasPerSm);
 
   // Byte offset of (token, chunk) in a K or V block. Chunks are XORed with token % 8 so that the
-  // 8 rows one ldmatrix reads at a column fall in 8 different banks.
+  // 8 rows one ldmatrix reads at a column fall in 8 different banks (rows are whole 128-byte
+  // lines, so the XOR stays inside the row).
   static __device__ __forceinline__ int swizzle(int token, int chunk) {
     return token * kRowBytes + ((chunk ^ (token & 7)) << 4);
   }
@@ -165,6 +167,7 @@ struct DecodeMma {
   // costs two sincosf per lane. Zero-filled keys past the end stay zero.
   static constexpr int kRopeWords = head_dim / 4;  // 16-bit pairs in a K row's low half
   static constexpr int kRopeTokenStride = 32 / kRopeWords;
+  static constexpr int kRopeLanes = kRopeWords * kRopeTokenStride;  // head_dim 96: 24 of the 32
   struct RopeLane {
     float freq[2], step_cos[2], step_sin[2];
   };
@@ -179,6 +182,7 @@ struct DecodeMma {
     return r;
   }
   static __device__ __forceinline__ void rotate_block(char* k_s, int start, const RopeLane& r, int lane) {
+    if (kRopeLanes < 32 && lane >= kRopeLanes) return;
     const int word = lane % kRopeWords, chunk = word / 4, byte = (word % 4) * 4;
     const int first = lane / kRopeWords;
     float cos[2], sin[2];

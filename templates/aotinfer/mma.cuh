@@ -9,6 +9,11 @@
 
 namespace aotinfer {
 
+// Bytes of a row of head_dim 16-bit values in a swizzled shared-memory tile: whole 128-byte
+// lines, so that XORing a 16-byte chunk's index with row % 8 keeps it inside its row (head_dim
+// 96 pads its 192 bytes to 256; global memory is read and written unpadded).
+constexpr int swizzled_row_bytes(int head_dim) { return (head_dim * 2 + 127) / 128 * 128; }
+
 __device__ __forceinline__ uint32_t smem_address(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
 
 // Four 8x8 b16 matrices; lane l gives the row address of matrix l / 8, row l % 8. Lane l gets,

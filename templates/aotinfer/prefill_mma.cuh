@@ -35,7 +35,7 @@ struct PrefillMma {
   // beside O in the 128-row tile (and measured faster in the 64-row tile too, docs/PERF.md).
   static constexpr int kKv = head_dim <= 64 ? 64 : 32;
   static constexpr int kChunks = head_dim / 8;  // 16-byte chunks per row
-  static constexpr int kRowBytes = head_dim * 2;
+  static constexpr int kRowBytes = swizzled_row_bytes(head_dim);  // of a shared-memory row
   static constexpr int kTileBytes = kKv * kRowBytes;  // K (or V) of one stage
   static constexpr int kStageBytes = 2 * kTileBytes;
   static constexpr int kQBytes = kRows * kRowBytes;
@@ -52,13 +52,16 @@ struct PrefillMma {
   // chunks (whole 32-byte sectors), and a thread looks up one page per stage.
   static constexpr int kThreadsPerKey = kThreads / kKv;
   static constexpr int kChunksPerThread = kChunks / kThreadsPerKey;
-  static_assert(head_dim % 64 == 0 && kThreads % kKv == 0 && kRows * kChunks % kThreads == 0, "tile shape");
+  static_assert(head_dim % 32 == 0 && kThreads % kKv == 0 && kChunks % kThreadsPerKey == 0 &&
+                    kRows * kChunks % kThreads == 0,
+                "tile shape");
 
   static constexpr aotinfer_launch_info launch =
       make_launch_info<aotinfer_batch_prefill_params>(kThreads, kSmemBytes, kRows, kKv, head_dim);
 
   // Byte offset of (row, chunk) in a Q, K or V tile: chunks are XORed with row % 8 so that the 8
-  // rows one ldmatrix phase reads at a column fall in 8 different banks.
+  // rows one ldmatrix phase reads at a column fall in 8 different banks (rows are whole 128-byte
+  // lines, so the XOR stays inside the row).
   static __device__ __forceinline__ int swizzle(int row, int chunk) {
     return row * kRowBytes + ((chunk ^ (row & 7)) << 4);
   }

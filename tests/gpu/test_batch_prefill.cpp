@@ -78,13 +78,21 @@ std::vector<BatchPrefillConfig> package_configs() {
   return out;
 }
 
-// The bf16 head_dim 128 variant of the given storage and mask, if the package has it.
+// The plain bf16 variant of the given storage and mask (no RoPE, window or cap): head_dim 128
+// where the package holds it, else its smallest head_dim of that kind (or 128, which
+// make_prefill then reports missing).
 BatchPrefillConfig base_config(KvStorage storage, MaskMode mask, int qo_heads, int kv_heads) {
   BatchPrefillConfig c;
   c.kv_storage = storage;
   c.mask = mask;
   c.num_qo_heads = qo_heads;
   c.num_kv_heads = kv_heads;
+  std::set<int> dims;
+  for (const BatchPrefillConfig& v : package_configs())
+    if (v.kv_storage == storage && v.mask == mask && v.dtype_q == c.dtype_q && v.dtype_kv == c.dtype_kv &&
+        v.dtype_o == c.dtype_o && v.pos_encoding == c.pos_encoding && !v.sliding_window && !v.soft_cap)
+      dims.insert(v.head_dim);
+  if (!dims.empty() && !dims.count(c.head_dim)) c.head_dim = *dims.begin();
   return c;
 }
 

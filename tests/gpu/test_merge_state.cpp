@@ -138,7 +138,7 @@ TEST_CASE("merge_state front-end: in place, without lse output, empty, and throu
   // Zero rows launch nothing; bad arguments are refused before any launch.
   op.run({nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0}, nullptr);
   CHECK_THROWS_AS(op.run({v_a.ptr, s_a.ptr, nullptr, s_b.ptr, v_a.ptr, nullptr, rows}, nullptr), aotinfer::Error);
-  CHECK_THROWS_AS(aotinfer::MergeState(package(), dtype, 96), aotinfer::Error);
+  CHECK_THROWS_AS(aotinfer::MergeState(package(), dtype, 80), aotinfer::Error);
 
   // The C API runs the same kernel.
   aotinfer_package* c_pkg = nullptr;
@@ -154,7 +154,7 @@ TEST_CASE("merge_state front-end: in place, without lse output, empty, and throu
   for (auto bits : v_out.download()) out.push_back(from_bits(bits, dtype));
   CHECK(relative_error(out, ref.v) < tolerance(dtype));
   check_lse(s_out.download(), ref.s);
-  CHECK(aotinfer_merge_state(c_pkg, dtype_name.c_str(), 96, &p, nullptr) == AOTINFER_NOT_FOUND);
-  CHECK(std::string(aotinfer_last_error()).find("head_dim=96") != std::string::npos);
+  CHECK(aotinfer_merge_state(c_pkg, dtype_name.c_str(), 80, &p, nullptr) == AOTINFER_NOT_FOUND);
+  CHECK(std::string(aotinfer_last_error()).find("head_dim=80") != std::string::npos);
   aotinfer_package_close(c_pkg);
 }

@@ -286,10 +286,14 @@ TEST_CASE("coverage: present, wrong arch, missing, unsupported, and unknown with
   CHECK(check_needs(m, n.needs, sm_86)[0].ptx.empty());  // its SASS runs there
   m.variants[0].ptx.clear();
 
-  const Needs phi = model_needs(fixture_model("Phi-3-mini-4k-instruct"), {});
-  const auto unsupported = check_needs(m, phi.needs, sm_90);
-  CHECK(statuses(unsupported) == std::vector<S>(5, S::unsupported));
-  CHECK(unsupported[0].reasons == std::vector<std::string>{"head_dim 96: the batch_decode template takes 64, 128, 256"});
+  // A value no template takes: no paged prefill template reads an fp8 cache.
+  Options fp8;
+  fp8.kv_dtype = DType::e4m3;
+  const auto with_fp8 = check_needs(m, model_needs(fixture_model("Llama-3.1-8B"), fp8).needs, sm_90);
+  REQUIRE(with_fp8.size() == 5);
+  CHECK(with_fp8[1].need.key.family == "batch_prefill_paged");
+  CHECK(with_fp8[1].status == S::unsupported);
+  CHECK(with_fp8[1].reasons == std::vector<std::string>{"dtype_kv e4m3: the batch_prefill_paged template takes f16, bf16"});
 
   SECTION("a manifest without families: unknown, unless its variants show the template lacks an axis") {
     m.families.clear();
@@ -328,9 +332,11 @@ TEST_CASE("coverage: specs/default.json's plan serves the models it should", "[c
     CHECK(statuses(oss) == std::vector<S>{S::present, S::missing, S::present, S::missing, S::present, S::missing,
                                           S::present, S::present});
   }
-  SECTION("what no spec edit adds: head_dim 96, fused llama3 RoPE") {
+  SECTION("Phi-3-mini (head_dim 96, every layer windowed): spec entries away") {
     CHECK(statuses(check_needs(plan, model_needs(fixture_model("Phi-3-mini-4k-instruct"), {}).needs, sm_90)) ==
-          std::vector<S>(5, S::unsupported));
+          std::vector<S>(5, S::missing));
+  }
+  SECTION("what no spec edit adds: fused llama3 RoPE") {
     Options fused;
     fused.fused_rope = true;
     const auto llama = check_needs(plan, model_needs(fixture_model("Llama-3.2-1B"), fused).needs, sm_90);
@@ -346,7 +352,7 @@ TEST_CASE("coverage: specs/release.json serves every fixture model the templates
   using S = Status;
   const std::vector<std::pair<const char*, Options>> served = {
       {"Llama-3.1-8B", {}}, {"Qwen2.5-7B", {}}, {"Mistral-7B-v0.1", {}}, {"Llama-3.2-1B", {}},
-      {"Gemma-2-9B", with_dtype(DType::bf16)}, {"gpt-oss-20b", with_dtype(DType::bf16)}};
+      {"Gemma-2-9B", with_dtype(DType::bf16)}, {"gpt-oss-20b", with_dtype(DType::bf16)}, {"Phi-3-mini-4k-instruct", {}}};
   std::vector<Arch> archs;
   for (const auto& a : plan.archs) archs.push_back(*Arch::parse(a));
   archs.push_back({12, 1, false});   // consumer Blackwell's later chip: its sm_120 code
@@ -368,9 +374,4 @@ TEST_CASE("coverage: specs/release.json serves every fixture model the templates
           CHECK(f.status == (f.need.key.family == "batch_prefill_paged" ? S::unsupported : S::present));
         }
       }
-  // What only template work adds.
-  const Arch sm_90a = *Arch::parse("sm_90a");
-  const auto phi = check_needs(plan, model_needs(fixture_model("Phi-3-mini-4k-instruct"), with_dtype(DType::bf16)).needs, sm_90a);
-  CHECK(std::any_of(phi.begin(), phi.end(), [](const Finding& f) { return f.status == S::unsupported; }));
-  CHECK(std::none_of(phi.begin(), phi.end(), [](const Finding& f) { return f.status == S::missing; }));
 }

@@ -140,12 +140,15 @@ TEST_CASE("aotinfer coverage: code for other archs says which arch to add to the
 TEST_CASE("aotinfer coverage: features no template has are unsupported, with no spec entry (attention sinks are not one)", "[coverage][cli]") {
   FakePackage fake;
   llama_package(fake);
-  const Run phi = cli(coverage_of(fake, "Phi-3-mini-4k-instruct", "--arch sm_90"));
-  INFO(phi.output);
-  CHECK(phi.status == 1);
-  CHECK_THAT(phi.output, Contains("unsupported") && Contains("head_dim 96: the batch_decode template takes 64, 128, 256") &&
-                             Contains("head_dim 96: the merge_state template takes 64, 128, 256") && Contains("5 unsupported."));
-  CHECK_THAT(phi.output, !Contains("spec entries") && !Contains("to add it"));
+  const Run fp8 = cli(coverage_of(fake, "Llama-3.1-8B", "--arch sm_90 --kv-dtype e4m3"));
+  INFO(fp8.output);
+  CHECK(fp8.status == 1);
+  CHECK_THAT(fp8.output, Contains("unsupported") && Contains("dtype_kv e4m3: the batch_prefill_paged template takes f16, bf16"));
+  const Run fused = cli(coverage_of(fake, "Llama-3.1-8B", "--arch sm_90 --fused-rope"));
+  INFO(fused.output);
+  CHECK(fused.status == 1);
+  CHECK_THAT(fused.output, Contains("3 unsupported") && Contains("llama3"));
+  CHECK_THAT(fused.output, !Contains("spec entries") && !Contains("to add it"));
 
   const Run oss = cli(coverage_of(fake, "gpt-oss-20b", "--arch sm_90 --dtype bf16 --json"));
   CHECK(oss.status == 1);
