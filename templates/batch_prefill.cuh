@@ -6,8 +6,7 @@
 // Two entries per variant, one per CTA query tile, so that the planner can match the tile to the
 // batch: `prefill` (128 packed rows) and `prefill_small` (64 rows), which wastes fewer rows on
 // short or decode-like requests. Behind `prefill`, the sm_90a compile pass puts the Hopper
-// kernel (aotinfer/prefill_sm90.cuh: wgmma, warp-specialized; head_dim 64, 128, 256, 16-bit
-// types; head_dim 96 is not yet among them); every other pass, and those variants, the mma.sync
+// kernel (aotinfer/prefill_sm90.cuh: wgmma, warp-specialized); every other pass the mma.sync
 // kernel (aotinfer/prefill_mma.cuh: 2 m-tiles per warp; 64 rows for head_dim 256, whose output
 // accumulators leave no registers for a second m-tile), which also serves `prefill_small`.
 // Each cubin exports its own launch info, so the runtime takes whichever geometry it loaded.

@@ -36,14 +36,14 @@ namespace aotinfer {
 // Whether PrefillSm90 serves a variant (the others keep the mma.sync kernel on sm_90a too).
 template <typename dtype_q, typename dtype_kv, int head_dim, typename dtype_o>
 constexpr bool prefill_sm90_serves() {
-  return (head_dim == 64 || head_dim == 128 || head_dim == 256) && sizeof(dtype_q) == 2 && sizeof(dtype_kv) == 2 &&
-         sizeof(dtype_o) == 2;
+  return (head_dim == 64 || head_dim == 96 || head_dim == 128 || head_dim == 256) && sizeof(dtype_q) == 2 &&
+         sizeof(dtype_kv) == 2 && sizeof(dtype_o) == 2;
 }
 
 template <typename dtype_q, typename dtype_kv, int head_dim, typename dtype_o, MaskMode mask, PosEncoding pos_encoding,
           bool sliding_window, bool soft_cap, template <typename> class KvRows>
 struct PrefillSm90 {
-  static_assert(prefill_sm90_serves<dtype_q, dtype_kv, head_dim, dtype_o>(), "head_dim 64, 128 or 256; 16-bit types");
+  static_assert(prefill_sm90_serves<dtype_q, dtype_kv, head_dim, dtype_o>(), "head_dim 64, 96, 128 or 256; 16-bit types");
   using dtype = dtype_kv;  // the wgmma operand type
   static constexpr bool kRope = pos_encoding == PosEncoding::rope_llama;
   static constexpr int kConsumers = 2;
@@ -54,10 +54,15 @@ struct PrefillSm90 {
   static constexpr int kKv = head_dim == 256 ? 64 : 128;
   static constexpr int kStages = head_dim == 64 ? 4 : 2;
   static constexpr int kChunks = head_dim / 8;  // 16-byte chunks per row
-  static constexpr int kDimTiles = head_dim / 8;  // n8 tiles of O
+  // Tiles are whole 64-wide column blocks (sm90::sw128_offset): head_dim 96 is laid out 128 wide
+  // and its last 32 columns are never written. The score product steps over the 96 columns only;
+  // the output product runs 128 wide (m64n128) and the epilogue keeps the first 96 columns, so
+  // V's unwritten columns reach only O columns nobody reads.
+  static constexpr int kTileDim = (head_dim + 63) / 64 * 64;
+  static constexpr int kDimTiles = kTileDim / 8;  // n8 tiles of O
   static constexpr int kKvTiles = kKv / 8;        // n8 tiles of S
-  static constexpr int kQBytes = kRows * head_dim * 2;
-  static constexpr int kTileBytes = kKv * head_dim * 2;  // K or V of one stage
+  static constexpr int kQBytes = kRows * kTileDim * 2;
+  static constexpr int kTileBytes = kKv * kTileDim * 2;  // K or V of one stage
   // Shared memory from a 1024-aligned base (the swizzle atoms must be): q slots, K stages, V
   // stages, mbarriers, key offsets, announced pairs, RoPE frequencies; 1024 bytes of slack to
   // align the base. Two q slots where they fit (not head_dim 256), so that the producer loads
@@ -92,8 +97,13 @@ struct PrefillSm90 {
   static constexpr int kProducerBarrier = 1, kTurnBarrier = 2;
   // Producer copies: a row's chunks c and c + kChunks / 2 (a RoPE pair) go to one thread, so
   // kThreadsPerRow threads share a row and an instruction of theirs covers consecutive chunks.
-  static constexpr int kThreadsPerRow = kChunks / 2;
+  // A power of two of them, so that they split the warpgroup: head_dim 96 gives a row 8 threads
+  // for its 6 pairs (`copies()` says which threads copy).
+  static constexpr int kPairsPerRow = kChunks / 2;
+  static constexpr int kThreadsPerRow = kPairsPerRow <= 4 ? 4 : kPairsPerRow <= 8 ? 8 : 16;
   static constexpr int kRowsPerPass = 128 / kThreadsPerRow;
+  static_assert(kPairsPerRow <= kThreadsPerRow, "a thread per pair of chunks");
+  static __device__ __forceinline__ bool copies() { return int(threadIdx.x % kThreadsPerRow) < kPairsPerRow; }
   static_assert(kRows % kRowsPerPass == 0 && kKv % kRowsPerPass == 0, "tile shape");
 
   static constexpr aotinfer_launch_info launch =
@@ -190,6 +200,7 @@ struct PrefillSm90 {
   static __device__ __forceinline__ void copy_rows(const dtype_kv* src, const int64_t* offsets, char* tile, int start,
                                                    int end) {
     const int c = threadIdx.x % kThreadsPerRow, row0 = threadIdx.x / kThreadsPerRow;
+    if (!copies()) return;
 #pragma unroll
     for (int i = 0; i < kKv / kRowsPerPass; ++i) {
       const int key = row0 + i * kRowsPerPass;
@@ -203,6 +214,7 @@ struct PrefillSm90 {
   // RoPE on this thread's landed K chunks (keys beyond `end` are zeros and stay zeros).
   static __device__ __forceinline__ void rotate_k(char* tile, const float* freq, int start) {
     const int c = threadIdx.x % kThreadsPerRow, row0 = threadIdx.x / kThreadsPerRow;
+    if (!copies()) return;
 #pragma unroll 1
     for (int i = 0; i < kKv / kRowsPerPass; ++i) {
       const int key = row0 + i * kRowsPerPass;
@@ -264,7 +276,7 @@ struct PrefillSm90 {
     const int c = threadIdx.x % kThreadsPerRow, row0 = threadIdx.x / kThreadsPerRow;
     constexpr bool kQCopied = std::is_same_v<dtype_q, dtype_kv> && !kRope;
 #pragma unroll 1
-    for (int i = 0; i < kRows / kRowsPerPass; ++i) {
+    for (int i = 0; i < (copies() ? kRows / kRowsPerPass : 0); ++i) {
       const int row = row0 + i * kRowsPerPass;
       const bool valid = row < cta.valid_rows;
       const dtype_q* src = valid ? cta.template q_source<dtype_q>(p, row, head_dim) : static_cast<const dtype_q*>(p.q);
@@ -490,14 +502,14 @@ struct PrefillSm90 {
       if (state_base < 0) {
         dtype_o* dst = static_cast<dtype_o*>(p.o) + cta.out_row(p, row) * head_dim + 2 * (lane % 4);
 #pragma unroll
-        for (int j = 0; j < kDimTiles; ++j)
+        for (int j = 0; j < head_dim / 8; ++j)
           *reinterpret_cast<uint32_t*>(dst + 8 * j) = pack2<dtype_o>(o[j][2 * h] * r.inv, o[j][2 * h + 1] * r.inv);
         if (p.lse && lane % 4 == 0) p.lse[cta.out_row(p, row)] = r.lse;
       } else {
         const int64_t state = state_base + int64_t(cta.kv_head * cta.valid_rows + row) * state_stride;
         float* dst = p.partial_o + state * head_dim + 2 * (lane % 4);
 #pragma unroll
-        for (int j = 0; j < kDimTiles; ++j)
+        for (int j = 0; j < head_dim / 8; ++j)
           *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(o[j][2 * h] * r.inv, o[j][2 * h + 1] * r.inv);
         if (lane % 4 == 0) p.partial_lse[state] = r.lse;
       }
