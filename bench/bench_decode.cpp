@@ -96,11 +96,13 @@ int main(int argc, char** argv) {
   for (auto kv : {aotinfer::DType::bf16, aotinfer::DType::e4m3})
     for (int batch : {1, 16, 64, 256})
       for (int len : {1024, 4096, 32768}) cases.push_back({batch, len, kv});
-  // The variants beside the main rows (RoPE, head_dim 96 and 256) at bs64 x 4k.
-  for (auto kv : {aotinfer::DType::bf16, aotinfer::DType::e4m3})
+  // The variants beside the main rows (RoPE, head_dim 96 and 256, an f16 cache under bf16 q) at
+  // bs64 x 4k; rows whose variant the package lacks are skipped.
+  for (auto kv : {aotinfer::DType::bf16, aotinfer::DType::e4m3, aotinfer::DType::f16})
     for (int head_dim : {96, 128, 256})
       for (auto pe : {aotinfer::PosEncoding::none, aotinfer::PosEncoding::rope_llama})
-        if (head_dim != 128 || pe != aotinfer::PosEncoding::none) cases.push_back({64, 4096, kv, head_dim, pe});
+        if (head_dim != 128 || pe != aotinfer::PosEncoding::none || kv == aotinfer::DType::f16)
+          cases.push_back({64, 4096, kv, head_dim, pe});
 
   // AOTINFER_BENCH_ONLY=bf16:64:4096 runs one case (for profilers).
   const char* only = std::getenv("AOTINFER_BENCH_ONLY");

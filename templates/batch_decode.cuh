@@ -1,9 +1,8 @@
 // batch_decode: one query token per request against its paged KV cache. Contract:
 // aotinfer/params/batch_decode.h.
 //
-// Two kernels stand behind the family: head_dim <= 128 with fp8 KV or 16-bit KV of the query's
-// type runs on tensor cores (aotinfer/decode_mma.cuh); everything else (head_dim 256, 16-bit KV
-// of the other 16-bit type) runs the CUDA-core kernel below.
+// Two kernels stand behind the family: head_dim <= 128 runs on tensor cores
+// (aotinfer/decode_mma.cuh), whatever the KV type; head_dim 256 runs the CUDA-core kernel below.
 //
 // Decode is bandwidth-bound: every KV byte is read once and used by the `group` query heads
 // that share its KV head. A CTA handles one work item (request, KV range) for one KV head and
@@ -35,15 +34,16 @@ struct AOTINFER_FAMILY("batch_decode")
     AOTINFER_VALUES("dtype_kv", "f16", "bf16", "e4m3", "e5m2")
     AOTINFER_VALUES("head_dim", 64, 96, 128, 256)
     AOTINFER_VALUES("dtype_o", "f16", "bf16") batch_decode {
-  static constexpr int kChunks = head_dim / 8;  // 8-element chunks per row
-  // 8 warps and 4 query rows per CTA: enough warps per SM to hide latency, and few enough
-  // accumulator registers (rows x 8) for two CTAs per SM. P·V needs whole rows of chunks per
-  // CTA: head_dim 96 takes 6 warps (192 threads), and 16 tokens per warp (2 lanes per token)
-  // so that a lane's share of a row holds whole RoPE pairs.
-  static constexpr int kThreads = whole_rows_threads(kChunks, 256);
+  static constexpr bool kTensorCores = head_dim <= 128;
+  using Mma = DecodeMma<dtype_q, dtype_kv, head_dim, dtype_o, pos_encoding, sliding_window, soft_cap>;
+
+  // The CUDA-core kernel. 8 warps and 4 query rows per CTA: enough warps per SM to hide latency,
+  // and few enough accumulator registers (rows x 8) for two CTAs per SM.
+  static constexpr int kThreads = 256;
   static constexpr int kWarps = kThreads / 32;
-  static constexpr int kRows = 4;                                                    // query rows per CTA
-  static constexpr int kTile = head_dim == 256 ? 32 : head_dim == 96 ? 96 : 64;  // KV tokens per stage
+  static constexpr int kRows = 4;                         // query rows per CTA
+  static constexpr int kTile = head_dim == 256 ? 32 : 64;  // KV tokens per stage
+  static constexpr int kChunks = head_dim / 8;  // 8-element chunks per row
 
   // Scores: each warp scores kTile / kWarps tokens; the lanes of a token split its chunks.
   static constexpr int kTokensPerWarp = kTile / kWarps;
@@ -51,9 +51,9 @@ struct AOTINFER_FAMILY("batch_decode")
   // P·V: thread = (token group, chunk).
   static constexpr int kGroups = kThreads / kChunks;
   static constexpr int kTokensPerGroup = kTile / kGroups;
-  static_assert(kTile % kWarps == 0 && kChunks % kParts == 0 && kThreads % kChunks == 0 && kTile % kGroups == 0,
+  // (The shapes are checked where this kernel serves, head_dim 256; head_dim 96 does not tile it.)
+  static_assert(kTensorCores || (kChunks % kParts == 0 && kThreads % kChunks == 0 && kTile % kGroups == 0),
                 "tile shape");
-  static_assert(pos_encoding != PosEncoding::rope_llama || kChunks / 2 % kParts == 0, "a lane takes whole RoPE pairs");
 
   // Shared memory. K rows get 16 bytes of padding so lanes reading different tokens at the
   // same column hit different banks.
@@ -63,7 +63,7 @@ struct AOTINFER_FAMILY("batch_decode")
   static constexpr int kKStageBytes = kTile * kKRowStride;
   static constexpr int kVStageBytes = kTile * kRowBytes;
   static constexpr int kCopiesPerThread = kTile * kCopiesPerRow / kThreads;
-  static_assert(kTile * kCopiesPerRow % kThreads == 0, "a stage must split evenly over the CTA");
+  static_assert(kTensorCores || kTile * kCopiesPerRow % kThreads == 0, "a stage must split evenly over the CTA");
   static constexpr int kReduceBytes = kGroups * kRows * head_dim * 4;  // reuses the stage area
   static constexpr int q_offset(int stages) {
     const int stage_area = stages * (kKStageBytes + kVStageBytes);
@@ -84,9 +84,6 @@ struct AOTINFER_FAMILY("batch_decode")
   static constexpr int kWarpSumOffset = kWarpMaxOffset + kWarps * kRows * 4;
   static constexpr int kSmemBytes = kWarpSumOffset + kWarps * kRows * 4;
   static_assert(kSmemBytes == smem_bytes(kStages) && kSmemBytes <= kSmemPerCta, "the decode tile must fit the chip");
-
-  static constexpr bool kTensorCores = (std::is_same_v<dtype_q, dtype_kv> || sizeof(dtype_kv) == 1) && head_dim <= 128;
-  using Mma = DecodeMma<dtype_q, dtype_kv, head_dim, dtype_o, pos_encoding, sliding_window, soft_cap>;
 
   static constexpr aotinfer_launch_info decode_launch =
       kTensorCores ? Mma::launch

@@ -1,7 +1,8 @@
-// Decode on tensor cores, for head_dim <= 128 and KV either 16-bit of the query's type or fp8
-// (q converted to f16, fp8 scales applied in fp32), with or without RoPE (q rotated once, each
-// landed K block rotated in shared memory): the query rows of a GQA group (padded to 16) are
-// the M of mma.sync m16n8k16, so a group of 4 costs the same instructions as one of 16. Used by
+// Decode on tensor cores, for head_dim <= 128 and KV either 16-bit (q converted to the KV's type
+// where the two differ) or fp8 (q converted to f16, fp8 scales applied in fp32), with or without
+// RoPE (q rotated once, each landed K block rotated in shared memory): the query rows of a GQA
+// group (padded to 16) are the M of mma.sync m16n8k16, so a group of 4 costs the same
+// instructions as one of 16. Used by
 // batch_decode (templates/batch_decode.cuh), whose contract it implements
 // (aotinfer/params/batch_decode.h).
 //
@@ -33,9 +34,8 @@ struct DecodeMma {
   static constexpr bool kFp8 = sizeof(dtype_kv) == 1;
   static constexpr bool kRope = pos_encoding == PosEncoding::rope_llama;
   // fp8 without RoPE converts its operands straight from the landed bytes into mma fragments;
-  // with RoPE it widens each block into f16 rows first, which the rotation then works on. So
-  // does head_dim 96, whose rows do not split into the quarters and eighths the direct reads take.
-  static constexpr bool kDirect = kFp8 && !kRope && head_dim % 64 == 0;
+  // with RoPE it widens each block into f16 rows first, which the rotation then works on.
+  static constexpr bool kDirect = kFp8 && !kRope;
   using dtype = std::conditional_t<kFp8, __half, dtype_kv>;  // the mma operand type
   static constexpr int kWarps = 4;
   static constexpr int kThreads = 32 * kWarps;
@@ -311,10 +311,17 @@ struct DecodeMma {
         for (int h = 0; h < 2; ++h) {
           const int token = 8 * h + lane / 4;
           uint32_t words[kKSteps];
+          if constexpr (kKSteps % 4 == 0) {
 #pragma unroll
-          for (int q = 0; q < kKSteps / 4; ++q)
-            *reinterpret_cast<uint4*>(words + 4 * q) =
-                *reinterpret_cast<const uint4*>(k_s + raw_k_offset(token, c * (kKSteps / 4) + q));
+            for (int q = 0; q < kKSteps / 4; ++q)
+              *reinterpret_cast<uint4*>(words + 4 * q) =
+                  *reinterpret_cast<const uint4*>(k_s + raw_k_offset(token, c * (kKSteps / 4) + q));
+          } else {  // head_dim 96: 24 bytes, 8-byte aligned
+#pragma unroll
+            for (int q = 0; q < kKSteps / 2; ++q)
+              *reinterpret_cast<uint2*>(words + 2 * q) =
+                  *reinterpret_cast<const uint2*>(k_s + token * kRawRowBytes + c * kKSteps * 4 + 8 * q);
+          }
 #pragma unroll
           for (int kk = 0; kk < kKSteps; ++kk)
             mma_16816<dtype>(s[h], q_frag[kk], fp8x2_to_f16x2(words[kk]), fp8x2_to_f16x2(words[kk] >> 16));
@@ -389,6 +396,8 @@ struct DecodeMma {
           const int token = 2 * c + r % 2 + 8 * (r / 2);
           const char* src = v_s + raw_v_offset(token, g * kVWords / 4) + g * kVWords * 4 % 16;
           if constexpr (kVWords == 4) *reinterpret_cast<uint4*>(rows_v[r]) = *reinterpret_cast<const uint4*>(src);
+          else if constexpr (kVWords == 3)  // head_dim 96: 12 bytes, 4-byte aligned
+            for (int w = 0; w < 3; ++w) rows_v[r][w] = reinterpret_cast<const uint32_t*>(src)[w];
           else *reinterpret_cast<uint2*>(rows_v[r]) = *reinterpret_cast<const uint2*>(src);
         }
 #pragma unroll
