@@ -2,9 +2,8 @@
 // where the two differ) or fp8 (q converted to f16, fp8 scales applied in fp32), with or without
 // RoPE (q rotated once, each landed K block rotated in shared memory): the query rows of a GQA
 // group (padded to 16) are the M of mma.sync m16n8k16, so a group of 4 costs the same
-// instructions as one of 16. Used by
-// batch_decode (templates/batch_decode.cuh), whose contract it implements
-// (aotinfer/params/batch_decode.h).
+// instructions as one of 16. Used by batch_decode (templates/batch_decode.cuh), whose contract
+// it implements (aotinfer/params/batch_decode.h).
 //
 // Each warp streams its own 16-token blocks of the work item (blocks warp, warp + 4, ...)
 // through a private cp.async pipeline and keeps its own online-softmax state, so the main loop
@@ -395,10 +394,14 @@ struct DecodeMma {
         for (int r = 0; r < 4; ++r) {
           const int token = 2 * c + r % 2 + 8 * (r / 2);
           const char* src = v_s + raw_v_offset(token, g * kVWords / 4) + g * kVWords * 4 % 16;
-          if constexpr (kVWords == 4) *reinterpret_cast<uint4*>(rows_v[r]) = *reinterpret_cast<const uint4*>(src);
-          else if constexpr (kVWords == 3)  // head_dim 96: 12 bytes, 4-byte aligned
+          if constexpr (kVWords == 4) {
+            *reinterpret_cast<uint4*>(rows_v[r]) = *reinterpret_cast<const uint4*>(src);
+          } else if constexpr (kVWords == 3) {  // head_dim 96: 12 bytes, 4-byte aligned
+#pragma unroll
             for (int w = 0; w < 3; ++w) rows_v[r][w] = reinterpret_cast<const uint32_t*>(src)[w];
-          else *reinterpret_cast<uint2*>(rows_v[r]) = *reinterpret_cast<const uint2*>(src);
+          } else {
+            *reinterpret_cast<uint2*>(rows_v[r]) = *reinterpret_cast<const uint2*>(src);
+          }
         }
 #pragma unroll
         for (int w = 0; w < kVWords; ++w) {

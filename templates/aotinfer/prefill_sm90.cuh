@@ -54,11 +54,12 @@ struct PrefillSm90 {
   static constexpr int kKv = head_dim == 256 ? 64 : 128;
   static constexpr int kStages = head_dim == 64 ? 4 : 2;
   static constexpr int kChunks = head_dim / 8;  // 16-byte chunks per row
-  // Tiles are whole 64-wide column blocks (sm90::sw128_offset): head_dim 96 is laid out 128 wide
-  // and its last 32 columns are never written. The score product steps over the 96 columns only;
+  // Tiles are whole 64-wide column blocks (sm90::sw128_offset), i.e. rows of whole 128-byte
+  // lines as in the mma.sync kernels: head_dim 96 is laid out 128 wide and its last 32 columns
+  // are never written. The score product steps over the 96 columns only;
   // the output product runs 128 wide (m64n128) and the epilogue keeps the first 96 columns, so
   // V's unwritten columns reach only O columns nobody reads.
-  static constexpr int kTileDim = (head_dim + 63) / 64 * 64;
+  static constexpr int kTileDim = swizzled_row_bytes(head_dim) / 2;
   static constexpr int kDimTiles = kTileDim / 8;  // n8 tiles of O
   static constexpr int kKvTiles = kKv / 8;        // n8 tiles of S
   static constexpr int kQBytes = kRows * kTileDim * 2;
