@@ -1,13 +1,17 @@
-// Decode on tensor cores, for head_dim <= 128 and KV either 16-bit (q converted to the KV's type
+// Decode on tensor cores, for every head_dim and KV either 16-bit (q converted to the KV's type
 // where the two differ) or fp8 (q converted to f16, fp8 scales applied in fp32), with or without
 // RoPE (q rotated once, each landed K block rotated in shared memory): the query rows of a GQA
 // group (padded to 16) are the M of mma.sync m16n8k16, so a group of 4 costs the same
-// instructions as one of 16. Used by batch_decode (templates/batch_decode.cuh), whose contract
-// it implements (aotinfer/params/batch_decode.h).
+// instructions as one of 16. The kernel of batch_decode (templates/batch_decode.cuh), whose
+// contract it implements (aotinfer/params/batch_decode.h).
 //
-// Each warp streams its own 16-token blocks of the work item (blocks warp, warp + 4, ...)
-// through a private cp.async pipeline and keeps its own online-softmax state, so the main loop
-// needs no CTA barrier; the four warp states are merged once at the end.
+// Each team of warps streams its own 16-token blocks of the work item (blocks team, team +
+// kTeams, ...) through private cp.async pipelines and keeps its own online-softmax state, so the
+// main loop needs no CTA barrier; the team states are merged once at the end. A team is one warp
+// up to head_dim 128. head_dim 256 splits each row between the two warps of a team (a warp's
+// accumulators and q fragments for 256 dimensions would take 192 registers): each warp copies,
+// multiplies and accumulates its 128 dimensions, and the two add their partial scores through
+// shared memory once per block, after which both run the same softmax on the same scores.
 //   S = Q K^T: A = Q (registers, loaded once), B = K rows via ldmatrix;
 //   O += P V:  A = P (the S accumulators, repacked), B = V via ldmatrix.trans.
 // fp8 without RoPE converts byte pairs straight into the B fragments instead (no ldmatrix);
@@ -38,25 +42,33 @@ struct DecodeMma {
   using dtype = std::conditional_t<kFp8, __half, dtype_kv>;  // the mma operand type
   static constexpr int kWarps = 4;
   static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kSplit = head_dim > 128 ? 2 : 1;  // warps sharing a row: a team
+  static constexpr int kTeams = kWarps / kSplit;
+  static constexpr int kWarpDim = head_dim / kSplit;     // the dimensions of one warp
   static constexpr int kRows = 16;   // query rows per CTA: the mma's M
-  static constexpr int kBlock = 16;  // KV tokens per warp step: the P V mma's K
-  static constexpr int kChunks = head_dim / 8;  // 16-byte chunks per row
-  static constexpr int kKSteps = head_dim / 16;
-  static constexpr int kNTiles = head_dim / 8;
-  static constexpr int kRowBytes = swizzled_row_bytes(head_dim);  // a row of mma operands in a block
+  static constexpr int kBlock = 16;  // KV tokens per team step: the P V mma's K
+  // Everything below counts a warp's dimensions: the mma operands it holds, the rows it copies.
+  static constexpr int kChunks = kWarpDim / 8;  // 16-byte chunks of 16-bit values per row
+  static constexpr int kKSteps = kWarpDim / 16;
+  static constexpr int kNTiles = kWarpDim / 8;
+  static constexpr int kRowBytes = swizzled_row_bytes(kWarpDim);  // a row of mma operands in a block
   // What cp.async fills: 16-bit KV lands in mma layout; fp8 lands raw and unpadded (read
   // directly, or widened per block into the warp's converted block).
-  static constexpr int kRawChunks = head_dim * int(sizeof(dtype_kv)) / 16;  // copied per row
+  static constexpr int kRawChunks = kWarpDim * int(sizeof(dtype_kv)) / 16;  // copied per row
   static constexpr int kRawRowBytes = kFp8 ? kRawChunks * 16 : kRowBytes;
   static constexpr int kStageBytes = 2 * kBlock * kRawRowBytes;  // K block, then V block
   static constexpr int kConvertedBytes = kFp8 && !kDirect ? 2 * kBlock * kRowBytes : 0;
-  static constexpr int kMergeBytes = kWarps * kRows * head_dim * 4;  // reuses the stage area
+  static constexpr int kMergeBytes = kTeams * kRows * head_dim * 4;  // reuses the stage area
   static constexpr int kQRowBytes = head_dim * 2 + 16;              // padded: conflict-free ldmatrix
+  // Split rows: each warp's partial scores of a block (8 floats a lane), in two slots that
+  // alternate by block, so one barrier per block orders both the writes and the reuse. They
+  // reuse the q rows, which every warp has in registers before the first block.
+  static constexpr int kExchangeBytes = kSplit > 1 ? 2 * kWarps * 32 * 8 * 4 : 0;
   static constexpr int q_offset(int stages) {
     const int stage_area = kWarps * (stages * kStageBytes + kConvertedBytes);
     return stage_area > kMergeBytes ? stage_area : kMergeBytes;
   }
-  static constexpr int smem_bytes(int stages) { return q_offset(stages) + kRows * kQRowBytes + 2 * kWarps * kRows * 4; }
+  static constexpr int smem_bytes(int stages) { return q_offset(stages) + kRows * kQRowBytes + 2 * kTeams * kRows * 4; }
   // Three stages; six for direct fp8, whose stages hold half the bytes: 101 KB per CTA at hd128,
   // two CTAs per SM like 16-bit KV, each warp with 20 KB in flight. Fewer where those do not fit
   // the chip (hd128 16-bit KV needs 103 KB with three, over the 99 KiB of sm_86/89/120).
@@ -66,16 +78,27 @@ struct DecodeMma {
                                                                            : 2;
   static constexpr int kWarpBytes = kStages * kStageBytes + kConvertedBytes;
   static constexpr int kQOffset = q_offset(kStages);
-  static constexpr int kStateOffset = kQOffset + kRows * kQRowBytes;  // m, l per warp and row
+  static constexpr int kStateOffset = kQOffset + kRows * kQRowBytes;  // m, l per team and row
   static constexpr int kSmemBytes = smem_bytes(kStages);
   static constexpr int kCopiesPerLane = kBlock * kRawChunks / 32;  // of K, and as many of V
   static_assert(head_dim % 16 == 0 && kChunks >= 8 && kBlock * kRawChunks % 32 == 0, "tile shape");
+  static_assert(kExchangeBytes <= kRows * kQRowBytes, "the score exchange fits the q rows");
 
   // One resident CTA per SM streams 16-bit KV at full rate; fp8 converts every byte pair on the
   // way (more work per byte, half the bytes per CTA) and needs two (measured, docs/PERF.md).
   static constexpr int kStreamingCtasPerSm = kFp8 ? 2 : 1;
   static constexpr aotinfer_launch_info launch = make_launch_info<aotinfer_batch_decode_params>(
-      kThreads, kSmemBytes, kRows, kWarps * kBlock, head_dim, kStreamingCtasPerSm);
+      kThreads, kSmemBytes, kRows, kTeams * kBlock, head_dim, kStreamingCtasPerSm);
+
+  // The head dimension of a warp's dimension `local`, for the warp `part` of its team. A warp
+  // holds whole 8-dimension chunks from both halves of the row, matched so that RoPE's pairs
+  // (d, d + head_dim / 2) stay in one warp: part h has [h w, (h + 1) w) and the same range
+  // shifted by head_dim / 2, w = kWarpDim / 2. Unsplit rows: local itself.
+  static __device__ __forceinline__ int head_dim_of(int part, int local) {
+    if constexpr (kSplit == 1) return local;
+    constexpr int kHalf = kWarpDim / 2;
+    return local / kHalf * (head_dim / 2) + part * kHalf + local % kHalf;
+  }
 
   // Byte offset of (token, chunk) in a K or V block. Chunks are XORed with token % 8 so that the
   // 8 rows one ldmatrix reads at a column fall in 8 different banks (rows are whole 128-byte
@@ -93,17 +116,24 @@ struct DecodeMma {
   static __device__ __forceinline__ int raw_v_offset(int token, int chunk) {
     return token * kRawRowBytes + ((kDirect && kRawChunks == 8 ? chunk ^ (((token >> 1) & 3) << 1) : chunk) << 4);
   }
-  // Direct fp8 reads each lane's fragment values from consecutive bytes, so dimensions are
-  // permuted: S sums over dimensions in the order k_dim gives (q is stored in that order), and
-  // the P V tile j, column n holds dimension n * head_dim / 8 + j (undone when the warps merge).
+  // Direct fp8 reads each lane's fragment values from consecutive bytes, so a warp's dimensions
+  // are permuted: S sums over them in the order k_dim gives (q is stored in that order), and
+  // the P V tile j, column n holds dimension n * kWarpDim / 8 + j (undone when the teams merge).
   static __device__ __forceinline__ int k_dim(int logical) {
     if constexpr (!kDirect) return logical;
     const int kk = logical / 16, h = logical % 16 / 8, e = logical % 8;
-    return e / 2 * (head_dim / 4) + kk * 4 + h * 2 + e % 2;
+    return e / 2 * (kWarpDim / 4) + kk * 4 + h * 2 + e % 2;
   }
-  static __device__ __forceinline__ int o_column(int dim) {  // where dimension dim sits in the P V tiles
+  static __device__ __forceinline__ int o_column(int dim) {  // where a warp's dimension sits in its P V tiles
     if constexpr (!kDirect) return dim;
-    return dim % (head_dim / 8) * 8 + dim / (head_dim / 8);
+    return dim % (kWarpDim / 8) * 8 + dim / (kWarpDim / 8);
+  }
+  // Where head dimension `dim` sits in a team's merge row: its warp's part, then o_column.
+  static __device__ __forceinline__ int merge_column(int dim) {
+    if constexpr (kSplit == 1) return o_column(dim);
+    constexpr int kHalf = kWarpDim / 2;
+    const int r = dim % (head_dim / 2);
+    return r / kHalf * kWarpDim + o_column(dim / (head_dim / 2) * kHalf + r % kHalf);
   }
   static __device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t pair) {
     constexpr __nv_fp8_interpretation_t kind = std::is_same_v<dtype_kv, __nv_fp8_e4m3> ? __NV_E4M3 : __NV_E5M2;
@@ -111,10 +141,10 @@ struct DecodeMma {
     return uint32_t(h.x) | (uint32_t(h.y) << 16);
   }
 
-  // Copies KV tokens [start, start + kBlock) into a stage; tokens >= end are zero-filled. Lanes
-  // 0..15 look up one token's page each and share the offsets by shuffle.
+  // Copies this warp's dimensions of KV tokens [start, start + kBlock) into a stage; tokens >= end
+  // are zero-filled. Lanes 0..15 look up one token's page each and share the offsets by shuffle.
   static __device__ __forceinline__ void load_block(const aotinfer_batch_decode_params& p, char* stage, int start,
-                                                    int end, int page_begin, int kv_head, int lane) {
+                                                    int end, int page_begin, int kv_head, int part, int lane) {
     const auto& kv = p.kv;
     int64_t my_offset = 0;
     const int my_pos = start + (lane % kBlock);
@@ -129,7 +159,7 @@ struct DecodeMma {
 #pragma unroll
     for (int i = 0; i < kCopiesPerLane; ++i) {
       const int flat = i * 32 + lane, token = flat / kRawChunks, chunk = flat % kRawChunks;
-      const int64_t offset = __shfl_sync(0xffffffffu, my_offset, token) + chunk * (16 / int(sizeof(dtype_kv)));
+      const int64_t offset = __shfl_sync(0xffffffffu, my_offset, token) + head_dim_of(part, chunk * (16 / int(sizeof(dtype_kv))));
       const bool valid = __shfl_sync(0xffffffffu, my_valid, token);
       const int k_dst = kFp8 ? raw_k_offset(token, chunk) : swizzle(token, chunk);
       const int v_dst = kFp8 ? raw_v_offset(token, chunk) : swizzle(token, chunk);
@@ -164,15 +194,15 @@ struct DecodeMma {
   // (a pair of adjacent low-half dimensions, a token phase); it starts from exact angles at its
   // first token and steps by its token stride with one complex multiply per pair, so a block
   // costs two sincosf per lane. Zero-filled keys past the end stay zero.
-  static constexpr int kRopeWords = head_dim / 4;  // 16-bit pairs in a K row's low half
+  static constexpr int kRopeWords = kWarpDim / 4;  // 16-bit pairs in the low half of a warp's K row
   static constexpr int kRopeTokenStride = 32 / kRopeWords;
   static constexpr int kRopeLanes = kRopeWords * kRopeTokenStride;  // head_dim 96: 24 of the 32
   struct RopeLane {
     float freq[2], step_cos[2], step_sin[2];
   };
-  static __device__ __forceinline__ RopeLane rope_lane(const aotinfer_batch_decode_params& p, int lane) {
+  static __device__ __forceinline__ RopeLane rope_lane(const aotinfer_batch_decode_params& p, int part, int lane) {
     RopeLane r;
-    const int dim = 2 * (lane % kRopeWords);
+    const int dim = head_dim_of(part, 2 * (lane % kRopeWords));
 #pragma unroll
     for (int e = 0; e < 2; ++e) {
       r.freq[e] = p.rope_rcp_scale * powf(p.rope_rcp_theta, float(2 * (dim + e)) / float(head_dim));
@@ -210,58 +240,68 @@ struct DecodeMma {
   }
 
   static __device__ void run(const aotinfer_batch_decode_params& p) {
-    // Here, not in the class: batch_decode names this launch info for every variant it serves on CUDA cores too.
     static_assert(kSmemBytes <= kSmemPerCta, "the decode tile must fit the chip's shared memory");
     if (int(blockIdx.x) >= *p.num_work) return;
     extern __shared__ __align__(16) char smem[];
     char* q_s = smem + kQOffset;
     float* m_s = reinterpret_cast<float*>(smem + kStateOffset);
-    float* l_s = m_s + kWarps * kRows;
+    float* l_s = m_s + kTeams * kRows;
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int team = warp / kSplit, part = warp % kSplit;
     const DecodeWork item = DecodeWork::of_this_cta<kRows, sliding_window>(p);
     const int kv_head = item.kv_head, rows = item.rows, first_head = item.first_head, request = item.request;
     const int page_begin = item.page_begin, q_pos = item.q_pos, begin = item.begin, end = item.end;
     const int num_blocks = end > begin ? (end - begin + kBlock - 1) / kBlock : 0;
-    const int my_blocks = num_blocks > warp ? (num_blocks - warp + kWarps - 1) / kWarps : 0;
-    auto block_start = [&](int i) { return begin + (warp + i * kWarps) * kBlock; };
+    // Split rows: every team takes the same number of steps (one past the end runs a block whose
+    // keys are all masked), so that the score exchange can use the CTA barrier.
+    const int my_blocks = kSplit > 1                ? (num_blocks + kTeams - 1) / kTeams
+                          : num_blocks > team ? (num_blocks - team + kTeams - 1) / kTeams
+                                              : 0;
+    auto block_start = [&](int i) { return begin + (team + i * kTeams) * kBlock; };
 
     char* my_stages = smem + warp * kWarpBytes;
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
-      if (s < my_blocks) load_block(p, my_stages + s * kStageBytes, block_start(s), end, page_begin, kv_head, lane);
+      if (s < my_blocks) load_block(p, my_stages + s * kStageBytes, block_start(s), end, page_begin, kv_head, part, lane);
       cp_async_commit();
     }
 
     // q rows as mma operands (zero beyond `rows`), rotated at q_pos for RoPE; scaling happens
-    // on the fp32 scores.
-    constexpr int kQChunks = kRope ? kChunks / 2 : kChunks;  // RoPE: a thread takes a chunk and its partner
+    // on the fp32 scores. A row holds each part's dimensions in its warp's order, one part after
+    // the other.
+    constexpr int kPartChunks = kRope ? kChunks / 2 : kChunks;  // RoPE: a thread takes a chunk and its partner
+    constexpr int kQChunks = kSplit * kPartChunks;
     for (int i = threadIdx.x; i < kRows * kQChunks; i += kThreads) {
-      const int row = i / kQChunks, chunk = i % kQChunks;
+      const int row = i / kQChunks, q_part = kSplit == 1 ? 0 : i % kQChunks / kPartChunks, chunk = i % kPartChunks;
+      const int dim = head_dim_of(q_part, chunk * 8);
       float lo[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f}, hi[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
       const dtype_q* q = static_cast<const dtype_q*>(p.q) + (int64_t(request) * p.num_qo_heads + first_head + row) * head_dim;
       if (row < rows) {
         if constexpr (kDirect) {
 #pragma unroll
-          for (int e = 0; e < 8; ++e) lo[e] = to_float(q[k_dim(chunk * 8 + e)]);
+          for (int e = 0; e < 8; ++e) lo[e] = to_float(q[head_dim_of(q_part, k_dim(chunk * 8 + e))]);
         } else {
-          load8(q + chunk * 8, lo);
+          load8(q + dim, lo);
         }
         if constexpr (kRope) {
-          load8(q + chunk * 8 + head_dim / 2, hi);
+          load8(q + dim + head_dim / 2, hi);
           float freq[8];
 #pragma unroll
-          for (int e = 0; e < 8; ++e) freq[e] = p.rope_rcp_scale * powf(p.rope_rcp_theta, float(2 * (chunk * 8 + e)) / float(head_dim));
+          for (int e = 0; e < 8; ++e) freq[e] = p.rope_rcp_scale * powf(p.rope_rcp_theta, float(2 * (dim + e)) / float(head_dim));
           rope_rotate8(lo, hi, freq, 0, q_pos);
         }
       }
-      store8(reinterpret_cast<dtype*>(q_s + row * kQRowBytes + chunk * 16), lo);
-      if constexpr (kRope) store8(reinterpret_cast<dtype*>(q_s + row * kQRowBytes + (chunk + kChunks / 2) * 16), hi);
+      char* q_row = q_s + row * kQRowBytes + q_part * kChunks * 16;
+      store8(reinterpret_cast<dtype*>(q_row + chunk * 16), lo);
+      if constexpr (kRope) store8(reinterpret_cast<dtype*>(q_row + (chunk + kChunks / 2) * 16), hi);
     }
     __syncthreads();
     uint32_t q_frag[kKSteps][4];
 #pragma unroll
-    for (int kk = 0; kk < kKSteps; ++kk) ldmatrix_x4(q_frag[kk], q_s + (lane % 16) * kQRowBytes + (kk * 2 + lane / 16) * 16);
+    for (int kk = 0; kk < kKSteps; ++kk)
+      ldmatrix_x4(q_frag[kk], q_s + (lane % 16) * kQRowBytes + (part * kChunks + kk * 2 + lane / 16) * 16);
+    if constexpr (kSplit > 1) __syncthreads();  // every warp has its q before the exchange reuses the rows
 
     // Scores in log2 units; soft cap and ALiBi act on the natural-unit score first.
     constexpr bool kLog2InScale = !soft_cap && pos_encoding != PosEncoding::alibi;
@@ -278,12 +318,12 @@ struct DecodeMma {
     for (int j = 0; j < kNTiles; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
 
     RopeLane rope{};
-    if constexpr (kRope) rope = rope_lane(p, lane);
+    if constexpr (kRope) rope = rope_lane(p, part, lane);
     for (int i = 0; i < my_blocks; ++i) {
       {
         const int next = i + kStages - 1;  // its stage was last read in iteration i - 1
         if (next < my_blocks)
-          load_block(p, my_stages + (next % kStages) * kStageBytes, block_start(next), end, page_begin, kv_head, lane);
+          load_block(p, my_stages + (next % kStages) * kStageBytes, block_start(next), end, page_begin, kv_head, part, lane);
         cp_async_commit();
       }
       cp_async_wait<kStages - 1>();
@@ -332,6 +372,18 @@ struct DecodeMma {
           ldmatrix_x4(b, k_s + swizzle((lane / 16) * 8 + lane % 8, kk * 2 + (lane / 8) % 2));
           mma_16816<dtype>(s[0], q_frag[kk], b[0], b[1]);
           mma_16816<dtype>(s[1], q_frag[kk], b[2], b[3]);
+        }
+      }
+      if constexpr (kSplit > 1) {  // add the partner's partial scores (a + b == b + a: both warps agree)
+        float* slot = reinterpret_cast<float*>(q_s) + (i % 2) * kWarps * 256;
+        *reinterpret_cast<float4*>(slot + warp * 256 + lane * 4) = make_float4(s[0][0], s[0][1], s[0][2], s[0][3]);
+        *reinterpret_cast<float4*>(slot + warp * 256 + 128 + lane * 4) = make_float4(s[1][0], s[1][1], s[1][2], s[1][3]);
+        __syncthreads();
+        const float* theirs = slot + (warp ^ 1) * 256 + lane * 4;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float4 t = *reinterpret_cast<const float4*>(theirs + 128 * h);
+          s[h][0] += t.x, s[h][1] += t.y, s[h][2] += t.z, s[h][3] += t.w;
         }
       }
 
@@ -426,39 +478,40 @@ struct DecodeMma {
     cp_async_wait<0>();
     __syncthreads();  // the stage area becomes the merge buffer
 
-    // Merge the warps' states: each writes its (m, l, O) rows, then threads combine.
+    // Merge the teams' states: each writes its (m, l, O) rows (a warp its part of O; the warps
+    // of a team share m and l), then threads combine.
     float* merge_o = reinterpret_cast<float*>(smem);
 #pragma unroll
     for (int j = 0; j < kNTiles; ++j)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        float* dst = merge_o + (warp * kRows + row_of[r]) * head_dim + j * 8 + 2 * (lane % 4);
+        float* dst = merge_o + (team * kRows + row_of[r]) * head_dim + part * kWarpDim + j * 8 + 2 * (lane % 4);
         *reinterpret_cast<float2*>(dst) = make_float2(o[j][2 * r], o[j][2 * r + 1]);
       }
-    if (lane % 4 == 0) {
+    if (part == 0 && lane % 4 == 0) {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        m_s[warp * kRows + row_of[r]] = m[r];
-        l_s[warp * kRows + row_of[r]] = l[r];
+        m_s[team * kRows + row_of[r]] = m[r];
+        l_s[team * kRows + row_of[r]] = l[r];
       }
     }
     __syncthreads();
 
-    for (int pair = threadIdx.x; pair < rows * kChunks; pair += kThreads) {
-      const int r = pair / kChunks, d = (pair % kChunks) * 8;
+    for (int pair = threadIdx.x; pair < rows * (head_dim / 8); pair += kThreads) {
+      const int r = pair / (head_dim / 8), d = (pair % (head_dim / 8)) * 8;
       float row_m = -INFINITY;
 #pragma unroll
-      for (int w = 0; w < kWarps; ++w) row_m = fmaxf(row_m, m_s[w * kRows + r]);
+      for (int t = 0; t < kTeams; ++t) row_m = fmaxf(row_m, m_s[t * kRows + r]);
       float row_l = 0.f, out[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-      for (int w = 0; w < kWarps; ++w) {
-        const float wm = m_s[w * kRows + r];
-        if (wm == -INFINITY) continue;  // this warp saw no key
-        const float scale = exp2f(wm - row_m);
-        row_l += l_s[w * kRows + r] * scale;
-        const float* src = merge_o + (w * kRows + r) * head_dim;
+      for (int t = 0; t < kTeams; ++t) {
+        const float tm = m_s[t * kRows + r];
+        if (tm == -INFINITY) continue;  // this team saw no key
+        const float scale = exp2f(tm - row_m);
+        row_l += l_s[t * kRows + r] * scale;
+        const float* src = merge_o + (t * kRows + r) * head_dim;
 #pragma unroll
-        for (int e = 0; e < 8; ++e) out[e] += src[o_column(d + e)] * scale;
+        for (int e = 0; e < 8; ++e) out[e] += src[merge_column(d + e)] * scale;
       }
       const float norm = row_l > 0.f ? p.v_scale / row_l : 0.f;
 #pragma unroll
