@@ -781,6 +781,67 @@ TEST_CASE("batch_decode in CUDA-graph mode: one captured graph replays every lat
   }
 }
 
+// A decode step runs the layers' decodes back to back on one stream, each reading what the
+// launches before it wrote: here each run's q is the previous run's o, with every o poisoned
+// beforehand, so a run that started reading early would see NaN.
+TEST_CASE("batch_decode launched back to back reads what the launch before it wrote", "[gpu]") {
+  SEEDED_RNG(rng);
+  std::optional<BatchDecodeConfig> base = base_config();  // its o feeds the next run's q: same type
+  REQUIRE_SOME_RAN(base && base->dtype_o == base->dtype_q ? 1 : 0);
+  BatchDecodeConfig config = with_heads(*base, pick(rng, kGroups), uniform(rng, 1, 4));
+  config.page_size = pick(rng, std::vector<int>{1, 16});
+  config.layout = uniform(rng, 0, 1) ? KvLayout::hnd : KvLayout::nhd;
+  std::optional<BatchDecode> decode = make_decode(config);
+  REQUIRE(decode);
+  // Small batches of long requests split their KV: the merge reads the previous states too.
+  Case c = random_case(rng, config, random_lens(rng, uniform(rng, 1, 6), 6000, config.page_size), false, false);
+  INFO(describe(c));
+  Problem p = make_problem(rng, c);
+  DeviceProblem d(p);
+  d.upload(p);
+  Workspace ws(decode->workspace_sizes(std::int32_t(p.batch())));
+  constexpr int kRuns = 6;
+  std::vector<DeviceBuffer<std::uint8_t>> outs;
+  for (int i = 0; i < kRuns; ++i) {
+    outs.emplace_back(d.o.count);
+    outs.back().poison();
+  }
+  cudaStream_t stream = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaDeviceSynchronize());
+  decode->plan(p.cache.indptr, p.cache.last_page_len, p.cache.indices, p.num_pages, ws.ws, aotinfer::Stream(stream));
+  for (int i = 0; i < kRuns; ++i) {
+    aotinfer::DecodeRunArgs a = d.args(p);
+    a.q = i == 0 ? d.q.ptr : outs[i - 1].ptr;
+    a.o = outs[i].ptr;
+    decode->run(a, aotinfer::Stream(stream));
+  }
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  CUDA_CHECK(cudaGetLastError());
+  CUDA_CHECK(cudaStreamDestroy(stream));
+
+  // Run i against the reference on the q it should have read: the input, then run i - 1's o.
+  const std::int64_t osize = aotinfer::dtype_size(config.dtype_o);
+  std::vector<double> got(p.q.size());
+  for (int i = 0; i < kRuns; ++i) {
+    INFO("run " << i);
+    const ref::DecodeResult want = reference(p);
+    const std::vector<std::uint8_t> bytes = outs[i].download();
+    for (std::size_t e = 0; e < got.size(); ++e) got[e] = decode_element(&bytes[e * osize], config.dtype_o);
+    for (std::int64_t b = 0; b < p.batch(); ++b) {
+      INFO("request " << b << " (kv_len " << p.c.lens[b] << ")");
+      const std::int64_t row = config.num_qo_heads * std::int64_t(config.head_dim);
+      const std::vector<double> out(got.begin() + b * row, got.begin() + (b + 1) * row);
+      const std::vector<double> ref_o(want.o.begin() + b * row, want.o.begin() + (b + 1) * row);
+      if (std::isinf(want.lse[b * config.num_qo_heads]))
+        CHECK(std::all_of(out.begin(), out.end(), [](double x) { return x == 0; }));
+      else
+        CHECK(relative_error(out, ref_o) < o_tolerance(config));
+    }
+    p.q = got;  // the next run's q
+  }
+}
+
 TEST_CASE("BatchDecode refuses bad arguments before launching anything", "[gpu]") {
   SEEDED_RNG(rng);
   std::optional<BatchDecodeConfig> base = base_config();
