@@ -14,8 +14,8 @@
 // shared memory once per block, after which both run the same softmax on the same scores.
 //   S = Q K^T: A = Q (registers, loaded once), B = K rows via ldmatrix;
 //   O += P V:  A = P (the S accumulators, repacked), B = V via ldmatrix.trans.
-// fp8 without RoPE converts byte pairs straight into the B fragments instead (no ldmatrix);
-// fp8 with RoPE first widens each block to f16 rows for the rotation.
+// fp8 converts byte pairs straight into the B fragments instead (no ldmatrix); with RoPE, K is
+// first widened to f16 rows for the rotation, while V is still read straight from its bytes.
 #pragma once
 #include <cuda_fp8.h>
 #include <math.h>
@@ -36,9 +36,10 @@ template <typename dtype_q, typename dtype_kv, int head_dim, typename dtype_o, P
 struct DecodeMma {
   static constexpr bool kFp8 = sizeof(dtype_kv) == 1;
   static constexpr bool kRope = pos_encoding == PosEncoding::rope_llama;
-  // fp8 without RoPE converts its operands straight from the landed bytes into mma fragments;
-  // with RoPE it widens each block into f16 rows first, which the rotation then works on.
-  static constexpr bool kDirect = kFp8 && !kRope;
+  // fp8 converts its operands straight from the landed bytes into mma fragments, except K
+  // with RoPE: each K block is widened into f16 rows first, which the rotation then works on.
+  static constexpr bool kDirect = kFp8 && !kRope;  // K (and V) straight from the bytes
+  static constexpr bool kDirectV = kFp8;
   using dtype = std::conditional_t<kFp8, __half, dtype_kv>;  // the mma operand type
   static constexpr int kWarps = 4;
   static constexpr int kThreads = 32 * kWarps;
@@ -57,7 +58,7 @@ struct DecodeMma {
   static constexpr int kRawChunks = kWarpDim * int(sizeof(dtype_kv)) / 16;  // copied per row
   static constexpr int kRawRowBytes = kFp8 ? kRawChunks * 16 : kRowBytes;
   static constexpr int kStageBytes = 2 * kBlock * kRawRowBytes;  // K block, then V block
-  static constexpr int kConvertedBytes = kFp8 && !kDirect ? 2 * kBlock * kRowBytes : 0;
+  static constexpr int kConvertedBytes = kFp8 && !kDirect ? kBlock * kRowBytes : 0;  // a widened K block
   static constexpr int kMergeBytes = kTeams * kRows * head_dim * 4;  // reuses the stage area
   static constexpr int kQRowBytes = head_dim * 2 + 16;              // padded: conflict-free ldmatrix
   // Split rows: each warp's partial scores of a block (8 floats a lane), in two slots that
@@ -114,7 +115,7 @@ struct DecodeMma {
     return token * kRawRowBytes + ((kDirect && kRawChunks == 8 ? chunk ^ (token & 1) : chunk) << 4);
   }
   static __device__ __forceinline__ int raw_v_offset(int token, int chunk) {
-    return token * kRawRowBytes + ((kDirect && kRawChunks == 8 ? chunk ^ (((token >> 1) & 3) << 1) : chunk) << 4);
+    return token * kRawRowBytes + ((kDirectV && kRawChunks == 8 ? chunk ^ (((token >> 1) & 3) << 1) : chunk) << 4);
   }
   // Direct fp8 reads each lane's fragment values from consecutive bytes, so a warp's dimensions
   // are permuted: S sums over them in the order k_dim gives (q is stored in that order), and
@@ -125,7 +126,7 @@ struct DecodeMma {
     return e / 2 * (kWarpDim / 4) + kk * 4 + h * 2 + e % 2;
   }
   static __device__ __forceinline__ int o_column(int dim) {  // where a warp's dimension sits in its P V tiles
-    if constexpr (!kDirect) return dim;
+    if constexpr (!kDirectV) return dim;
     return dim % (kWarpDim / 8) * 8 + dim / (kWarpDim / 8);
   }
   // Where head dimension `dim` sits in a team's merge row: its warp's part, then o_column.
@@ -168,15 +169,14 @@ struct DecodeMma {
     }
   }
 
-  // fp8 only: widens a landed block (K and V) into f16 rows in mma layout.
-  static __device__ __forceinline__ void widen_block(const char* raw, char* converted, int lane) {
+  // fp8 with RoPE: widens a landed K block into f16 rows in mma layout.
+  static __device__ __forceinline__ void widen_k_block(const char* raw, char* converted, int lane) {
     constexpr __nv_fp8_interpretation_t kind = std::is_same_v<dtype_kv, __nv_fp8_e4m3> ? __NV_E4M3 : __NV_E5M2;
 #pragma unroll
-    for (int i = 0; i < 2 * kBlock * kRawChunks / 32; ++i) {
+    for (int i = 0; i < kBlock * kRawChunks / 32; ++i) {
       const int flat = i * 32 + lane;
-      const int which = flat / (kBlock * kRawChunks), rest = flat % (kBlock * kRawChunks);
-      const int token = rest / kRawChunks, chunk = rest % kRawChunks;
-      const uint4 bytes = *reinterpret_cast<const uint4*>(raw + which * kBlock * kRawRowBytes + token * kRawRowBytes + chunk * 16);
+      const int token = flat / kRawChunks, chunk = flat % kRawChunks;
+      const uint4 bytes = *reinterpret_cast<const uint4*>(raw + raw_k_offset(token, chunk));
       const __nv_fp8x2_storage_t* pairs = reinterpret_cast<const __nv_fp8x2_storage_t*>(&bytes);
       uint32_t halves[8];
 #pragma unroll
@@ -184,9 +184,8 @@ struct DecodeMma {
         const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(pairs[e], kind);
         halves[e] = uint32_t(h.x) | (uint32_t(h.y) << 16);
       }
-      char* dst = converted + which * kBlock * kRowBytes;
-      *reinterpret_cast<uint4*>(dst + swizzle(token, 2 * chunk)) = make_uint4(halves[0], halves[1], halves[2], halves[3]);
-      *reinterpret_cast<uint4*>(dst + swizzle(token, 2 * chunk + 1)) = make_uint4(halves[4], halves[5], halves[6], halves[7]);
+      *reinterpret_cast<uint4*>(converted + swizzle(token, 2 * chunk)) = make_uint4(halves[0], halves[1], halves[2], halves[3]);
+      *reinterpret_cast<uint4*>(converted + swizzle(token, 2 * chunk + 1)) = make_uint4(halves[4], halves[5], halves[6], halves[7]);
     }
   }
 
@@ -328,18 +327,18 @@ struct DecodeMma {
       }
       cp_async_wait<kStages - 1>();
       __syncwarp();
-      char* k_s = my_stages + (i % kStages) * kStageBytes;
+      char* stage = my_stages + (i % kStages) * kStageBytes;
+      char* k_s = stage;
       if constexpr (kFp8 && !kDirect) {
-        char* converted = my_stages + kStages * kStageBytes;
-        widen_block(k_s, converted, lane);
+        k_s = my_stages + kStages * kStageBytes;
+        widen_k_block(stage, k_s, lane);
         __syncwarp();
-        k_s = converted;
       }
       if constexpr (kRope) {
         rotate_block(k_s, block_start(i), rope, lane);
         __syncwarp();
       }
-      const char* v_s = k_s + (kDirect ? kBlock * kRawRowBytes : kBlock * kRowBytes);
+      const char* v_s = stage + kBlock * kRawRowBytes;
 
       // S (16 rows x 16 tokens) = Q K^T, as two 8-token halves.
       float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
@@ -436,7 +435,7 @@ struct DecodeMma {
       // O += P V: the S accumulators are exactly the A fragment of a 16x16 P.
       const uint32_t a[4] = {pack2<dtype>(s[0][0], s[0][1]), pack2<dtype>(s[0][2], s[0][3]),
                              pack2<dtype>(s[1][0], s[1][1]), pack2<dtype>(s[1][2], s[1][3])};
-      if constexpr (kDirect) {
+      if constexpr (kDirectV) {
         // Rows 2c, 2c + 1, 2c + 8, 2c + 9, bytes [g hd/8, (g + 1) hd/8): byte j of a row is tile j's
         // column g; byte pairs of rows (2c, 2c + 1) and (2c + 8, 2c + 9) make the b0 and b1 words.
         constexpr int kVWords = kNTiles / 4;
