@@ -73,6 +73,10 @@ struct PrefillSm90 {
            (kRope ? head_dim / 2 * 4 : 0);
   }
   static constexpr int kQSlots = smem_bytes(2) <= kSmemPerCta ? 2 : 1;
+  // With two q slots, a consumer keeps its 64 q rows past its last score product and stages its
+  // output rows there, so that they go out as whole 16-byte chunks of consecutive row bytes; the
+  // producer needs the slot only for the pair after next.
+  static constexpr bool kStagedOutput = kQSlots == 2;
   static constexpr int kKOffset = kQSlots * kQBytes;
   static constexpr int kVOffset = kKOffset + kStages * kTileBytes;
   static constexpr int kBarOffset = kVOffset + kStages * kTileBytes;
@@ -94,8 +98,9 @@ struct PrefillSm90 {
   static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
   static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= kThreads * kLaunchRegs,
                 "the register split must fit what the CTA launched with");
-  // Named barriers: 1 among the producer's threads, kTurnBarrier + g for consumer g's turns.
-  static constexpr int kProducerBarrier = 1, kTurnBarrier = 2;
+  // Named barriers: 1 among the producer's threads, kTurnBarrier + g for consumer g's turns,
+  // kOutputBarrier + g among consumer g's threads (staged output).
+  static constexpr int kProducerBarrier = 1, kTurnBarrier = 2, kOutputBarrier = 4;
   // Producer copies: a row's chunks c and c + kChunks / 2 (a RoPE pair) go to one thread, so
   // kThreadsPerRow threads share a row and an instruction of theirs covers consecutive chunks.
   // A power of two of them, so that they split the warpgroup: head_dim 96 gives a row 8 threads
@@ -436,8 +441,10 @@ struct PrefillSm90 {
     // computed while the output product of tile t - 1 runs, and its softmax overlaps that
     // product too; only the rescale of O waits for it.
     sm90::mbar_wait(sh.q_full(n), sh.q_parity(n));
-    // q's slot is free for a later pair once the last score product is done.
-    if (cta.num_tiles == 0) sm90::mbar_arrive(sh.q_empty(n));
+    // q's slot is free for a later pair once the last score product is done (or, with staged
+    // output, once the rows are out).
+    auto release_q = [&]() { sm90::mbar_arrive(sh.q_empty(n)); };
+    if (!kStagedOutput && cta.num_tiles == 0) release_q();
     if (cta.num_tiles > 0) {
       sm90::mbar_wait(sh.k_full(stage(0)), parity(0));
       sm90::fence_async_shared();  // the copies landed through the generic proxy (see produce)
@@ -448,7 +455,7 @@ struct PrefillSm90 {
       sm90::wgmma_wait<0>();
       sm90::pin(s_flat);
       sm90::mbar_arrive(sh.k_empty(stage(0)));
-      if (cta.num_tiles == 1) sm90::mbar_arrive(sh.q_empty(n));
+      if (!kStagedOutput && cta.num_tiles == 1) release_q();
       softmax_scores(0);
 #pragma unroll
       for (int jj = 0; jj < kKv / 16; ++jj) weights_fragment<dtype>(p_frag[jj], s, jj);
@@ -468,7 +475,7 @@ struct PrefillSm90 {
       sm90::wgmma_wait<1>();  // the scores
       sm90::pin(s_flat);
       sm90::mbar_arrive(sh.k_empty(stage(t)));
-      if (t == cta.num_tiles - 1) sm90::mbar_arrive(sh.q_empty(n));
+      if (!kStagedOutput && t == cta.num_tiles - 1) release_q();
       softmax_scores(t);
       sm90::wgmma_wait<0>();  // the output product of tile t - 1
       sm90::pin(o_flat);
@@ -494,6 +501,7 @@ struct PrefillSm90 {
 
     // Epilogue: normalise; o/lse, or the float state of a split tile.
     const int state_base = cta.state, state_stride = cta.state_stride;
+    char* const staging = sh.q_slot(n);  // this consumer's q rows (kStagedOutput)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       RowResult r(row_m[h], row_l[h], scale);
@@ -501,10 +509,17 @@ struct PrefillSm90 {
       if (row >= cta.valid_rows) continue;
       if (cta.takes_sink(p)) cta.add_sink(p, row, r);
       if (state_base < 0) {
-        dtype_o* dst = static_cast<dtype_o*>(p.o) + cta.out_row(p, row) * head_dim + 2 * (lane % 4);
+        if constexpr (kStagedOutput) {
 #pragma unroll
-        for (int j = 0; j < head_dim / 8; ++j)
-          *reinterpret_cast<uint32_t*>(dst + 8 * j) = pack2<dtype_o>(o[j][2 * h] * r.inv, o[j][2 * h + 1] * r.inv);
+          for (int j = 0; j < head_dim / 8; ++j)
+            *reinterpret_cast<uint32_t*>(staging + sm90::sw128_offset(kRows, row, j) + 4 * (lane % 4)) =
+                pack2<dtype_o>(o[j][2 * h] * r.inv, o[j][2 * h + 1] * r.inv);
+        } else {
+          dtype_o* dst = static_cast<dtype_o*>(p.o) + cta.out_row(p, row) * head_dim + 2 * (lane % 4);
+#pragma unroll
+          for (int j = 0; j < head_dim / 8; ++j)
+            *reinterpret_cast<uint32_t*>(dst + 8 * j) = pack2<dtype_o>(o[j][2 * h] * r.inv, o[j][2 * h + 1] * r.inv);
+        }
         if (p.lse && lane % 4 == 0) p.lse[cta.out_row(p, row)] = r.lse;
       } else {
         const int64_t state = state_base + int64_t(cta.kv_head * cta.valid_rows + row) * state_stride;
@@ -514,6 +529,19 @@ struct PrefillSm90 {
           *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(o[j][2 * h] * r.inv, o[j][2 * h + 1] * r.inv);
         if (lane % 4 == 0) p.partial_lse[state] = r.lse;
       }
+    }
+    if constexpr (kStagedOutput) {
+      if (state_base < 0) {  // the staged rows out, a row's chunks by consecutive threads
+        sm90::named_barrier_sync<128>(kOutputBarrier + g);
+#pragma unroll
+        for (int k = 0; k < 64 * kChunks / 128; ++k) {
+          const int chunk = k * 128 + int(threadIdx.x % 128), row = 64 * g + chunk / kChunks, c = chunk % kChunks;
+          if (row < cta.valid_rows)
+            *reinterpret_cast<uint4*>(static_cast<dtype_o*>(p.o) + cta.out_row(p, row) * head_dim + c * 8) =
+                *reinterpret_cast<const uint4*>(staging + sm90::sw128_offset(kRows, row, c));
+        }
+      }
+      release_q();  // after this thread's reads of the staged rows
     }
   }
 };
