@@ -12,7 +12,8 @@
 //       online softmax on S in registers (aotinfer/score_fragment.cuh),
 //       O += P V   wgmma, A = P from registers, B = V from shared memory (MN-major),
 //     and release each K and V stage through "empty" mbarriers as soon as their wgmma is done,
-//     and q after the pair's last score product, so the producer moves on to the next pair.
+//     and q after the pair's last score product (or, with two q slots, after staging their
+//     output rows there), so the producer moves on to the next pairs.
 // Each consumer overlaps its softmax with its own products (S of tile t goes out with P V of
 // tile t - 1), and the two take turns issuing (ping-pong), so one's softmax overlaps the other's
 // products.
