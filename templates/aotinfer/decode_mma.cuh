@@ -6,12 +6,13 @@
 // contract it implements (aotinfer/params/batch_decode.h).
 //
 // Each team of warps streams its own 16-token blocks of the work item (blocks team, team +
-// kTeams, ...) through private cp.async pipelines and keeps its own online-softmax state, so the
-// main loop needs no CTA barrier; the team states are merged once at the end. A team is one warp
-// up to head_dim 128. head_dim 256 splits each row between the two warps of a team (a warp's
-// accumulators and q fragments for 256 dimensions would take 192 registers): each warp copies,
-// multiplies and accumulates its 128 dimensions, and the two add their partial scores through
-// shared memory once per block, after which both run the same softmax on the same scores.
+// kTeams, ...) through private cp.async pipelines and keeps its own online-softmax state; the
+// team states are merged once at the end. A team is one warp up to head_dim 128, and then the
+// main loop needs no CTA barrier. head_dim 256 splits each row between the two warps of a team
+// (a warp's accumulators and q fragments for 256 dimensions would take 192 registers): each
+// warp copies, multiplies and accumulates its 128 dimensions, and the two add their partial
+// scores through shared memory once per block (behind a CTA barrier: the teams take equal step
+// counts), after which both run the same softmax on the same scores.
 //   S = Q K^T: A = Q (registers, loaded once), B = K rows via ldmatrix;
 //   O += P V:  A = P (the S accumulators, repacked), B = V via ldmatrix.trans.
 // fp8 converts byte pairs straight into the B fragments instead (no ldmatrix); with RoPE, K is
