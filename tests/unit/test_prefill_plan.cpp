@@ -178,11 +178,13 @@ std::string plan_problem(const V& qo_indptr, const V& kv, const PrefillPlanLimit
       return fail(item + ": covers keys beyond the tile's extent " + std::to_string(tiles[t].extent));
     items_of[t].push_back(x);
   }
-  // Longest first, in units of KV tiles (items with as many tiles cost the same).
-  auto kv_tiles = [&](std::int64_t x) { return (p.kv_end[x] - p.kv_begin[x] + l.kv_tile_tokens - 1) / l.kv_tile_tokens; };
+  // Longest first, in sort units of keys (items with as many units cost about the same).
+  const std::int64_t unit = l.sort_unit_tokens();
+  if (unit < l.kv_tile_tokens || unit % l.kv_tile_tokens != 0) return fail("the sort unit is not a KV-tile multiple");
+  auto units = [&](std::int64_t x) { return (p.kv_end[x] - p.kv_begin[x] + unit - 1) / unit; };
   for (std::int64_t x = 0; x + 1 < p.num_work; ++x)
-    if (kv_tiles(x) < kv_tiles(x + 1))
-      return fail("items " + std::to_string(x) + " and " + std::to_string(x + 1) + " are not ordered by descending KV tiles");
+    if (units(x) < units(x + 1))
+      return fail("items " + std::to_string(x) + " and " + std::to_string(x + 1) + " are not ordered by descending sort units");
 
   // Exact coverage of [0, extent) per tile; chunk layout of split tiles.
   const std::int64_t chunk = p.chunk_tokens;

@@ -37,6 +37,12 @@ struct PrefillPlanLimits {
   PrefillTile large, small;
   int kv_tile_tokens = 0;  // keys per pipeline stage: chunks are multiples of it
   bool causal = false;
+  // Items are ordered longest first in units of this many keys: items whose keys round up to
+  // as many units cost about the same. The KV tile, or its largest multiple up to 128 keys when
+  // it is shorter, so that the 32- and 64-key tiles of the mma.sync kernels do not make each
+  // causal tile its own run of equal cost (four times the sorting, for an order no better
+  // balanced).
+  int sort_unit_tokens() const { return kv_tile_tokens >= 128 ? kv_tile_tokens : 128 / kv_tile_tokens * kv_tile_tokens; }
   // CUDA-graph mode: the large tile always, and a fixed grid of graph_work items (see
   // prefill_capacity), so every plan within the capacity replays the same launches. 0 = off.
   std::int32_t graph_work = 0;

@@ -229,30 +229,30 @@ void plan_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int
     return std::int32_t(std::min<std::int64_t>(t.extent, (c + 1) * chunk));
   };
 
-  // 4. Longest first: a stable counting sort on the number of KV tiles of each item, 0 ..
-  // ceil(longest / kv_tile) (items with as many tiles cost the same). Unsigned 32-bit: the
-  // rounding sum passes INT32_MAX for keys near 2^31.
-  const std::uint32_t kv_tile = std::uint32_t(l.kv_tile_tokens);
-  const Divider by_kv_tile{kv_tile};
-  auto kv_tiles = [&](std::int32_t keys) { return std::size_t(by_kv_tile(std::uint32_t(keys) + kv_tile - 1)); };
-  // Per number of KV tiles: how many (runs unsplit, items split), then the first slot of each.
+  // 4. Longest first: a stable counting sort on the number of sort units of each item, 0 ..
+  // ceil(longest / unit) (PrefillPlanLimits::sort_unit_tokens: items with as many units cost
+  // about the same). Unsigned 32-bit: the rounding sum passes INT32_MAX for keys near 2^31.
+  const std::uint32_t unit = std::uint32_t(l.sort_unit_tokens());
+  const Divider by_unit{unit};
+  auto units = [&](std::int32_t keys) { return std::size_t(by_unit(std::uint32_t(keys) + unit - 1)); };
+  // Per number of units: how many (runs unsplit, items split), then the first slot of each.
   std::vector<std::int32_t>& bucket = plan.scratch;
-  bucket.assign(std::size_t(max_chunk_tiles) + 1, 0);
+  bucket.assign(std::size_t(ceil_div(longest, unit)) + 1, 0);
 
-  // Unsplit plans (every large batch): an item is a tile, and along a request the tiles' KV
-  // tiles never decrease, so they come in runs of equal cost. The sort orders the runs (a few
+  // Unsplit plans (every large batch): an item is a tile, and along a request the tiles' units
+  // never decrease, so they come in runs of equal cost. The sort orders the runs (a few
   // per request), and step 5 writes the items in slot order. Scattering the items over the
   // buckets instead costs more than all the rest: consecutive items go to different regions of
   // each array, which in a batch of equal requests lie a multiple of 4 KiB apart and evict each
   // other from the cache.
   //
-  // A causal request's run of k KV tiles: token t sees kv - qo + t + 1 keys, so its first
-  // kv_tile * k - kv + qo tokens see at most k KV tiles (fewer than qo below the request's last
-  // k), and a tile j other than the last has its last token among them when (j + 1) * tile_rows
+  // A causal request's run of k units: token t sees kv - qo + t + 1 keys, so its first
+  // unit * k - kv + qo tokens see at most k units (fewer than qo below the request's last k),
+  // and a tile j other than the last has its last token among them when (j + 1) * tile_rows
   // <= that many tokens * group. The last tile sees every key. Each k's run end is computed on
   // its own, not from the previous run's: that would chain three multiplications run to run.
   //
-  // plan.runs: (request, first tile, end tile, KV tiles) per run, then the runs in sorted
+  // plan.runs: (request, first tile, end tile, units) per run, then the runs in sorted
   // order; room for as many runs as tiles.
   std::int32_t* run = nullptr;
   std::size_t num_runs = 0;
@@ -264,12 +264,12 @@ void plan_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int
       const std::int32_t qo = qo_indptr[i + 1] - qo_indptr[i], kv = kv_lengths[i];
       const std::uint32_t packed = std::uint32_t(qo) * std::uint32_t(group), tiles = tiles_of(packed);
       if (tiles == 0) continue;
-      const std::size_t last = kv_tiles(kv);
+      const std::size_t last = units(kv);
       std::uint32_t first = 0;
-      for (std::size_t k = kv_tiles(extent_of(qo, kv, packed, 0)); k <= last; ++k) {
-        const std::uint32_t tokens = std::uint32_t(std::int64_t(k) * kv_tile - kv + qo);
+      for (std::size_t k = units(extent_of(qo, kv, packed, 0)); k <= last; ++k) {
+        const std::uint32_t tokens = std::uint32_t(std::int64_t(k) * unit - kv + qo);
         const std::uint32_t end = k == last ? tiles : std::min(tiles - 1, by_tile_rows(tokens * std::uint32_t(group)));
-        if (end == first) continue;  // no tile has k KV tiles
+        if (end == first) continue;  // no tile has k units
         std::int32_t* const r = run + 4 * num_runs++;
         r[0] = i, r[1] = std::int32_t(first), r[2] = std::int32_t(end), r[3] = std::int32_t(k);
         ++bucket[k];
@@ -282,7 +282,7 @@ void plan_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int
     num_work = 0;
     for_each_tile([&](const QueryTile& t) {
       const std::int32_t chunks = chunks_of(t);
-      for (std::int32_t c = 0; c < chunks; ++c) ++bucket[kv_tiles(chunk_end(t, c) - std::int32_t(c * chunk))];
+      for (std::int32_t c = 0; c < chunks; ++c) ++bucket[units(chunk_end(t, c) - std::int32_t(c * chunk))];
       num_work += chunks;
       if (chunks > 1) {
         num_outputs += std::int64_t(l.num_kv_heads) * t.rows;
@@ -298,7 +298,7 @@ void plan_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int
   plan.padded_work = graph ? l.graph_work : plan.num_work;
   plan.num_states = std::int32_t(num_states);
   plan.merge_outputs = std::int32_t(num_outputs);
-  // Counts to first slots, the most KV tiles first.
+  // Counts to first slots, the most units first.
   std::int32_t first_slot = 0;
   for (std::size_t k = bucket.size(); k-- > 0;) {
     const std::int32_t count = bucket[k];
@@ -332,7 +332,7 @@ void plan_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int
     for_each_tile([&](const QueryTile& t) {
       const std::int32_t chunks = chunks_of(t);
       if (chunks == 1) {  // the whole tile in one item, written directly to o
-        const std::int32_t x = bucket[kv_tiles(t.extent)]++;
+        const std::int32_t x = bucket[units(t.extent)]++;
         request[x] = t.request;
         q_row[x] = t.q_row;
         kv_begin[x] = 0;
@@ -344,7 +344,7 @@ void plan_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int
       // State (kv_head, row, chunk) = first_state + (kv_head * rows + row) * chunks + chunk.
       for (std::int32_t c = 0; c < chunks; ++c) {
         const std::int32_t begin = std::int32_t(c * chunk), end = chunk_end(t, c);
-        const std::int32_t x = bucket[kv_tiles(end - begin)]++;
+        const std::int32_t x = bucket[units(end - begin)]++;
         request[x] = t.request;
         q_row[x] = t.q_row;
         kv_begin[x] = begin;
