@@ -76,8 +76,9 @@ struct PrefillSm90 {
   static constexpr int kQSlots = smem_bytes(2) <= kSmemPerCta ? 2 : 1;
   // With two q slots, a consumer keeps its 64 q rows past its last score product and stages its
   // output rows there, so that they go out as whole 16-byte chunks of consecutive row bytes; the
-  // producer needs the slot only for the pair after next.
-  static constexpr bool kStagedOutput = kQSlots == 2;
+  // producer needs the slot only for the pair after next. Not with RoPE, where the staging made
+  // ptxas spill 8 bytes (head_dim 128, paged).
+  static constexpr bool kStagedOutput = kQSlots == 2 && !kRope;
   static constexpr int kKOffset = kQSlots * kQBytes;
   static constexpr int kVOffset = kKOffset + kStages * kTileBytes;
   static constexpr int kBarOffset = kVOffset + kStages * kTileBytes;
