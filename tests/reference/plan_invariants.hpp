@@ -234,11 +234,13 @@ inline std::string prefill_plan_problem(std::span<const std::int32_t> qo_indptr,
     if (p.kv_end[x] > kv[r]) return fail(item() + ": covers keys beyond the request's " + str(kv[r]));
     items_of[t].push_back(x);
   }
-  // Longest first, in units of KV tiles (items with as many tiles cost the same).
-  auto kv_tiles = [&](std::int64_t x) { return ceil_div(std::int64_t(p.kv_end[x]) - p.kv_begin[x], l.kv_tile_tokens); };
+  // Longest first, in sort units of keys (items with as many units cost about the same).
+  const std::int64_t unit = l.sort_unit_tokens();
+  if (unit < l.kv_tile_tokens || unit % l.kv_tile_tokens != 0) return fail("the sort unit is not a KV-tile multiple");
+  auto units = [&](std::int64_t x) { return ceil_div(std::int64_t(p.kv_end[x]) - p.kv_begin[x], unit); };
   for (std::int64_t x = 0; x + 1 < p.num_work; ++x)
-    if (kv_tiles(x) < kv_tiles(x + 1))
-      return fail("items " + str(x) + " and " + str(x + 1) + " are not ordered by descending KV tiles");
+    if (units(x) < units(x + 1))
+      return fail("items " + str(x) + " and " + str(x + 1) + " are not ordered by descending sort units");
 
   // Exact coverage of [0, extent) per tile; chunk layout of split tiles.
   const std::int64_t chunk = p.chunk_tokens;
