@@ -209,8 +209,7 @@ int main(int argc, char** argv) {
 
     // A decode step of a model: kLayers calls back to back in one graph, each on its own KV pool
     // copy (its layer); per call. Successive graphs take the next pool copies, so that L2 serves
-    // no call here either. On sm_90+ each call starts while the one before finishes
-    // (programmatic dependent launch).
+    // no call here either.
     constexpr int kLayers = 8;
     std::vector<cudaGraphExec_t> steps((sets + kLayers - 1) / kLayers);
     for (size_t g = 0; g < steps.size(); ++g) {
