@@ -405,26 +405,26 @@ struct PrefillSm90 {
     auto parity = [&](int t) { return uint32_t((done + t) / kStages) & 1; };
     // S = Q K^T of tile t into s, issued (not waited for): head_dim in k16 steps, a step moves
     // 32 bytes along a 128-byte row, and every 4 steps to the next 64-wide column block.
+    const uint64_t q_desc = sm90::sw128_desc(q_addr);
     auto issue_scores = [&](int t) {
-      const uint32_t k_addr = sm90::smem_u32(sh.k + stage(t) * kTileBytes);
+      const uint64_t k_desc = sm90::sw128_desc(sm90::smem_u32(sh.k + stage(t) * kTileBytes));
 #pragma unroll
       for (int kk = 0; kk < head_dim / 16; ++kk)
-        sm90::wgmma_ss<dtype>(s_flat, sm90::sw128_desc(q_addr + (kk / 4) * kRows * 128 + (kk % 4) * 32),
-                                   sm90::sw128_desc(k_addr + (kk / 4) * kKv * 128 + (kk % 4) * 32), kk > 0);
+        sm90::wgmma_ss<dtype>(s_flat, sm90::desc_advance(q_desc, (kk / 4) * kRows * 128 + (kk % 4) * 32),
+                              sm90::desc_advance(k_desc, (kk / 4) * kKv * 128 + (kk % 4) * 32), kk > 0);
       sm90::wgmma_commit();
     };
     // O += P V of tile t, issued: the tile's keys in k16 steps; 16 keys are two 1024-byte row
     // groups of V, whose 64-wide head-dim blocks are kKv * 128 bytes apart (leading byte offset).
     uint32_t p_frag[kKv / 16][4];  // weights of the tile whose O product is next or in flight
     auto issue_output = [&](int t) {
-      const uint32_t v_addr = sm90::smem_u32(sh.v + stage(t) * kTileBytes);
+      const uint64_t v_desc = sm90::sw128_desc(sm90::smem_u32(sh.v + stage(t) * kTileBytes), kKv * 128);
 #pragma unroll
-      for (int jj = 0; jj < kKv / 16; ++jj)
-        sm90::wgmma_rs<dtype>(o_flat, p_frag[jj], sm90::sw128_desc(v_addr + jj * 2048, kKv * 128));
+      for (int jj = 0; jj < kKv / 16; ++jj) sm90::wgmma_rs<dtype>(o_flat, p_frag[jj], sm90::desc_advance(v_desc, jj * 2048));
       sm90::wgmma_commit();
     };
     // Scores of tile t (landed in s) to weights, with the running max and sums; alpha rescales
-    // the output once the product before is done.
+    // the output before tile t's P V product.
     float alpha[2];
     auto softmax_scores = [&](int t) {
       const int start = cta.begin + t * kKv;
@@ -434,14 +434,21 @@ struct PrefillSm90 {
                         (mask == MaskMode::causal && start + kKv - 1 > cta.q_offset + cta.t_first) ||
                         (sliding_window && start < cta.q_offset + cta.t_last - p.window_left);
       if (edge) mask_scores(s, start, cta.end, key_lo, key_hi);
-      softmax_step(s, row_m, row_l, alpha, scale);
+      softmax_step</*kLazyMax=*/true>(s, row_m, row_l, alpha, scale);
+    };
+    // O shrinks by the alpha of the tile whose P V product goes out next, in that product's turn
+    // after the score product is issued (FlashAttention-3's order), so the multiplies run while
+    // the tensor cores do. The running max moves lazily (score_fragment.cuh): after the first
+    // tiles no row's alpha differs from 1 and the warp skips the 64 multiplies.
+    auto rescale_output = [&]() {
+      if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) rescale_rows(o, alpha);
     };
     auto turn_begin = [&]() { sm90::named_barrier_sync<256>(kTurnBarrier + g); };
     auto turn_end = [&]() { sm90::named_barrier_arrive<256>(kTurnBarrier + 1 - g); };
 
     // Software pipeline (FlashAttention-3's intra-warpgroup overlap): the scores of tile t are
     // computed while the output product of tile t - 1 runs, and its softmax overlaps that
-    // product too; only the rescale of O waits for it.
+    // product too; the weights of tile t wait for it (P registers in flight).
     sm90::mbar_wait(sh.q_full(n), sh.q_parity(n));
     // q's slot is free for a later pair once the last score product is done (or, with staged
     // output, once the rows are out).
@@ -472,6 +479,8 @@ struct PrefillSm90 {
       turn_begin();
       sm90::wgmma_fence();
       issue_scores(t);
+      rescale_output();  // by tile t - 1's alpha, while the score product runs
+      sm90::wgmma_fence();
       issue_output(t - 1);
       turn_end();
       sm90::wgmma_wait<1>();  // the scores
@@ -483,7 +492,6 @@ struct PrefillSm90 {
       sm90::pin(o_flat);
       sm90::pin(p_frag);
       sm90::mbar_arrive(sh.v_empty(stage(t - 1)));
-      rescale_rows(o, alpha);
 #pragma unroll
       for (int jj = 0; jj < kKv / 16; ++jj) weights_fragment<dtype>(p_frag[jj], s, jj);
     }
@@ -492,6 +500,7 @@ struct PrefillSm90 {
       sm90::mbar_wait(sh.v_full(stage(last)), parity(last));
       sm90::fence_async_shared();
       turn_begin();
+      rescale_output();
       sm90::wgmma_fence();
       issue_output(last);
       turn_end();

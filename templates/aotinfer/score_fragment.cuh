@@ -41,7 +41,13 @@ __device__ __forceinline__ void mask_scores(float (&s)[kTiles][4], int start, in
 // x the raw product or (soft cap) the capped score already in log2 units. Turns s into the
 // tile's weights, updates the running max and the per-thread partial row sums (the quad sums
 // them in the epilogue), and gives the factor alpha by which earlier output rows must shrink.
-template <int kTiles>
+//
+// kLazyMax: the running max moves only when the tile's exceeds it by more than 2^kLazyMaxLog2
+// in weight (weights up to 256 are exact enough in 16 bits and far from overflow in the fp32
+// sums), so after the first tiles alpha is exactly 1 and the caller can skip the rescale. The
+// result is the same softmax: m is any reference both the weights and the sums share.
+constexpr float kLazyMaxLog2 = 8.f;
+template <bool kLazyMax = false, int kTiles>
 __device__ __forceinline__ void softmax_step(float (&s)[kTiles][4], float (&row_m)[2], float (&row_l)[2],
                                              float (&alpha)[2], float scale) {
   float tile_max[2] = {fmaxf(s[0][0], s[0][1]), fmaxf(s[0][2], s[0][3])};
@@ -54,8 +60,10 @@ __device__ __forceinline__ void softmax_step(float (&s)[kTiles][4], float (&row_
   for (int h = 0; h < 2; ++h) {
     tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
     tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
-    const float new_m = fmaxf(row_m[h], tile_max[h]);
-    alpha[h] = new_m == -INFINITY ? 1.f : fast_exp2((row_m[h] - new_m) * scale);
+    // (-inf - -inf is NaN: a row that has seen no key keeps m = -inf either way.)
+    const bool moves = !kLazyMax || (tile_max[h] - row_m[h]) * scale > kLazyMaxLog2;
+    const float new_m = moves ? fmaxf(row_m[h], tile_max[h]) : row_m[h];
+    alpha[h] = !moves || new_m == -INFINITY ? 1.f : fast_exp2((row_m[h] - new_m) * scale);
     row_m[h] = new_m;
     m_scaled[h] = new_m == -INFINITY ? 0.f : new_m * scale;  // masked scores stay -inf: p = 0
   }

@@ -29,6 +29,10 @@ __device__ __forceinline__ int sw128_offset(int rows, int row, int chunk) {
 __device__ __forceinline__ uint64_t sw128_desc(uint32_t addr, uint32_t lbo = 16) {
   return uint64_t((addr & 0x3FFFF) >> 4) | uint64_t(lbo >> 4) << 16 | uint64_t(1024 >> 4) << 32 | uint64_t(1) << 62;
 }
+// The descriptor `desc` moved `bytes` (a multiple of 16) further on. The start address is the
+// low field, in 16-byte units; shared addresses stay below 256 KB, so the sum never carries out
+// of it, and a step costs one add instead of rebuilding the descriptor.
+__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
 
 // Ordering of wgmma against the registers it reads and writes: `fence` before the first wgmma
 // of a batch whose accumulators or A registers ordinary code wrote; `commit` closes a batch;
