@@ -439,7 +439,7 @@ struct PrefillSm90 {
     // O shrinks by the alpha of the tile whose P V product goes out next, in that product's turn
     // after the score product is issued (FlashAttention-3's order), so the multiplies run while
     // the tensor cores do. The running max moves lazily (score_fragment.cuh): after the first
-    // tiles no row's alpha differs from 1 and the warp skips the 64 multiplies.
+    // tiles a warp's alphas are usually all 1, and then it skips the 64 multiplies.
     auto rescale_output = [&]() {
       if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) rescale_rows(o, alpha);
     };

@@ -44,7 +44,7 @@ __device__ __forceinline__ void mask_scores(float (&s)[kTiles][4], int start, in
 //
 // kLazyMax: the running max moves only when the tile's exceeds it by more than 2^kLazyMaxLog2
 // in weight (weights up to 256 are exact enough in 16 bits and far from overflow in the fp32
-// sums), so after the first tiles alpha is exactly 1 and the caller can skip the rescale. The
+// sums), so after the first tiles alpha is usually exactly 1 and the caller can skip the rescale. The
 // result is the same softmax: m is any reference both the weights and the sums share.
 constexpr float kLazyMaxLog2 = 8.f;
 template <bool kLazyMax = false, int kTiles>
