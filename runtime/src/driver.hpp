@@ -14,7 +14,7 @@ struct Driver {
   X(cuCtxSetCurrent) X(cuCtxGetDevice) X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) \
   X(cuModuleGetGlobal) X(cuMemcpyDtoH) X(cuLaunchKernel) X(cuFuncSetAttribute)                   \
   X(cuOccupancyMaxActiveBlocksPerMultiprocessor) X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemcpyHtoDAsync)  \
-  X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize) X(cuEventDestroy)
+  X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize) X(cuEventDestroy) X(cuTensorMapEncodeTiled)
 #define AOTINFER_DECLARE(name) decltype(&::name) name = nullptr;
   AOTINFER_DRIVER_FUNCTIONS(AOTINFER_DECLARE)
 #undef AOTINFER_DECLARE

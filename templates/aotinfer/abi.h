@@ -23,6 +23,18 @@ typedef struct aotinfer_launch_info {
   uint32_t tile[4];            /* family-specific sizes the host needs (see the family's header) */
 } aotinfer_launch_info;
 
+/* A TMA tensor map (the driver's CUtensorMap): 128 bytes the host encodes with
+ * cuTensorMapEncodeTiled and a kernel reads from its params, 128-byte aligned as cuda.h
+ * declares it. */
+#ifdef __cplusplus
+#define AOTINFER_ALIGNAS(n) alignas(n)
+#else
+#define AOTINFER_ALIGNAS(n) _Alignas(n)
+#endif
+typedef struct aotinfer_tensor_map {
+  AOTINFER_ALIGNAS(128) uint64_t opaque[16];
+} aotinfer_tensor_map;
+
 #ifdef __cplusplus
 namespace aotinfer {
 /* Launch geometry for an entry taking `Params`; used inside templates' constexpr traits. */

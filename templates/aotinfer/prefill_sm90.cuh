@@ -4,9 +4,11 @@
 // A persistent CTA of three warpgroups works through (item, KV head) pairs (see run()), 128
 // packed query rows each:
 //   - the producer (warpgroup 0, few registers) copies a pair's q and then its K and V tiles of
-//     kKv keys into a ring of 128-byte-swizzled shared-memory stages with cp.async, through the
-//     KvRows policy (paged or ragged rows), rotating q and K for RoPE on the way; per stage, an
-//     mbarrier says "K landed" and another "V landed";
+//     kKv keys into a ring of 128-byte-swizzled shared-memory stages; per stage, an mbarrier
+//     says "K landed" and another "V landed". Where the host encoded tensor maps (q, and ragged
+//     K and V; aotinfer/params/batch_prefill.h), one thread issues a TMA copy per 64-column
+//     block; otherwise the warpgroup copies rows with cp.async through the KvRows policy (paged
+//     or ragged rows), converting q and rotating q and K for RoPE on the way;
 //   - two consumers (warpgroups 1 and 2, the freed registers) own 64 rows each:
 //       S = Q K^T  wgmma, A = q and B = K from shared memory (both K-major),
 //       online softmax on S in registers (aotinfer/score_fragment.cuh),
@@ -47,6 +49,10 @@ struct PrefillSm90 {
   static_assert(prefill_sm90_serves<dtype_q, dtype_kv, head_dim, dtype_o>(), "head_dim 64, 96, 128 or 256; 16-bit types");
   using dtype = dtype_kv;  // the wgmma operand type
   static constexpr bool kRope = pos_encoding == PosEncoding::rope_llama;
+  // Whether the TMA unit can copy every operand as it is: ragged K and V (page tables stay with
+  // cp.async), no RoPE rotation and no conversion of q.
+  static constexpr bool kReadsTensorMaps =
+      std::is_same_v<KvRows<dtype_kv>, RaggedKvRows<dtype_kv>> && std::is_same_v<dtype_q, dtype_kv> && !kRope;
   static constexpr int kConsumers = 2;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kRows = 64 * kConsumers;  // packed query rows per CTA
@@ -114,8 +120,13 @@ struct PrefillSm90 {
   static __device__ __forceinline__ bool copies() { return int(threadIdx.x % kThreadsPerRow) < kPairsPerRow; }
   static_assert(kRows % kRowsPerPass == 0 && kKv % kRowsPerPass == 0, "tile shape");
 
-  static constexpr aotinfer_launch_info launch =
-      make_launch_info<aotinfer_batch_prefill_params>(kThreads, kSmemBytes, kRows, kKv, head_dim, /*persistent=*/1);
+  static constexpr aotinfer_launch_info launch = make_launch_info<aotinfer_batch_prefill_params>(
+      kThreads, kSmemBytes, kRows, kKv, head_dim,
+      AOTINFER_PREFILL_PERSISTENT | (kReadsTensorMaps ? AOTINFER_PREFILL_READS_TENSOR_MAPS : 0u));
+  // Whether this launch's copies go through the maps (the host encodes them where it can).
+  static __device__ __forceinline__ bool by_tma(const aotinfer_batch_prefill_params& p) {
+    return kReadsTensorMaps && p.tensor_maps_encoded;
+  }
 
   using Cta = PrefillCta<KvRows, dtype_kv, mask, sliding_window>;
 
@@ -176,14 +187,16 @@ struct PrefillSm90 {
     char* base = smem_raw + ((1024 - sm90::smem_u32(smem_raw) % 1024) % 1024);
     const Shared sh(base);
     if (threadIdx.x == 0) {
+      // "Landed" barriers take an arrival from each copying thread: one issues TMA copies.
+      const int copiers = by_tma(p) ? 1 : 128;
       for (int slot = 0; slot < kQSlots; ++slot) {
-        sm90::mbar_init(sh.q_full(slot), 128);
+        sm90::mbar_init(sh.q_full(slot), copiers);
         sm90::mbar_init(sh.q_empty(slot), 128 * kConsumers);
       }
       for (int n = 1; n <= 4; ++n) sm90::mbar_init(sh.pair_full(n), 1);
       for (int s = 0; s < kStages; ++s) {
-        sm90::mbar_init(sh.k_full(s), 128);
-        sm90::mbar_init(sh.v_full(s), 128);
+        sm90::mbar_init(sh.k_full(s), copiers);
+        sm90::mbar_init(sh.v_full(s), copiers);
         sm90::mbar_init(sh.k_empty(s), 128 * kConsumers);
         sm90::mbar_init(sh.v_empty(s), 128 * kConsumers);
       }
@@ -196,7 +209,8 @@ struct PrefillSm90 {
     const int role = threadIdx.x / 128;
     if (role == 0) {
       sm90::shrink_registers<kProducerRegs>();
-      produce(p, sh, pairs, num_work);
+      if (!by_tma(p)) produce(p, sh, pairs, num_work);
+      else if (threadIdx.x == 0) produce_by_tma(p, sh, pairs, num_work);
     } else {
       sm90::grow_registers<kConsumerRegs>();
       consume(p, sh, role - 1, pairs, num_work);
@@ -309,6 +323,52 @@ struct PrefillSm90 {
     } else {
       sm90::fence_async_shared();
       sm90::mbar_arrive(sh.q_full(n));
+    }
+  }
+
+  // produce() where the host encoded tensor maps: one thread issues a TMA copy per 64-column
+  // block of q and of each K and V tile, in the same order and through the same barriers. q's
+  // box holds the tile's packed rows in order (the host encodes it only where the group size
+  // divides kRows, so q_row / group is the tile's first token).
+  static __device__ void produce_by_tma(const aotinfer_batch_prefill_params& p, const Shared& sh, int pairs,
+                                        int num_work) {
+    if constexpr (kReadsTensorMaps) {
+      sm90::tma_prefetch_map(&p.q_map);
+      sm90::tma_prefetch_map(&p.k_map);
+      sm90::tma_prefetch_map(&p.v_map);
+      const int active = min(int(gridDim.x), pairs);
+      int done = 0, w = blockIdx.x;
+#pragma unroll 1
+      for (int n = 0;; ++n) {
+        if (n > 0) w = sh.announced(n);
+        if (w >= pairs) break;
+        const int next = next_pair(p.pair_counter, active, pairs);
+        const Cta cta(p, w % num_work, w / num_work, pairs / num_work, kRows, kKv);
+        if (n >= kQSlots) sm90::mbar_wait(sh.q_empty(n), sh.q_parity(n) ^ 1);
+        sm90::mbar_arrive_expect_tx(sh.q_full(n), kQBytes);
+        const int q_token = cta.qo_begin + cta.q_row / cta.group;
+#pragma unroll
+        for (int b = 0; b < kTileDim / 64; ++b)
+          sm90::tma_load_3d(sh.q_slot(n) + b * kRows * 128, &p.q_map, sh.q_full(n), b * 64, cta.kv_head * cta.group,
+                            q_token);
+#pragma unroll 1
+        for (int tile = 0; tile < cta.num_tiles; ++tile) {
+          const int ring = done + tile, s = ring % kStages, use = ring / kStages;
+          const int token = cta.rows.first + cta.begin + tile * kKv;  // the boxes' first row
+          if (use > 0) sm90::mbar_wait(sh.k_empty(s), (use - 1) & 1);
+          sm90::mbar_arrive_expect_tx(sh.k_full(s), kTileBytes);
+#pragma unroll
+          for (int b = 0; b < kTileDim / 64; ++b)
+            sm90::tma_load_3d(sh.k + s * kTileBytes + b * kKv * 128, &p.k_map, sh.k_full(s), b * 64, cta.kv_head, token);
+          if (use > 0) sm90::mbar_wait(sh.v_empty(s), (use - 1) & 1);
+          sm90::mbar_arrive_expect_tx(sh.v_full(s), kTileBytes);
+#pragma unroll
+          for (int b = 0; b < kTileDim / 64; ++b)
+            sm90::tma_load_3d(sh.v + s * kTileBytes + b * kKv * 128, &p.v_map, sh.v_full(s), b * 64, cta.kv_head, token);
+        }
+        done += cta.num_tiles;
+        sh.announce(n + 1, next);
+      }
     }
   }
 
@@ -552,7 +612,10 @@ struct PrefillSm90 {
                 *reinterpret_cast<const uint4*>(staging + sm90::sw128_offset(kRows, row, c));
         }
       }
-      release_q();  // after this thread's reads of the staged rows
+      // After this thread's accesses to the staged rows, which the slot's next TMA copy (async
+      // proxy) must not overtake.
+      sm90::fence_async_shared();
+      release_q();
     }
   }
 };

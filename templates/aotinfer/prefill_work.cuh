@@ -47,11 +47,12 @@ struct RaggedKvRows {
   const T* k;
   const T* v;
   int64_t stride_token;
+  int first;  // the request's key 0 is token `first` of k and v
   int length;
 
   __device__ __forceinline__ RaggedKvRows(const aotinfer_batch_prefill_params& p, int request, int kv_head) {
     const aotinfer_ragged_kv& kv = p.ragged;
-    const int first = kv.indptr[request];
+    first = kv.indptr[request];
     const int64_t base = int64_t(first) * kv.stride_token + kv_head * kv.stride_head;
     k = static_cast<const T*>(kv.k) + base;
     v = static_cast<const T*>(kv.v) + base;

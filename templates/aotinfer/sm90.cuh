@@ -1,5 +1,6 @@
 // Hopper building blocks (sm_90a): shared-memory matrix descriptors and warpgroup MMA (wgmma),
-// mbarriers, cp.async arrivals, the async-proxy fence, named barriers and register reallocation.
+// mbarriers, cp.async arrivals, TMA copies, the async-proxy fence, named barriers and register
+// reallocation.
 // Only the sm_90a compile pass may instantiate code that calls them (templates/batch_prefill.cuh
 // selects on __CUDA_ARCH_FEAT_SM90_ALL).
 #pragma once
@@ -232,6 +233,28 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
 // count includes it: noinc).
 __device__ __forceinline__ void cp_async_arrive(uint64_t* bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+
+// Arms `bar` for `bytes` more bytes of bulk copies (complete_tx) and arrives on it: its phase
+// completes once every arrival and every armed byte is in.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+}
+
+// TMA: the box at coordinates (c0, c1, c2) of the tensor that `map` describes (a tensor map the
+// host encoded, in the kernel's __grid_constant__ params or in global memory), copied to `dst`
+// in shared memory in the map's swizzle; its bytes count towards `bar`'s armed bytes. Elements
+// outside the tensor land as zeros.
+__device__ __forceinline__ void tma_load_3d(void* dst, const void* map, uint64_t* bar, int c0, int c1, int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(
+          smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(smem_u32(bar))
+      : "memory");
+}
+// Fetches a tensor map into the TMA unit's cache ahead of its first use.
+__device__ __forceinline__ void tma_prefetch_map(const void* map) {
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
 }
 
 // Makes this thread's completed shared-memory writes (stores, landed cp.async) visible to the

@@ -172,6 +172,10 @@ Problem make_problem(std::mt19937_64& rng, const Case& c) {
       p.k_bytes.insert(p.k_bytes.end(), kb[i].begin(), kb[i].end());
       p.v_bytes.insert(p.v_bytes.end(), vb[i].begin(), vb[i].end());
     }
+    // Spare NaN rows past the batch's, as a buffer with room for more tokens holds: a tile's
+    // last rows reach past its request, and none of these may weigh in a result.
+    p.k_bytes.resize(p.k_bytes.size() + 3 * row * 2, 0xff);
+    p.v_bytes.resize(p.v_bytes.size() + 3 * row * 2, 0xff);
     return p;
   }
   // Paged: pages in a random order among a few spare (NaN) pages.

@@ -36,15 +36,23 @@
  * Items x >= *num_work exit at once (CUDA-graph padding).
  *
  * Launch info: tile[0] = packed query rows per CTA, tile[1] = KV tokens per pipeline stage,
- * tile[2] = head_dim, tile[3] = 0: grid (padded work, num_kv_heads) as above; 1: persistent,
- * grid.x = at most one wave of CTAs (SMs x resident CTAs per SM), which take the (item, KV head)
- * pairs w = kv_head * *num_work + item below *num_work * num_kv_heads: first w = blockIdx.x,
- * then the next untaken one from *pair_counter (which the launch leaves at 0 again). */
+ * tile[2] = head_dim, tile[3] = flags:
+ *   AOTINFER_PREFILL_PERSISTENT clear: grid (padded work, num_kv_heads) as above; set:
+ *     persistent, grid.x = at most one wave of CTAs (SMs x resident CTAs per SM), which take the
+ *     (item, KV head) pairs w = kv_head * *num_work + item below *num_work * num_kv_heads: first
+ *     w = blockIdx.x, then the next untaken one from *pair_counter (which the launch leaves at 0
+ *     again);
+ *   AOTINFER_PREFILL_READS_TENSOR_MAPS: the kernel reads q and ragged k and v through the tensor
+ *     maps of the params when tensor_maps_encoded says the host encoded them, and copies their
+ *     rows itself when not. */
+#define AOTINFER_PREFILL_PERSISTENT 1u
+#define AOTINFER_PREFILL_READS_TENSOR_MAPS 2u
 #ifndef AOTINFER_PARAMS_BATCH_PREFILL_H
 #define AOTINFER_PARAMS_BATCH_PREFILL_H
 
 #include <stdint.h>
 
+#include "aotinfer/abi.h"
 #include "aotinfer/params/paged_kv.h"
 
 /* Ragged KV: request i owns tokens indptr[i] .. indptr[i+1] of k and v, token t of KV head h at
@@ -85,6 +93,19 @@ typedef struct aotinfer_batch_prefill_params {
   float logits_soft_cap;
   float rope_rcp_scale;
   float rope_rcp_theta;
+
+  /* TMA maps (launch info flags above), all three-dimensional and 128-byte swizzled, boxes of 64
+   * head_dim columns (a head_dim 96 row's second box reads 32 columns past the tensor: zeros):
+   *   q_map: q as (head_dim, num_qo_heads, total_q), box 64 x group x (tile[0] / group), so that
+   *     a box is one tile's packed rows in order;
+   *   k_map, v_map: ragged k and v as (head_dim, num_kv_heads, indptr[batch]), box 64 x 1 x tile[1].
+   * A tile's box may reach into the next request's rows, which the kernel masks or discards;
+   * rows past the batch land as zeros. The runtime encodes them outside CUDA-graph mode (later
+   * plans move the ends) where group divides tile[0]. */
+  int32_t tensor_maps_encoded;
+  aotinfer_tensor_map q_map;
+  aotinfer_tensor_map k_map;
+  aotinfer_tensor_map v_map;
 } aotinfer_batch_prefill_params;
 
 #endif
