@@ -344,7 +344,9 @@ Case random_case(std::mt19937_64& rng, BatchPrefillConfig c) {
   const int group = pick<int>(rng, {1, 2, 3, 4, 8});
   c.num_kv_heads = uniform(rng, 1, 3);
   c.num_qo_heads = c.num_kv_heads * group;
-  c.page_size = pick<int>(rng, {1, 16, 64});
+  // Pages the Hopper kernel copies by TMA (multiples of 8 that divide its tiles or are divided
+  // by them) and pages it copies by cp.async.
+  c.page_size = pick<int>(rng, {1, 8, 16, 24, 64, 256});
   if (c.kv_storage == KvStorage::paged) c.layout = pick<KvLayout>(rng, {KvLayout::nhd, KvLayout::hnd});
   Case k{c, {}, {}};
   const int batch = uniform(rng, 1, 4);
@@ -389,13 +391,13 @@ TEST_CASE("batch_prefill of qo_len 1..4096 mixed with kv_len 0..32k in one batch
   REQUIRE_SOME_RAN(ran);
 }
 
-TEST_CASE("batch_prefill over GQA group sizes 1..8 and 16, page sizes 1, 16, 64 and both layouts", "[gpu]") {
+TEST_CASE("batch_prefill over GQA group sizes 1..8 and 16, page sizes 1 to 256 and both layouts", "[gpu]") {
   SEEDED_RNG(rng);
   int ran = 0;
   for (int group : {1, 2, 3, 4, 5, 6, 7, 8, 16})
     for (KvStorage storage : {KvStorage::paged, KvStorage::ragged}) {
       Case c{base_config(storage, MaskMode::causal, 2 * group, 2), {}, {}};
-      c.config.page_size = pick<int>(rng, {1, 16, 64});
+      c.config.page_size = pick<int>(rng, {1, 8, 16, 24, 64, 256});
       c.config.layout = storage == KvStorage::paged ? pick<KvLayout>(rng, {KvLayout::nhd, KvLayout::hnd}) : KvLayout::nhd;
       for (int i = 0; i < 3; ++i) {
         const std::int32_t qo = uniform(rng, 1, 200);
