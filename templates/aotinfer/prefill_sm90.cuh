@@ -175,7 +175,7 @@ struct PrefillSm90 {
   // major, as the hardware would schedule an (items, heads) grid, so CTAs running together read
   // the same head's K and V, which stay in L2 (item major, 132 CTAs would stream up to 132
   // heads' KV from DRAM), and within a head longest item first (the planner's order). One wave
-  // of CTAs (launch info tile[3] = 1) takes pairs 0 .. gridDim.x - 1, then each CTA takes the
+  // of CTAs (launch info flag AOTINFER_PREFILL_PERSISTENT) takes pairs 0 .. gridDim.x - 1, then each CTA takes the
   // next untaken pair from a device counter as it starts on one (next_pair), so costly causal
   // items balance as they would under the hardware's dynamic CTA order, and the producer copies
   // the next pair's q and first tiles while the consumers finish the last one; the ring's stages
