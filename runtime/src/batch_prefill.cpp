@@ -30,24 +30,28 @@ std::size_t float_bytes(std::int64_t states, int head_dim) {
 
 std::string value(bool b) { return b ? "true" : "false"; }
 
-// The TMA maps of q and ragged K/V for a kernel that reads through them. A map stops at the
-// tensor's end, not a request's: a tile's last box may read the next request's rows (which the
-// kernel masks), and the maps end at the plan's total_q and kv_indptr[batch] rows, so that rows
-// past the batch (perhaps never written, NaN) land as zeros and weigh nothing in P V. Not in
-// CUDA-graph mode, where later plans replay this launch with other ends; nor where the group
-// size does not divide the tile (q's box is a whole tile of packed rows).
+// The TMA maps of q and ragged K/V for a kernel that reads through them (paged kernels read
+// q's only). A map stops at the tensor's end, not a request's: a tile's last box may read the
+// next request's rows (which the kernel masks), and the maps end at the plan's total_q and
+// kv_indptr[batch] rows, so that rows past the batch (perhaps never written, NaN) land as zeros
+// and weigh nothing in P V. Not in CUDA-graph mode, where later plans replay this launch with
+// other ends; nor where the group size does not divide the tile (q's box is a whole tile of
+// packed rows).
 void encode_tensor_maps(aotinfer_batch_prefill_params& p, const aotinfer_launch_info& info, const BatchPrefillConfig& c,
                         std::int64_t total_q, std::int64_t total_kv) {
   const int tile_rows = int(info.tile[0]), kv_tile = int(info.tile[1]), group = c.num_qo_heads / c.num_kv_heads;
-  if (!(info.tile[3] & AOTINFER_PREFILL_READS_TENSOR_MAPS) || c.kv_storage != KvStorage::ragged || c.cuda_graph ||
-      tile_rows % group != 0 || total_kv == 0)
+  const bool ragged = c.kv_storage == KvStorage::ragged;
+  if (!(info.tile[3] & AOTINFER_PREFILL_READS_TENSOR_MAPS) || c.cuda_graph || tile_rows % group != 0 ||
+      total_q == 0 || (ragged && total_kv == 0))
     return;
   p.q_map = detail::rows_tensor_map(c.dtype_q, p.q, total_q, c.num_qo_heads, c.head_dim,
                                     std::int64_t(c.num_qo_heads) * c.head_dim, group, tile_rows / group);
-  p.k_map = detail::rows_tensor_map(c.dtype_kv, p.ragged.k, total_kv, c.num_kv_heads, c.head_dim, p.ragged.stride_token,
-                                    1, kv_tile);
-  p.v_map = detail::rows_tensor_map(c.dtype_kv, p.ragged.v, total_kv, c.num_kv_heads, c.head_dim, p.ragged.stride_token,
-                                    1, kv_tile);
+  if (ragged) {
+    p.k_map = detail::rows_tensor_map(c.dtype_kv, p.ragged.k, total_kv, c.num_kv_heads, c.head_dim,
+                                      p.ragged.stride_token, 1, kv_tile);
+    p.v_map = detail::rows_tensor_map(c.dtype_kv, p.ragged.v, total_kv, c.num_kv_heads, c.head_dim,
+                                      p.ragged.stride_token, 1, kv_tile);
+  }
   p.tensor_maps_encoded = 1;
 }
 

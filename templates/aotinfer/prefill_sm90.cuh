@@ -49,10 +49,11 @@ struct PrefillSm90 {
   static_assert(prefill_sm90_serves<dtype_q, dtype_kv, head_dim, dtype_o>(), "head_dim 64, 96, 128 or 256; 16-bit types");
   using dtype = dtype_kv;  // the wgmma operand type
   static constexpr bool kRope = pos_encoding == PosEncoding::rope_llama;
-  // Whether the TMA unit can copy every operand as it is: ragged K and V (page tables stay with
-  // cp.async), no RoPE rotation and no conversion of q.
-  static constexpr bool kReadsTensorMaps =
-      std::is_same_v<KvRows<dtype_kv>, RaggedKvRows<dtype_kv>> && std::is_same_v<dtype_q, dtype_kv> && !kRope;
+  // Which operands the TMA unit can copy as they are: q where it needs no conversion or RoPE
+  // rotation, and then ragged K and V too (page tables stay with cp.async: a box per page was
+  // slower, docs/PERF.md 5.15).
+  static constexpr bool kReadsQMap = std::is_same_v<dtype_q, dtype_kv> && !kRope;
+  static constexpr bool kReadsKvMaps = kReadsQMap && std::is_same_v<KvRows<dtype_kv>, RaggedKvRows<dtype_kv>>;
   static constexpr int kConsumers = 2;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kRows = 64 * kConsumers;  // packed query rows per CTA
@@ -122,10 +123,13 @@ struct PrefillSm90 {
 
   static constexpr aotinfer_launch_info launch = make_launch_info<aotinfer_batch_prefill_params>(
       kThreads, kSmemBytes, kRows, kKv, head_dim,
-      AOTINFER_PREFILL_PERSISTENT | (kReadsTensorMaps ? AOTINFER_PREFILL_READS_TENSOR_MAPS : 0u));
+      AOTINFER_PREFILL_PERSISTENT | (kReadsQMap ? AOTINFER_PREFILL_READS_TENSOR_MAPS : 0u));
   // Whether this launch's copies go through the maps (the host encodes them where it can).
-  static __device__ __forceinline__ bool by_tma(const aotinfer_batch_prefill_params& p) {
-    return kReadsTensorMaps && p.tensor_maps_encoded;
+  static __device__ __forceinline__ bool q_by_tma(const aotinfer_batch_prefill_params& p) {
+    return kReadsQMap && p.tensor_maps_encoded;
+  }
+  static __device__ __forceinline__ bool kv_by_tma(const aotinfer_batch_prefill_params& p) {
+    return kReadsKvMaps && p.tensor_maps_encoded;
   }
 
   using Cta = PrefillCta<KvRows, dtype_kv, mask, sliding_window>;
@@ -135,7 +139,7 @@ struct PrefillSm90 {
     char* k;  // stage s at k + s * kTileBytes
     char* v;
     uint64_t* bars;
-    int64_t* offsets;  // element offsets of a tile's keys, slot n % 2 for the n-th tile of the CTA
+    int64_t* offsets;  // byte offsets of a tile's keys, slot n % 2 for the n-th tile of the CTA
     int* pair;         // 4 slots: see announce()
     float* freq;
     __device__ __forceinline__ explicit Shared(char* base)
@@ -188,15 +192,15 @@ struct PrefillSm90 {
     const Shared sh(base);
     if (threadIdx.x == 0) {
       // "Landed" barriers take an arrival from each copying thread: one issues TMA copies.
-      const int copiers = by_tma(p) ? 1 : 128;
+      const int q_copiers = q_by_tma(p) ? 1 : 128, kv_copiers = kv_by_tma(p) ? 1 : 128;
       for (int slot = 0; slot < kQSlots; ++slot) {
-        sm90::mbar_init(sh.q_full(slot), copiers);
+        sm90::mbar_init(sh.q_full(slot), q_copiers);
         sm90::mbar_init(sh.q_empty(slot), 128 * kConsumers);
       }
       for (int n = 1; n <= 4; ++n) sm90::mbar_init(sh.pair_full(n), 1);
       for (int s = 0; s < kStages; ++s) {
-        sm90::mbar_init(sh.k_full(s), copiers);
-        sm90::mbar_init(sh.v_full(s), copiers);
+        sm90::mbar_init(sh.k_full(s), kv_copiers);
+        sm90::mbar_init(sh.v_full(s), kv_copiers);
         sm90::mbar_init(sh.k_empty(s), 128 * kConsumers);
         sm90::mbar_init(sh.v_empty(s), 128 * kConsumers);
       }
@@ -209,27 +213,38 @@ struct PrefillSm90 {
     const int role = threadIdx.x / 128;
     if (role == 0) {
       sm90::shrink_registers<kProducerRegs>();
-      if (!by_tma(p)) produce(p, sh, pairs, num_work);
-      else if (threadIdx.x == 0) produce_by_tma(p, sh, pairs, num_work);
+      produce(p, sh, pairs, num_work);
     } else {
       sm90::grow_registers<kConsumerRegs>();
       consume(p, sh, role - 1, pairs, num_work);
     }
   }
 
-  // Keys row0 + kRowsPerPass i of a tile (element offsets in `offsets`): this thread's chunks c
-  // and c + kChunks / 2.
-  static __device__ __forceinline__ void copy_rows(const dtype_kv* src, const int64_t* offsets, char* tile, int start,
-                                                   int end) {
+  // Keys row0 + kRowsPerPass i of a tile, at the byte offsets `offsets` from `src`: this thread's
+  // chunks c and c + kChunks / 2. The addresses of four rows are formed before their copies so
+  // that the copies issue back to back (eight spilled in some variants, ptxas -v),
+  // and only a tile that reaches past the request's last key (`partial`) tests its keys: the
+  // producer's instructions share the SM's issue slots with the consumers' products.
+  template <bool partial>
+  static __device__ __forceinline__ void copy_rows(const char* src, const int64_t* offsets, char* tile,
+                                                   int valid_keys) {
+    constexpr int kRowsPerThread = kKv / kRowsPerPass, kBatch = 4;
+    static_assert(kRowsPerThread % kBatch == 0, "whole batches of rows");
     const int c = threadIdx.x % kThreadsPerRow, row0 = threadIdx.x / kThreadsPerRow;
     if (!copies()) return;
 #pragma unroll
-    for (int i = 0; i < kKv / kRowsPerPass; ++i) {
-      const int key = row0 + i * kRowsPerPass;
-      const bool valid = start + key < end;
-      const dtype_kv* from = src + offsets[key];
-      cp_async_16(tile + sm90::sw128_offset(kKv, key, c), from + c * 8, valid);
-      cp_async_16(tile + sm90::sw128_offset(kKv, key, c + kChunks / 2), from + (c + kChunks / 2) * 8, valid);
+    for (int i0 = 0; i0 < kRowsPerThread; i0 += kBatch) {
+      const char* from[kBatch];
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i) from[i] = src + offsets[row0 + (i0 + i) * kRowsPerPass] + c * 16;
+#pragma unroll
+      for (int i = 0; i < kBatch; ++i) {
+        const int key = row0 + (i0 + i) * kRowsPerPass;
+        const bool valid = !partial || key < valid_keys;
+        cp_async_16(tile + sm90::sw128_offset(kKv, key, c), from[i], valid);
+        // Chunk c + kChunks / 2 is kChunks / 2 * 16 = head_dim bytes further (16-bit elements).
+        cp_async_16(tile + sm90::sw128_offset(kKv, key, c + kChunks / 2), from[i] + head_dim, valid);
+      }
     }
   }
 
@@ -252,12 +267,21 @@ struct PrefillSm90 {
   }
 
   // Warpgroup 0: q, then K and V of every tile into the ring. The copies arrive on a stage's
-  // "full" barrier by themselves once they land (cp.async.mbarrier.arrive.noinc), so the
-  // producer never waits for its own copies and runs ahead as far as the stages allow; what it
-  // writes with ordinary stores (converted or rotated q, rotated K) it fences for the async
-  // proxy and announces with a plain arrive. The consumers fence after their waits too: the
-  // cp.async writes are generic-proxy writes of other threads, which wgmma reads next.
+  // "full" barrier by themselves once they land (cp.async.mbarrier.arrive.noinc, or the TMA
+  // unit's transaction count), so the producer never waits for its own copies and runs ahead as
+  // far as the stages allow; what it writes with ordinary stores (converted or rotated q,
+  // rotated K) it fences for the async proxy and announces with a plain arrive. The consumers
+  // fence after their waits too: the cp.async writes are generic-proxy writes of other threads,
+  // which wgmma reads next. Where the TMA unit copies K and V, thread 0 issues every copy and
+  // the other threads leave.
   static __device__ void produce(const aotinfer_batch_prefill_params& p, const Shared& sh, int pairs, int num_work) {
+    const bool q_tma = q_by_tma(p), kv_tma = kv_by_tma(p);
+    if (kv_tma && threadIdx.x != 0) return;
+    if (q_tma && threadIdx.x == 0) sm90::tma_prefetch_map(&p.q_map);
+    if (kv_tma) {
+      sm90::tma_prefetch_map(&p.k_map);
+      sm90::tma_prefetch_map(&p.v_map);
+    }
     const int active = min(int(gridDim.x), pairs);  // CTAs that take pairs
     int done = 0;  // tiles this CTA loaded before the current pair: the ring position
     int w = blockIdx.x;
@@ -269,16 +293,20 @@ struct PrefillSm90 {
       const int next = threadIdx.x == 0 ? next_pair(p.pair_counter, active, pairs) : 0;
       const Cta cta(p, w % num_work, w / num_work, pairs / num_work, kRows, kKv);
       // The first page lookup goes out before any wait.
-      const int64_t first_offset = key_offset(cta, 0);
+      const int64_t first_offset = kv_tma ? 0 : key_offset(cta, 0);
       // The q slot's last pair is done with it (the consumers' last score product).
       if (n >= kQSlots) sm90::mbar_wait(sh.q_empty(n), sh.q_parity(n) ^ 1);
-      load_q(p, cta, sh, n);
-      load_kv(cta, sh, done, first_offset);
+      if (!q_tma) load_q(p, cta, sh, n);
+      else if (threadIdx.x == 0) load_q_by_tma(p, cta, sh, n);
+      if (kv_tma) load_kv_by_tma(p, cta, sh, done);
+      else load_kv(cta, sh, done, first_offset);
       done += cta.num_tiles;
       if (threadIdx.x == 0) sh.announce(n + 1, next);
     }
-    cp_async_commit();
-    cp_async_wait<0>();  // nothing in flight when the producer's threads exit
+    if (!kv_tma) {
+      cp_async_commit();
+      cp_async_wait<0>();  // nothing in flight when the producer's threads exit
+    }
   }
 
   // Pair 0 of every active CTA is its blockIdx.x; later ones come from `counter`, which counts
@@ -326,64 +354,58 @@ struct PrefillSm90 {
     }
   }
 
-  // produce() where the host encoded tensor maps: one thread issues a TMA copy per 64-column
-  // block of q and of each K and V tile, in the same order and through the same barriers. q's
-  // box holds the tile's packed rows in order (the host encodes it only where the group size
-  // divides kRows, so q_row / group is the tile's first token).
-  static __device__ void produce_by_tma(const aotinfer_batch_prefill_params& p, const Shared& sh, int pairs,
-                                        int num_work) {
-    if constexpr (kReadsTensorMaps) {
-      sm90::tma_prefetch_map(&p.q_map);
-      sm90::tma_prefetch_map(&p.k_map);
-      sm90::tma_prefetch_map(&p.v_map);
-      const int active = min(int(gridDim.x), pairs);
-      int done = 0, w = blockIdx.x;
+  // q by TMA: a copy per 64-column block. The box holds the tile's packed rows in order (the
+  // host encodes the map only where the group size divides kRows, so q_row / group is the
+  // tile's first token).
+  static __device__ __forceinline__ void load_q_by_tma(const aotinfer_batch_prefill_params& p, const Cta& cta,
+                                                       const Shared& sh, int n) {
+    if constexpr (kReadsQMap) {
+      sm90::mbar_arrive_expect_tx(sh.q_full(n), kQBytes);
+      const int q_token = cta.qo_begin + cta.q_row / cta.group;
+#pragma unroll
+      for (int b = 0; b < kTileDim / 64; ++b)
+        sm90::tma_load_3d(sh.q_slot(n) + b * kRows * 128, &p.q_map, sh.q_full(n), b * 64, cta.kv_head * cta.group,
+                          q_token);
+    }
+  }
+
+  // K and V of the pair's tiles by TMA, from ring position `done`, in load_kv's order and
+  // through the same barriers.
+  static __device__ __forceinline__ void load_kv_by_tma(const aotinfer_batch_prefill_params& p, const Cta& cta,
+                                                        const Shared& sh, int done) {
+    if constexpr (kReadsKvMaps) {
 #pragma unroll 1
-      for (int n = 0;; ++n) {
-        if (n > 0) w = sh.announced(n);
-        if (w >= pairs) break;
-        const int next = next_pair(p.pair_counter, active, pairs);
-        const Cta cta(p, w % num_work, w / num_work, pairs / num_work, kRows, kKv);
-        if (n >= kQSlots) sm90::mbar_wait(sh.q_empty(n), sh.q_parity(n) ^ 1);
-        sm90::mbar_arrive_expect_tx(sh.q_full(n), kQBytes);
-        const int q_token = cta.qo_begin + cta.q_row / cta.group;
+      for (int tile = 0; tile < cta.num_tiles; ++tile) {
+        const int ring = done + tile, s = ring % kStages, use = ring / kStages;
+        const int token = cta.rows.first + cta.begin + tile * kKv;  // the boxes' first row
+        if (use > 0) sm90::mbar_wait(sh.k_empty(s), (use - 1) & 1);
+        sm90::mbar_arrive_expect_tx(sh.k_full(s), kTileBytes);
 #pragma unroll
         for (int b = 0; b < kTileDim / 64; ++b)
-          sm90::tma_load_3d(sh.q_slot(n) + b * kRows * 128, &p.q_map, sh.q_full(n), b * 64, cta.kv_head * cta.group,
-                            q_token);
-#pragma unroll 1
-        for (int tile = 0; tile < cta.num_tiles; ++tile) {
-          const int ring = done + tile, s = ring % kStages, use = ring / kStages;
-          const int token = cta.rows.first + cta.begin + tile * kKv;  // the boxes' first row
-          if (use > 0) sm90::mbar_wait(sh.k_empty(s), (use - 1) & 1);
-          sm90::mbar_arrive_expect_tx(sh.k_full(s), kTileBytes);
+          sm90::tma_load_3d(sh.k + s * kTileBytes + b * kKv * 128, &p.k_map, sh.k_full(s), b * 64, cta.kv_head, token);
+        if (use > 0) sm90::mbar_wait(sh.v_empty(s), (use - 1) & 1);
+        sm90::mbar_arrive_expect_tx(sh.v_full(s), kTileBytes);
 #pragma unroll
-          for (int b = 0; b < kTileDim / 64; ++b)
-            sm90::tma_load_3d(sh.k + s * kTileBytes + b * kKv * 128, &p.k_map, sh.k_full(s), b * 64, cta.kv_head, token);
-          if (use > 0) sm90::mbar_wait(sh.v_empty(s), (use - 1) & 1);
-          sm90::mbar_arrive_expect_tx(sh.v_full(s), kTileBytes);
-#pragma unroll
-          for (int b = 0; b < kTileDim / 64; ++b)
-            sm90::tma_load_3d(sh.v + s * kTileBytes + b * kKv * 128, &p.v_map, sh.v_full(s), b * 64, cta.kv_head, token);
-        }
-        done += cta.num_tiles;
-        sh.announce(n + 1, next);
+        for (int b = 0; b < kTileDim / 64; ++b)
+          sm90::tma_load_3d(sh.v + s * kTileBytes + b * kKv * 128, &p.v_map, sh.v_full(s), b * 64, cta.kv_head, token);
       }
     }
   }
 
   // Each producer thread looks up one key of a tile (a page-table read for paged KV) a tile
-  // ahead, into shared memory, so the copies of the next tile do not wait on it.
+  // ahead, into shared memory, so the copies of the next tile do not wait on it: the key's byte
+  // offset from the K (or V) base.
   static __device__ __forceinline__ int64_t key_offset(const Cta& cta, int tile) {
     static_assert(kKv <= 128, "at most one key per producer thread");
     const int pos = cta.begin + tile * kKv + int(threadIdx.x);
-    return threadIdx.x < kKv && pos < cta.end ? cta.rows.offset(pos) : int64_t(0);
+    return threadIdx.x < kKv && pos < cta.end ? cta.rows.offset(pos) * int64_t(sizeof(dtype_kv)) : int64_t(0);
   }
 
   // K and V of the pair's tiles into the ring, from ring position `done`; `next_offset` is this
   // thread's key offset of tile 0.
   static __device__ __forceinline__ void load_kv(const Cta& cta, const Shared& sh, int done, int64_t next_offset) {
-    const KvRows<dtype_kv>& rows = cta.rows;
+    const char* const k = reinterpret_cast<const char*>(cta.rows.k);
+    const char* const v = reinterpret_cast<const char*>(cta.rows.v);
 #pragma unroll 1
     for (int tile = 0; tile < cta.num_tiles; ++tile) {
       const int ring = done + tile, s = ring % kStages, use = ring / kStages, start = cta.begin + tile * kKv;
@@ -394,8 +416,13 @@ struct PrefillSm90 {
       sm90::named_barrier_sync<128>(kProducerBarrier);
       next_offset = key_offset(cta, tile + 1);
 
+      const int valid_keys = cta.end - start;
+      // One copy loop only with RoPE, whose producer holds the rotation's state too (a second
+      // spilled, ptxas -v).
+      const bool partial = kRope || valid_keys < kKv;
       if (use > 0) sm90::mbar_wait(sh.k_empty(s), (use - 1) & 1);
-      copy_rows(rows.k, offsets, sh.k + s * kTileBytes, start, cta.end);
+      if (partial) copy_rows<true>(k, offsets, sh.k + s * kTileBytes, valid_keys);
+      else copy_rows<false>(k, offsets, sh.k + s * kTileBytes, valid_keys);
       if constexpr (kRope) {  // rotated in place once landed
         cp_async_commit();
         cp_async_wait<0>();
@@ -406,7 +433,8 @@ struct PrefillSm90 {
         sm90::cp_async_arrive(sh.k_full(s));
       }
       if (use > 0) sm90::mbar_wait(sh.v_empty(s), (use - 1) & 1);
-      copy_rows(rows.v, offsets, sh.v + s * kTileBytes, start, cta.end);
+      if (partial) copy_rows<true>(v, offsets, sh.v + s * kTileBytes, valid_keys);
+      else copy_rows<false>(v, offsets, sh.v + s * kTileBytes, valid_keys);
       sm90::cp_async_arrive(sh.v_full(s));
     }
   }

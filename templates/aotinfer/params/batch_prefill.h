@@ -42,9 +42,9 @@
  *     (item, KV head) pairs w = kv_head * *num_work + item below *num_work * num_kv_heads: first
  *     w = blockIdx.x, then the next untaken one from *pair_counter (which the launch leaves at 0
  *     again);
- *   AOTINFER_PREFILL_READS_TENSOR_MAPS: the kernel reads q and ragged k and v through the tensor
- *     maps of the params when tensor_maps_encoded says the host encoded them, and copies their
- *     rows itself when not. */
+ *   AOTINFER_PREFILL_READS_TENSOR_MAPS: the kernel reads q (and ragged k and v) through the
+ *     tensor maps of the params when tensor_maps_encoded says the host encoded them, and copies
+ *     their rows itself when not. Paged kernels read q_map only. */
 #define AOTINFER_PREFILL_PERSISTENT 1u
 #define AOTINFER_PREFILL_READS_TENSOR_MAPS 2u
 #ifndef AOTINFER_PARAMS_BATCH_PREFILL_H
@@ -98,7 +98,8 @@ typedef struct aotinfer_batch_prefill_params {
    * head_dim columns (a head_dim 96 row's second box reads 32 columns past the tensor: zeros):
    *   q_map: q as (head_dim, num_qo_heads, total_q), box 64 x group x (tile[0] / group), so that
    *     a box is one tile's packed rows in order;
-   *   k_map, v_map: ragged k and v as (head_dim, num_kv_heads, indptr[batch]), box 64 x 1 x tile[1].
+   *   k_map, v_map: ragged k and v as (head_dim, num_kv_heads, indptr[batch]), box 64 x 1 x tile[1]
+ *     (not encoded for page pools).
    * A tile's box may reach into the next request's rows, which the kernel masks or discards;
    * rows past the batch land as zeros. The runtime encodes them outside CUDA-graph mode (later
    * plans move the ends) where group divides tile[0]. */
