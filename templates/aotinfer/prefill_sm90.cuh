@@ -61,6 +61,12 @@ struct PrefillSm90 {
   // room for a 64 x 64 score tile only. Four stages for head_dim 64, whose tiles are small.
   static constexpr int kKv = head_dim == 256 ? 64 : 128;
   static constexpr int kStages = head_dim == 64 ? 4 : 2;
+  // The producer copies K kVLag tiles ahead of V: the consumers release a stage's K (its score
+  // product) before the previous tile's V (the P V product issued after it), so K of tile t
+  // goes out before V of tile t - 1 instead of waiting behind it. Not with RoPE, whose producer
+  // then spilled (ptxas -v), nor with four stages (head_dim 64), which keep the producer ahead
+  // anyway and measured 4 % slower with the lag.
+  static constexpr int kVLag = kRope || kStages > 2 ? 0 : 1;
   static constexpr int kChunks = head_dim / 8;  // 16-byte chunks per row
   // Tiles are whole 64-wide column blocks (sm90::sw128_offset), i.e. rows of whole 128-byte
   // lines as in the mma.sync kernels: head_dim 96 is laid out 128 wide and its last 32 columns
@@ -77,7 +83,7 @@ struct PrefillSm90 {
   // align the base. Two q slots where they fit (not head_dim 256), so that the producer loads
   // the next pair's q while the consumers still use this one's.
   static constexpr int smem_bytes(int q_slots) {
-    return 1024 + q_slots * kQBytes + 2 * kStages * kTileBytes + 8 * (8 + 4 * kStages) + 2 * kKv * 8 + 4 * 4 +
+    return 1024 + q_slots * kQBytes + 2 * kStages * kTileBytes + 8 * (8 + 4 * kStages) + 3 * kKv * 8 + 4 * 4 +
            (kRope ? head_dim / 2 * 4 : 0);
   }
   static constexpr int kQSlots = smem_bytes(2) <= kSmemPerCta ? 2 : 1;
@@ -90,8 +96,8 @@ struct PrefillSm90 {
   static constexpr int kVOffset = kKOffset + kStages * kTileBytes;
   static constexpr int kBarOffset = kVOffset + kStages * kTileBytes;
   static constexpr int kNumBars = 8 + 4 * kStages;
-  static constexpr int kOffsetsOffset = kBarOffset + 8 * kNumBars;  // key offsets, two tiles
-  static constexpr int kPairOffset = kOffsetsOffset + 2 * kKv * 8;  // the announced pairs, 4 slots
+  static constexpr int kOffsetsOffset = kBarOffset + 8 * kNumBars;  // key offsets, three tiles
+  static constexpr int kPairOffset = kOffsetsOffset + 3 * kKv * 8;  // the announced pairs, 4 slots
   static constexpr int kFreqOffset = kPairOffset + 4 * 4;
   static constexpr int kSmemBytes = 1024 + kFreqOffset + (kRope ? head_dim / 2 * 4 : 0);
   static_assert(kSmemBytes == smem_bytes(kQSlots), "the layout above is what smem_bytes counts");
@@ -139,7 +145,7 @@ struct PrefillSm90 {
     char* k;  // stage s at k + s * kTileBytes
     char* v;
     uint64_t* bars;
-    int64_t* offsets;  // byte offsets of a tile's keys, slot n % 2 for the n-th tile of the CTA
+    int64_t* offsets;  // byte offsets of a tile's keys, slot n % 3 for the n-th tile of the CTA
     int* pair;         // 4 slots: see announce()
     float* freq;
     __device__ __forceinline__ explicit Shared(char* base)
@@ -369,25 +375,33 @@ struct PrefillSm90 {
     }
   }
 
-  // K and V of the pair's tiles by TMA, from ring position `done`, in load_kv's order and
-  // through the same barriers.
+  // K and V of the pair's tiles by TMA, from ring position `done`, in load_kv's order (K a tile
+  // ahead of V) and through the same barriers.
   static __device__ __forceinline__ void load_kv_by_tma(const aotinfer_batch_prefill_params& p, const Cta& cta,
                                                         const Shared& sh, int done) {
     if constexpr (kReadsKvMaps) {
 #pragma unroll 1
-      for (int tile = 0; tile < cta.num_tiles; ++tile) {
-        const int ring = done + tile, s = ring % kStages, use = ring / kStages;
-        const int token = cta.rows.first + cta.begin + tile * kKv;  // the boxes' first row
-        if (use > 0) sm90::mbar_wait(sh.k_empty(s), (use - 1) & 1);
-        sm90::mbar_arrive_expect_tx(sh.k_full(s), kTileBytes);
+      for (int tile = 0; tile < cta.num_tiles + kVLag; ++tile) {
+        if (tile < cta.num_tiles) {
+          const int ring = done + tile, s = ring % kStages, use = ring / kStages;
+          const int token = cta.rows.first + cta.begin + tile * kKv;  // the boxes' first row
+          if (use > 0) sm90::mbar_wait(sh.k_empty(s), (use - 1) & 1);
+          sm90::mbar_arrive_expect_tx(sh.k_full(s), kTileBytes);
 #pragma unroll
-        for (int b = 0; b < kTileDim / 64; ++b)
-          sm90::tma_load_3d(sh.k + s * kTileBytes + b * kKv * 128, &p.k_map, sh.k_full(s), b * 64, cta.kv_head, token);
-        if (use > 0) sm90::mbar_wait(sh.v_empty(s), (use - 1) & 1);
-        sm90::mbar_arrive_expect_tx(sh.v_full(s), kTileBytes);
+          for (int b = 0; b < kTileDim / 64; ++b)
+            sm90::tma_load_3d(sh.k + s * kTileBytes + b * kKv * 128, &p.k_map, sh.k_full(s), b * 64, cta.kv_head,
+                              token);
+        }
+        if (tile >= kVLag) {
+          const int ring = done + tile - kVLag, s = ring % kStages, use = ring / kStages;
+          const int token = cta.rows.first + cta.begin + (tile - kVLag) * kKv;
+          if (use > 0) sm90::mbar_wait(sh.v_empty(s), (use - 1) & 1);
+          sm90::mbar_arrive_expect_tx(sh.v_full(s), kTileBytes);
 #pragma unroll
-        for (int b = 0; b < kTileDim / 64; ++b)
-          sm90::tma_load_3d(sh.v + s * kTileBytes + b * kKv * 128, &p.v_map, sh.v_full(s), b * 64, cta.kv_head, token);
+          for (int b = 0; b < kTileDim / 64; ++b)
+            sm90::tma_load_3d(sh.v + s * kTileBytes + b * kKv * 128, &p.v_map, sh.v_full(s), b * 64, cta.kv_head,
+                              token);
+        }
       }
     }
   }
@@ -402,40 +416,48 @@ struct PrefillSm90 {
   }
 
   // K and V of the pair's tiles into the ring, from ring position `done`; `next_offset` is this
-  // thread's key offset of tile 0.
+  // thread's key offset of tile 0; K goes kVLag tiles ahead of V.
   static __device__ __forceinline__ void load_kv(const Cta& cta, const Shared& sh, int done, int64_t next_offset) {
     const char* const k = reinterpret_cast<const char*>(cta.rows.k);
     const char* const v = reinterpret_cast<const char*>(cta.rows.v);
 #pragma unroll 1
-    for (int tile = 0; tile < cta.num_tiles; ++tile) {
-      const int ring = done + tile, s = ring % kStages, use = ring / kStages, start = cta.begin + tile * kKv;
-      int64_t* offsets = sh.offsets + (ring % 2) * kKv;
-      if (threadIdx.x < kKv) offsets[threadIdx.x] = next_offset;
-      // The tile's offsets are written (their slot was last read two tiles ago, before the
-      // previous barrier).
-      sm90::named_barrier_sync<128>(kProducerBarrier);
-      next_offset = key_offset(cta, tile + 1);
-
-      const int valid_keys = cta.end - start;
-      // One copy loop only with RoPE, whose producer holds the rotation's state too (a second
-      // spilled, ptxas -v).
-      const bool partial = kRope || valid_keys < kKv;
-      if (use > 0) sm90::mbar_wait(sh.k_empty(s), (use - 1) & 1);
-      if (partial) copy_rows<true>(k, offsets, sh.k + s * kTileBytes, valid_keys);
-      else copy_rows<false>(k, offsets, sh.k + s * kTileBytes, valid_keys);
-      if constexpr (kRope) {  // rotated in place once landed
-        cp_async_commit();
-        cp_async_wait<0>();
-        rotate_k(sh.k + s * kTileBytes, sh.freq, start);
-        sm90::fence_async_shared();
-        sm90::mbar_arrive(sh.k_full(s));
-      } else {
-        sm90::cp_async_arrive(sh.k_full(s));
+    for (int tile = 0; tile < cta.num_tiles + kVLag; ++tile) {
+      const int ring = done + tile;
+      if (tile < cta.num_tiles) {
+        const int s = ring % kStages, use = ring / kStages, start = cta.begin + tile * kKv;
+        int64_t* offsets = sh.offsets + (ring % 3) * kKv;
+        if (threadIdx.x < kKv) offsets[threadIdx.x] = next_offset;
+        // The tile's offsets are written. Their slot was last read by the V copies two
+        // iterations ago, before the previous barrier (no V-only iteration has one).
+        sm90::named_barrier_sync<128>(kProducerBarrier);
+        next_offset = key_offset(cta, tile + 1);
+        const int valid_keys = cta.end - start;
+        // One copy loop only with RoPE, whose producer holds the rotation's state too (a second
+        // spilled, ptxas -v).
+        const bool partial = kRope || valid_keys < kKv;
+        if (use > 0) sm90::mbar_wait(sh.k_empty(s), (use - 1) & 1);
+        if (partial) copy_rows<true>(k, offsets, sh.k + s * kTileBytes, valid_keys);
+        else copy_rows<false>(k, offsets, sh.k + s * kTileBytes, valid_keys);
+        if constexpr (kRope) {  // rotated in place once landed
+          cp_async_commit();
+          cp_async_wait<0>();
+          rotate_k(sh.k + s * kTileBytes, sh.freq, start);
+          sm90::fence_async_shared();
+          sm90::mbar_arrive(sh.k_full(s));
+        } else {
+          sm90::cp_async_arrive(sh.k_full(s));
+        }
       }
-      if (use > 0) sm90::mbar_wait(sh.v_empty(s), (use - 1) & 1);
-      if (partial) copy_rows<true>(v, offsets, sh.v + s * kTileBytes, valid_keys);
-      else copy_rows<false>(v, offsets, sh.v + s * kTileBytes, valid_keys);
-      sm90::cp_async_arrive(sh.v_full(s));
+      if (tile >= kVLag) {  // V of the tile kVLag before
+        const int v_ring = ring - kVLag, s = v_ring % kStages, use = v_ring / kStages;
+        const int start = cta.begin + (tile - kVLag) * kKv;
+        const int64_t* offsets = sh.offsets + (v_ring % 3) * kKv;
+        const int valid_keys = cta.end - start;
+        if (use > 0) sm90::mbar_wait(sh.v_empty(s), (use - 1) & 1);
+        if (kRope || valid_keys < kKv) copy_rows<true>(v, offsets, sh.v + s * kTileBytes, valid_keys);
+        else copy_rows<false>(v, offsets, sh.v + s * kTileBytes, valid_keys);
+        sm90::cp_async_arrive(sh.v_full(s));
+      }
     }
   }
 
