@@ -130,7 +130,9 @@ struct PrefillMma {
     float* freq_s = reinterpret_cast<float*>(smem + kFreqOffset);
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
-    const PrefillCta<KvRows, dtype_kv, mask, sliding_window> cta(p, item, blockIdx.y, gridDim.y, kRows, kKv);
+    const int group_size = p.num_qo_heads / int(gridDim.y);
+    const PrefillCta<KvRows, dtype_kv, mask, sliding_window> cta(p, item, blockIdx.y, group_size,
+                                                                 FastDiv(uint32_t(group_size)), kRows, kKv);
     const KvRows<dtype_kv>& rows = cta.rows;
     const int kv_head = cta.kv_head, q_row = cta.q_row, group = cta.group, valid_rows = cta.valid_rows;
     const int q_offset = cta.q_offset, t_first = cta.t_first, t_last = cta.t_last;

@@ -140,6 +140,24 @@ struct PrefillSm90 {
 
   using Cta = PrefillCta<KvRows, dtype_kv, mask, sliding_window>;
 
+  // The launch's (item, KV head) pairs: pair w is item w % num_work of KV head w / num_work. The
+  // divisions every pair needs (by num_work and by the group size) are multiply-shifts made once
+  // per CTA instead of divisions per pair.
+  struct PairList {
+    int count, num_work, group;
+    FastDiv by_work, by_group;
+    __device__ __forceinline__ PairList(const aotinfer_batch_prefill_params& p, int num_work, int num_kv_heads)
+        : count(num_work * num_kv_heads),
+          num_work(num_work),
+          group(p.num_qo_heads / num_kv_heads),
+          by_work(uint32_t(num_work)),
+          by_group(uint32_t(group)) {}
+    __device__ __forceinline__ Cta operator()(const aotinfer_batch_prefill_params& p, int w) const {
+      const int head = int(by_work(uint32_t(w)));
+      return Cta(p, w - head * num_work, head, group, by_group, kRows, kKv);
+    }
+  };
+
   struct Shared {
     char* q;  // slot i at q + i * kQBytes
     char* k;  // stage s at k + s * kTileBytes
@@ -191,8 +209,9 @@ struct PrefillSm90 {
   // the next pair's q and first tiles while the consumers finish the last one; the ring's stages
   // and phases run on across pairs.
   static __device__ void run(const aotinfer_batch_prefill_params& p) {
-    const int num_work = *p.num_work, pairs = num_work * KvRows<dtype_kv>::num_kv_heads(p);
-    if (int(blockIdx.x) >= pairs) return;  // CUDA-graph padding
+    const int num_work = *p.num_work, num_kv_heads = KvRows<dtype_kv>::num_kv_heads(p);
+    if (int(blockIdx.x) >= num_work * num_kv_heads) return;  // CUDA-graph padding
+    const PairList pairs(p, num_work, num_kv_heads);
     extern __shared__ char smem_raw[];
     char* base = smem_raw + ((1024 - sm90::smem_u32(smem_raw) % 1024) % 1024);
     const Shared sh(base);
@@ -219,10 +238,10 @@ struct PrefillSm90 {
     const int role = threadIdx.x / 128;
     if (role == 0) {
       sm90::shrink_registers<kProducerRegs>();
-      produce(p, sh, pairs, num_work);
+      produce(p, sh, pairs);
     } else {
       sm90::grow_registers<kConsumerRegs>();
-      consume(p, sh, role - 1, pairs, num_work);
+      consume(p, sh, role - 1, pairs);
     }
   }
 
@@ -280,7 +299,7 @@ struct PrefillSm90 {
   // fence after their waits too: the cp.async writes are generic-proxy writes of other threads,
   // which wgmma reads next. Where the TMA unit copies K and V, thread 0 issues every copy and
   // the other threads leave.
-  static __device__ void produce(const aotinfer_batch_prefill_params& p, const Shared& sh, int pairs, int num_work) {
+  static __device__ void produce(const aotinfer_batch_prefill_params& p, const Shared& sh, const PairList& pairs) {
     const bool q_tma = q_by_tma(p), kv_tma = kv_by_tma(p);
     if (kv_tma && threadIdx.x != 0) return;
     if (q_tma && threadIdx.x == 0) sm90::tma_prefetch_map(&p.q_map);
@@ -288,16 +307,16 @@ struct PrefillSm90 {
       sm90::tma_prefetch_map(&p.k_map);
       sm90::tma_prefetch_map(&p.v_map);
     }
-    const int active = min(int(gridDim.x), pairs);  // CTAs that take pairs
+    const int active = min(int(gridDim.x), pairs.count);  // CTAs that take pairs
     int done = 0;  // tiles this CTA loaded before the current pair: the ring position
     int w = blockIdx.x;
 #pragma unroll 1
     for (int n = 0;; ++n) {
       if (n > 0) w = sh.announced(n);
-      if (w >= pairs) break;
+      if (w >= pairs.count) break;
       // The next pair, taken now so that the atomic's round trip hides behind this pair's copies.
-      const int next = threadIdx.x == 0 ? next_pair(p.pair_counter, active, pairs) : 0;
-      const Cta cta(p, w % num_work, w / num_work, pairs / num_work, kRows, kKv);
+      const int next = threadIdx.x == 0 ? next_pair(p.pair_counter, active, pairs.count) : 0;
+      const Cta cta = pairs(p, w);
       // The first page lookup goes out before any wait.
       const int64_t first_offset = kv_tma ? 0 : key_offset(cta, 0);
       // The q slot's last pair is done with it (the consumers' last score product).
@@ -361,13 +380,13 @@ struct PrefillSm90 {
   }
 
   // q by TMA: a copy per 64-column block. The box holds the tile's packed rows in order (the
-  // host encodes the map only where the group size divides kRows, so q_row / group is the
-  // tile's first token).
+  // host encodes the map only where the group size divides kRows, so the tile starts at head 0
+  // of its first token, t_first).
   static __device__ __forceinline__ void load_q_by_tma(const aotinfer_batch_prefill_params& p, const Cta& cta,
                                                        const Shared& sh, int n) {
     if constexpr (kReadsQMap) {
       sm90::mbar_arrive_expect_tx(sh.q_full(n), kQBytes);
-      const int q_token = cta.qo_begin + cta.q_row / cta.group;
+      const int q_token = cta.qo_begin + cta.t_first;
 #pragma unroll
       for (int b = 0; b < kTileDim / 64; ++b)
         sm90::tma_load_3d(sh.q_slot(n) + b * kRows * 128, &p.q_map, sh.q_full(n), b * 64, cta.kv_head * cta.group,
@@ -469,16 +488,16 @@ struct PrefillSm90 {
   // waits on its own and, after issuing, arrives on the other's. Group 1 opens group 0's first
   // turn, and group 0 takes up group 1's last arrive at the end, so every arrive is matched
   // (both take the same turns: num_tiles + 1 per pair with tiles).
-  static __device__ void consume(const aotinfer_batch_prefill_params& p, const Shared& sh, int g, int pairs,
-                                 int num_work) {
+  static __device__ void consume(const aotinfer_batch_prefill_params& p, const Shared& sh, int g,
+                                 const PairList& pairs) {
     if (g == 1) sm90::named_barrier_arrive<256>(kTurnBarrier);
     int done = 0;  // tiles of earlier pairs: the ring position
 #pragma unroll 1
     for (int n = 0;; ++n) {
       const int w = n == 0 ? int(blockIdx.x) : sh.announced(n);
-      if (w >= pairs) break;
-      const Cta cta(p, w % num_work, w / num_work, pairs / num_work, kRows, kKv);
-      attend(p, sh, cta, g, done, n);
+      if (w >= pairs.count) break;
+      const Cta cta = pairs(p, w);
+      attend(p, sh, cta, pairs.by_group, g, done, n);
       done += cta.num_tiles;
     }
     if (g == 0) sm90::named_barrier_sync<256>(kTurnBarrier);
@@ -487,7 +506,7 @@ struct PrefillSm90 {
   // One pair: the attention of consumer g's 64 rows, from ring position `done`; n-th pair of the
   // CTA.
   static __device__ __forceinline__ void attend(const aotinfer_batch_prefill_params& p, const Shared& sh,
-                                                const Cta& cta, int g, int done, int n) {
+                                                const Cta& cta, const FastDiv& by_group, int g, int done, int n) {
     const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
     // Softmax in log2 units (score_fragment.cuh).
     const float scale = soft_cap ? 1.f : p.sm_scale * kLog2e;
@@ -504,7 +523,7 @@ struct PrefillSm90 {
     int key_lo[2] = {INT_MIN, INT_MIN}, key_hi[2] = {INT_MAX, INT_MAX};
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int t = (cta.q_row + 64 * g + 16 * warp + lane / 4 + 8 * h) / cta.group;
+      const int t = int(by_group(uint32_t(cta.q_row + 64 * g + 16 * warp + lane / 4 + 8 * h)));
       if constexpr (mask == MaskMode::causal) key_hi[h] = cta.q_offset + t;
       if constexpr (sliding_window) key_lo[h] = cta.q_offset + t - p.window_left;
     }
@@ -654,12 +673,33 @@ struct PrefillSm90 {
     if constexpr (kStagedOutput) {
       if (state_base < 0) {  // the staged rows out, a row's chunks by consecutive threads
         sm90::named_barrier_sync<128>(kOutputBarrier + g);
+        dtype_o* const out = static_cast<dtype_o*>(p.o);
+        if constexpr (128 % kChunks == 0) {
+          // This thread's chunks are column c of rows kRowStep apart, whose tokens and heads
+          // step instead of being divided out of each packed row (the divisions were 30 % of
+          // the per-pair instructions at causal 16 x 1k, ncu).
+          constexpr int kRowStep = 128 / kChunks;
+          const int c = int(threadIdx.x) % kChunks, step_tokens = int(by_group(kRowStep));
+          const int step_heads = kRowStep - step_tokens * cta.group;
+          int row = 64 * g + int(threadIdx.x % 128) / kChunks;
+          PackedRow at(cta.q_row + row, cta.group, by_group);
+          const int64_t first_head = int64_t(cta.qo_begin) * p.num_qo_heads + cta.kv_head * cta.group;
 #pragma unroll
-        for (int k = 0; k < 64 * kChunks / 128; ++k) {
-          const int chunk = k * 128 + int(threadIdx.x % 128), row = 64 * g + chunk / kChunks, c = chunk % kChunks;
-          if (row < cta.valid_rows)
-            *reinterpret_cast<uint4*>(static_cast<dtype_o*>(p.o) + cta.out_row(p, row) * head_dim + c * 8) =
-                *reinterpret_cast<const uint4*>(staging + sm90::sw128_offset(kRows, row, c));
+          for (int k = 0; k < 64 / kRowStep; ++k) {
+            if (row < cta.valid_rows)
+              *reinterpret_cast<uint4*>(out + (first_head + int64_t(at.token) * p.num_qo_heads + at.head) * head_dim +
+                                        c * 8) = *reinterpret_cast<const uint4*>(staging + sm90::sw128_offset(kRows, row, c));
+            row += kRowStep;
+            at.advance(step_tokens, step_heads, cta.group);
+          }
+        } else {
+#pragma unroll
+          for (int k = 0; k < 64 * kChunks / 128; ++k) {
+            const int chunk = k * 128 + int(threadIdx.x % 128), row = 64 * g + chunk / kChunks, c = chunk % kChunks;
+            if (row < cta.valid_rows)
+              *reinterpret_cast<uint4*>(out + cta.out_row(p, row) * head_dim + c * 8) =
+                  *reinterpret_cast<const uint4*>(staging + sm90::sw128_offset(kRows, row, c));
+          }
         }
       }
       // After this thread's accesses to the staged rows, which the slot's next TMA copy (async

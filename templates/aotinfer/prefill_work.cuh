@@ -65,6 +65,24 @@ struct RaggedKvRows {
   __device__ __forceinline__ int64_t offset(int pos) const { return int64_t(pos) * stride_token; }
 };
 
+// Packed query row n >= 0 = token * group + head (GQA packing) as its token and head, which step
+// along with n without a division per row (one by the run-time group costs about 50
+// instructions).
+struct PackedRow {
+  int token, head;
+  __device__ __forceinline__ PackedRow(int n, int group, const FastDiv& by_group)
+      : token(int(by_group(uint32_t(n)))), head(n - token * group) {}
+  // n += step_tokens * group + step_heads, where 0 <= step_heads < group.
+  __device__ __forceinline__ void advance(int step_tokens, int step_heads, int group) {
+    token += step_tokens;
+    head += step_heads;
+    if (head >= group) {
+      head -= group;
+      ++token;
+    }
+  }
+};
+
 // Work item `item` for KV head `kv_head` of `num_kv_heads`, with tiles of `tile_rows` packed
 // query rows and `kv_tile` keys.
 template <template <typename> class KvRows, typename T, MaskMode mask, bool sliding_window>
@@ -80,16 +98,21 @@ struct PrefillCta {
   int num_tiles;
   int state, state_stride;  // the item's float states (-1: o/lse directly)
 
-  __device__ __forceinline__ PrefillCta(const aotinfer_batch_prefill_params& p, int item, int head, int num_kv_heads,
-                                        int tile_rows, int kv_tile)
-      : item(item), kv_head(head), request(p.work_request[item]), q_row(p.work_q_row[item]), rows(p, request, kv_head) {
-    group = p.num_qo_heads / num_kv_heads;
+  // `by_group` divides by `group` (p.num_qo_heads / num_kv_heads), made once per launch or CTA.
+  __device__ __forceinline__ PrefillCta(const aotinfer_batch_prefill_params& p, int item, int head, int group,
+                                        const FastDiv& by_group, int tile_rows, int kv_tile)
+      : item(item),
+        kv_head(head),
+        request(p.work_request[item]),
+        q_row(p.work_q_row[item]),
+        rows(p, request, kv_head),
+        group(group) {
     qo_begin = p.qo_indptr[request];
     const int qo_len = p.qo_indptr[request + 1] - qo_begin;
     valid_rows = min(tile_rows, qo_len * group - q_row);
     q_offset = rows.length - qo_len;
-    t_first = q_row / group;
-    t_last = (q_row + valid_rows - 1) / group;
+    t_first = int(by_group(uint32_t(q_row)));
+    t_last = int(by_group(uint32_t(max(q_row + valid_rows - 1, 0))));
     // Without split tiles every item covers its tile's keys (the request's, cut below) and writes
     // o (the planner leaves the split-only arrays unwritten).
     const bool split = *p.num_merge_rows != 0;
