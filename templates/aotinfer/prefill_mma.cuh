@@ -131,8 +131,9 @@ struct PrefillMma {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 
     const int group_size = p.num_qo_heads / int(gridDim.y);
-    const PrefillCta<KvRows, dtype_kv, mask, sliding_window> cta(p, item, blockIdx.y, group_size,
-                                                                 FastDiv(uint32_t(group_size)), kRows, kKv);
+    const FastDiv by_group{uint32_t(group_size)};
+    const PrefillCta<KvRows, dtype_kv, mask, sliding_window> cta(p, item, blockIdx.y, group_size, by_group, kRows,
+                                                                 kKv);
     const KvRows<dtype_kv>& rows = cta.rows;
     const int kv_head = cta.kv_head, q_row = cta.q_row, group = cta.group, valid_rows = cta.valid_rows;
     const int q_offset = cta.q_offset, t_first = cta.t_first, t_last = cta.t_last;
@@ -146,7 +147,25 @@ struct PrefillMma {
 
     // q rows (zeros beyond packed_len), then the first stages of KV.
     auto q_source = [&](int row) { return cta.template q_source<dtype_q>(p, row, head_dim); };
-    if constexpr (kQCopied) {
+    if constexpr (kQCopied && kThreads % kChunks == 0) {
+      // This thread's chunks are column `chunk` of rows kStep apart, whose tokens and heads step
+      // (PackedRow) instead of being divided out of each packed row.
+      constexpr int kStep = kThreads / kChunks;
+      const int chunk = int(threadIdx.x) % kChunks;
+      int row = int(threadIdx.x) / kChunks;
+      PackedRow at(q_row + row, group, by_group);
+      const PackedRow step(kStep, group, by_group);
+#pragma unroll
+      for (int i = 0; i < kRows / kStep; ++i) {
+        const bool valid = row < valid_rows;
+        cp_async_16(q_s + swizzle(row, chunk),
+                    valid ? static_cast<const dtype_q*>(p.q) + cta.row_offset(p, at, head_dim) + chunk * 8
+                          : static_cast<const dtype_q*>(p.q),
+                    valid);
+        row += kStep;
+        at.advance(step, group);
+      }
+    } else if constexpr (kQCopied) {
 #pragma unroll
       for (int i = 0; i < kRows * kChunks / kThreads; ++i) {
         const int flat = i * kThreads + threadIdx.x, row = flat / kChunks, chunk = flat % kChunks;
@@ -303,11 +322,27 @@ struct PrefillMma {
       }
     if (state_base < 0) {
       __syncwarp();
-      for (int i = lane; i < kWarpRows * kChunks; i += 32) {
-        const int row = warp * kWarpRows + i / kChunks, chunk = i % kChunks;
-        if (row >= valid_rows) continue;
-        dtype_o* dst = static_cast<dtype_o*>(p.o) + cta.out_row(p, row) * head_dim;
-        *reinterpret_cast<uint4*>(dst + chunk * 8) = *reinterpret_cast<const uint4*>(q_s + swizzle(row, chunk));
+      if constexpr (32 % kChunks == 0) {  // rows kStep apart, stepped as q's
+        constexpr int kStep = 32 / kChunks;
+        const int chunk = lane % kChunks;
+        int row = warp * kWarpRows + lane / kChunks;
+        PackedRow at(q_row + row, group);
+        const PackedRow step(kStep, group);
+#pragma unroll
+        for (int i = 0; i < kWarpRows / kStep; ++i) {
+          if (row < valid_rows)
+            *reinterpret_cast<uint4*>(static_cast<dtype_o*>(p.o) + cta.row_offset(p, at, head_dim) + chunk * 8) =
+                *reinterpret_cast<const uint4*>(q_s + swizzle(row, chunk));
+          row += kStep;
+          at.advance(step, group);
+        }
+      } else {
+        for (int i = lane; i < kWarpRows * kChunks; i += 32) {
+          const int row = warp * kWarpRows + i / kChunks, chunk = i % kChunks;
+          if (row >= valid_rows) continue;
+          dtype_o* dst = static_cast<dtype_o*>(p.o) + cta.out_row(p, row) * head_dim;
+          *reinterpret_cast<uint4*>(dst + chunk * 8) = *reinterpret_cast<const uint4*>(q_s + swizzle(row, chunk));
+        }
       }
     }
   }

@@ -679,18 +679,17 @@ struct PrefillSm90 {
           // step instead of being divided out of each packed row (the divisions were 30 % of
           // the per-pair instructions at causal 16 x 1k, ncu).
           constexpr int kRowStep = 128 / kChunks;
-          const int c = int(threadIdx.x) % kChunks, step_tokens = int(by_group(kRowStep));
-          const int step_heads = kRowStep - step_tokens * cta.group;
+          const int c = int(threadIdx.x) % kChunks;
           int row = 64 * g + int(threadIdx.x % 128) / kChunks;
           PackedRow at(cta.q_row + row, cta.group, by_group);
-          const int64_t first_head = int64_t(cta.qo_begin) * p.num_qo_heads + cta.kv_head * cta.group;
+          const PackedRow step(kRowStep, cta.group, by_group);
 #pragma unroll
           for (int k = 0; k < 64 / kRowStep; ++k) {
             if (row < cta.valid_rows)
-              *reinterpret_cast<uint4*>(out + (first_head + int64_t(at.token) * p.num_qo_heads + at.head) * head_dim +
-                                        c * 8) = *reinterpret_cast<const uint4*>(staging + sm90::sw128_offset(kRows, row, c));
+              *reinterpret_cast<uint4*>(out + cta.row_offset(p, at, head_dim) + c * 8) =
+                  *reinterpret_cast<const uint4*>(staging + sm90::sw128_offset(kRows, row, c));
             row += kRowStep;
-            at.advance(step_tokens, step_heads, cta.group);
+            at.advance(step, cta.group);
           }
         } else {
 #pragma unroll

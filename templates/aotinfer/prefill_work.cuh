@@ -72,10 +72,13 @@ struct PackedRow {
   int token, head;
   __device__ __forceinline__ PackedRow(int n, int group, const FastDiv& by_group)
       : token(int(by_group(uint32_t(n)))), head(n - token * group) {}
-  // n += step_tokens * group + step_heads, where 0 <= step_heads < group.
-  __device__ __forceinline__ void advance(int step_tokens, int step_heads, int group) {
-    token += step_tokens;
-    head += step_heads;
+  // By a division, where no FastDiv is at hand (one made at the start of a kernel and kept for
+  // its end holds registers through the key loop).
+  __device__ __forceinline__ PackedRow(int n, int group) : token(n / group), head(n - token * group) {}
+  // n += step (a PackedRow of the step).
+  __device__ __forceinline__ void advance(const PackedRow& step, int group) {
+    token += step.token;
+    head += step.head;
     if (head >= group) {
       head -= group;
       ++token;
@@ -130,6 +133,12 @@ struct PrefillCta {
   __device__ __forceinline__ const Q* q_source(const aotinfer_batch_prefill_params& p, int row, int head_dim) const {
     const int packed = q_row + row, t = packed / group, head = kv_head * group + packed % group;
     return static_cast<const Q*>(p.q) + (int64_t(qo_begin + t) * p.num_qo_heads + head) * head_dim;
+  }
+  // Element offset of the row of packed row `at` (q_row + row, stepped by the caller) in q or o,
+  // [total_q, num_qo_heads, head_dim].
+  __device__ __forceinline__ int64_t row_offset(const aotinfer_batch_prefill_params& p, const PackedRow& at,
+                                                int head_dim) const {
+    return (int64_t(qo_begin + at.token) * p.num_qo_heads + kv_head * group + at.head) * head_dim;
   }
   // Row index of packed row q_row + row in o viewed as [total_q * num_qo_heads, head_dim], and
   // in lse.
