@@ -399,28 +399,22 @@ struct PrefillSm90 {
   static __device__ __forceinline__ void load_kv_by_tma(const aotinfer_batch_prefill_params& p, const Cta& cta,
                                                         const Shared& sh, int done) {
     if constexpr (kReadsKvMaps) {
+      // K (or V) of the pair's tile `tile`: a box per 64-column block, once its stage is free.
+      auto load_tile = [&](int tile, bool v) {
+        const int ring = done + tile, s = ring % kStages, use = ring / kStages;
+        const int token = cta.rows.first + cta.begin + tile * kKv;  // the boxes' first row
+        uint64_t* const full = v ? sh.v_full(s) : sh.k_full(s);
+        if (use > 0) sm90::mbar_wait(v ? sh.v_empty(s) : sh.k_empty(s), (use - 1) & 1);
+        sm90::mbar_arrive_expect_tx(full, kTileBytes);
+        char* const dst = (v ? sh.v : sh.k) + s * kTileBytes;
+#pragma unroll
+        for (int b = 0; b < kTileDim / 64; ++b)
+          sm90::tma_load_3d(dst + b * kKv * 128, v ? &p.v_map : &p.k_map, full, b * 64, cta.kv_head, token);
+      };
 #pragma unroll 1
       for (int tile = 0; tile < cta.num_tiles + kVLag; ++tile) {
-        if (tile < cta.num_tiles) {
-          const int ring = done + tile, s = ring % kStages, use = ring / kStages;
-          const int token = cta.rows.first + cta.begin + tile * kKv;  // the boxes' first row
-          if (use > 0) sm90::mbar_wait(sh.k_empty(s), (use - 1) & 1);
-          sm90::mbar_arrive_expect_tx(sh.k_full(s), kTileBytes);
-#pragma unroll
-          for (int b = 0; b < kTileDim / 64; ++b)
-            sm90::tma_load_3d(sh.k + s * kTileBytes + b * kKv * 128, &p.k_map, sh.k_full(s), b * 64, cta.kv_head,
-                              token);
-        }
-        if (tile >= kVLag) {
-          const int ring = done + tile - kVLag, s = ring % kStages, use = ring / kStages;
-          const int token = cta.rows.first + cta.begin + (tile - kVLag) * kKv;
-          if (use > 0) sm90::mbar_wait(sh.v_empty(s), (use - 1) & 1);
-          sm90::mbar_arrive_expect_tx(sh.v_full(s), kTileBytes);
-#pragma unroll
-          for (int b = 0; b < kTileDim / 64; ++b)
-            sm90::tma_load_3d(sh.v + s * kTileBytes + b * kKv * 128, &p.v_map, sh.v_full(s), b * 64, cta.kv_head,
-                              token);
-        }
+        if (tile < cta.num_tiles) load_tile(tile, false);
+        if (tile >= kVLag) load_tile(tile - kVLag, true);
       }
     }
   }
