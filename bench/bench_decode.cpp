@@ -105,12 +105,12 @@ int main(int argc, char** argv) {
         if (head_dim != 128 || pe != aotinfer::PosEncoding::none || kv == aotinfer::DType::f16)
           cases.push_back({64, 4096, kv, head_dim, pe});
 
-  // AOTINFER_BENCH_ONLY=bf16:64:4096 runs one case (for profilers).
-  const char* only = std::getenv("AOTINFER_BENCH_ONLY");
+  // AOTINFER_BENCH_ONLY="bf16:64:4096,e4m3 rope:64:4096" runs those rows only (bench_util.hpp).
+  const bench::OnlyRows only;
   for (const Case& c : cases) {
     const int head_dim = c.head_dim;
     const std::string name = c.variant() + ":" + std::to_string(c.batch) + ":" + std::to_string(c.kv_len);
-    if (only && name != only) continue;
+    if (only.skips(name)) continue;
     aotinfer::BatchDecodeConfig cfg;
     cfg.dtype_q = cfg.dtype_o = aotinfer::DType::bf16;
     cfg.dtype_kv = c.kv;

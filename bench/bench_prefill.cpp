@@ -3,8 +3,9 @@
 // plan() host time. Writes its rows as JSON lines for bench/prefill_torch.py, which measures
 // PyTorch SDPA (flash, cuDNN) on the same shapes and prints the comparison.
 // Usage: aotinfer_bench_prefill PACKAGE_DIR RESULTS.jsonl   (AOTINFER_BENCH_ONLY=ragged:causal:4:4096:8
-// runs one case, for profilers; ...:8:64 one of head_dim 64, 96 or 256, ragged:causal:1:32768:8:q256 a
-// chunked prefill; AOTINFER_BENCH_SINKS=1 passes attention sinks to every run)
+// runs that row only, and a comma-separated list those rows; ...:8:64 names one of head_dim 64,
+// 96 or 256, ragged:causal:1:32768:8:q256 a chunked prefill; AOTINFER_BENCH_SINKS=1 passes
+// attention sinks to every run)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -82,7 +83,7 @@ int main(int argc, char** argv) {
     for (auto storage : {aotinfer::KvStorage::ragged, aotinfer::KvStorage::paged})
       cases.push_back({storage, true, batch, len, 8, 128, qo});
 
-  const char* only = std::getenv("AOTINFER_BENCH_ONLY");
+  const bench::OnlyRows only;
   bool chunked_header = false;
   const bool sinks = std::getenv("AOTINFER_BENCH_SINKS") && std::string(std::getenv("AOTINFER_BENCH_SINKS")) == "1";
   if (sinks) std::printf("(every run with attention sinks)\n");
@@ -95,7 +96,7 @@ int main(int argc, char** argv) {
                              std::to_string(c.kv_heads) + (c.head_dim == 128 ? "" : ":" + std::to_string(c.head_dim)) +
                              (c.qo_len ? ":q" + std::to_string(c.qo_len) : "");
     const int head_dim = c.head_dim;
-    if (only && name != only) continue;
+    if (only.skips(name)) continue;
     aotinfer::BatchPrefillConfig cfg;
     cfg.head_dim = head_dim;
     cfg.num_qo_heads = qo_heads;

@@ -8,9 +8,22 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 namespace bench {
+
+// AOTINFER_BENCH_ONLY: the rows to run, by name, separated by commas (for profilers and A/B
+// runs); unset, every row runs.
+struct OnlyRows {
+  const char* names = std::getenv("AOTINFER_BENCH_ONLY");
+  explicit operator bool() const { return names != nullptr; }
+  bool skips(const std::string& name) const {
+    if (!names) return false;
+    const std::string list = std::string(",") + names + ",";
+    return list.find("," + name + ",") == std::string::npos;
+  }
+};
 
 // Whether the package holds the variant an operation (BatchDecode, BatchPrefill) needs for
 // `config`: a benchmark skips the rows of the others, so it runs on any package.
