@@ -1,8 +1,8 @@
 // Decode on tensor cores, for every head_dim and KV either 16-bit (q converted to the KV's type
 // where the two differ) or fp8 (q converted to f16, fp8 scales applied in fp32), with or without
-// RoPE (q rotated once, each landed K block rotated in shared memory): the query rows of a GQA
-// group (padded to 16) are the M of mma.sync m16n8k16, so a group of 4 costs the same
-// instructions as one of 16. The kernel of batch_decode (templates/batch_decode.cuh), whose
+// RoPE (q rotated once, each landed K block rotated in shared memory, fp8 widened on the way):
+// the query rows of a GQA group (padded to 16) are the M of mma.sync m16n8k16, so a group of 4
+// costs the same instructions as one of 16. The kernel of batch_decode (templates/batch_decode.cuh), whose
 // contract it implements (aotinfer/params/batch_decode.h).
 //
 // Each team of warps streams its own 16-token blocks of the work item (blocks team, team +
@@ -16,7 +16,7 @@
 //   S = Q K^T: A = Q (registers, loaded once), B = K rows via ldmatrix;
 //   O += P V:  A = P (the S accumulators, repacked), B = V via ldmatrix.trans.
 // fp8 converts byte pairs straight into the B fragments instead (no ldmatrix); with RoPE, K is
-// first widened to f16 rows for the rotation, while V is still read straight from its bytes.
+// widened to f16 rows as it is rotated, while V is still read straight from its bytes.
 #pragma once
 #include <cuda_fp8.h>
 #include <math.h>
@@ -29,6 +29,7 @@
 #include "aotinfer/smem_budget.cuh"
 #include "aotinfer/decode_work.cuh"
 #include "aotinfer/params/batch_decode.h"
+#include "aotinfer/score_fragment.cuh"
 
 namespace aotinfer {
 
@@ -38,7 +39,7 @@ struct DecodeMma {
   static constexpr bool kFp8 = sizeof(dtype_kv) == 1;
   static constexpr bool kRope = pos_encoding == PosEncoding::rope_llama;
   // fp8 converts its operands straight from the landed bytes into mma fragments, except K
-  // with RoPE: each K block is widened into f16 rows first, which the rotation then works on.
+  // with RoPE: the rotation widens each K block into f16 rows.
   static constexpr bool kDirect = kFp8 && !kRope;  // K (and V) straight from the bytes
   static constexpr bool kDirectV = kFp8;
   using dtype = std::conditional_t<kFp8, __half, dtype_kv>;  // the mma operand type
@@ -72,10 +73,14 @@ struct DecodeMma {
   }
   static constexpr int smem_bytes(int stages) { return q_offset(stages) + kRows * kQRowBytes + 2 * kTeams * kRows * 4; }
   // Three stages; six for direct fp8, whose stages hold half the bytes: 101 KB per CTA at hd128,
-  // two CTAs per SM like 16-bit KV, each warp with 20 KB in flight. Fewer where those do not fit
-  // the chip (hd128 16-bit KV needs 103 KB with three, over the 99 KiB of sm_86/89/120).
+  // two CTAs per SM like 16-bit KV, each warp with 20 KB in flight; five for fp8 with RoPE
+  // (101 KB with the widened block), also two per SM as the planner assumes
+  // (kStreamingCtasPerSm): with three (69 KB) three fit, and bs64 x 4k's 512 items ran as 1.3
+  // waves. Fewer where those do not fit the chip (hd128 16-bit KV needs 103 KB with three, over
+  // the 99 KiB of sm_86/89/120).
   static constexpr int kStages = kDirect && smem_bytes(6) <= kSmemPerCta   ? 6
                                  : kDirect && smem_bytes(4) <= kSmemPerCta ? 4
+                                 : kFp8 && smem_bytes(5) <= kSmemPerCta    ? 5
                                  : smem_bytes(3) <= kSmemPerCta            ? 3
                                                                            : 2;
   static constexpr int kWarpBytes = kStages * kStageBytes + kConvertedBytes;
@@ -143,19 +148,30 @@ struct DecodeMma {
     return uint32_t(h.x) | (uint32_t(h.y) << 16);
   }
 
-  // Copies this warp's dimensions of KV tokens [start, start + kBlock) into a stage; tokens >= end
-  // are zero-filled. Lanes 0..15 look up one token's page each and share the offsets by shuffle.
-  static __device__ __forceinline__ void load_block(const aotinfer_batch_decode_params& p, char* stage, int start,
-                                                    int end, int page_begin, int kv_head, int part, int lane) {
+  // Where lane l < kBlock's token of a block lives: its page (a page-table read) and slot; slot
+  // -1 past the end. The main loop looks a block's pages up one block before its copies, so
+  // that the read's latency passes behind a block's products instead of stalling the copies
+  // (the most sampled stall of the fp8 kernel, ncu).
+  struct KeyPage {
+    int page, slot;
+  };
+  static __device__ __forceinline__ KeyPage key_page(const aotinfer_batch_decode_params& p, int start, int end,
+                                                     int page_begin, int lane) {
+    const int pos = start + lane % kBlock;
+    if (pos >= end) return {0, -1};
+    const int index = pos / p.kv.page_size;
+    return {p.kv.indices[page_begin + index], pos - index * p.kv.page_size};
+  }
+
+  // Copies this warp's dimensions of a block's KV tokens (lane l < kBlock's at `key`) into a
+  // stage; tokens past the end are zero-filled. Lanes share the offsets by shuffle.
+  static __device__ __forceinline__ void load_block(const aotinfer_batch_decode_params& p, char* stage, KeyPage key,
+                                                    int kv_head, int part, int lane) {
     const auto& kv = p.kv;
-    int64_t my_offset = 0;
-    const int my_pos = start + (lane % kBlock);
-    const bool my_valid = my_pos < end;
-    if (my_valid) {
-      const int page = kv.indices[page_begin + my_pos / kv.page_size];
-      my_offset = int64_t(page) * kv.stride_page + int64_t(my_pos % kv.page_size) * kv.stride_token +
-                  int64_t(kv_head) * kv.stride_head;
-    }
+    const bool my_valid = key.slot >= 0;
+    const int64_t my_offset = my_valid ? int64_t(key.page) * kv.stride_page + int64_t(key.slot) * kv.stride_token +
+                                             int64_t(kv_head) * kv.stride_head
+                                       : int64_t(0);
     const dtype_kv* k = static_cast<const dtype_kv*>(kv.k_pages);
     const dtype_kv* v = static_cast<const dtype_kv*>(kv.v_pages);
 #pragma unroll
@@ -170,72 +186,80 @@ struct DecodeMma {
     }
   }
 
-  // fp8 with RoPE: widens a landed K block into f16 rows in mma layout.
-  static __device__ __forceinline__ void widen_k_block(const char* raw, char* converted, int lane) {
-    constexpr __nv_fp8_interpretation_t kind = std::is_same_v<dtype_kv, __nv_fp8_e4m3> ? __NV_E4M3 : __NV_E5M2;
-#pragma unroll
-    for (int i = 0; i < kBlock * kRawChunks / 32; ++i) {
-      const int flat = i * 32 + lane;
-      const int token = flat / kRawChunks, chunk = flat % kRawChunks;
-      const uint4 bytes = *reinterpret_cast<const uint4*>(raw + raw_k_offset(token, chunk));
-      const __nv_fp8x2_storage_t* pairs = reinterpret_cast<const __nv_fp8x2_storage_t*>(&bytes);
-      uint32_t halves[8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(pairs[e], kind);
-        halves[e] = uint32_t(h.x) | (uint32_t(h.y) << 16);
-      }
-      *reinterpret_cast<uint4*>(converted + swizzle(token, 2 * chunk)) = make_uint4(halves[0], halves[1], halves[2], halves[3]);
-      *reinterpret_cast<uint4*>(converted + swizzle(token, 2 * chunk + 1)) = make_uint4(halves[4], halves[5], halves[6], halves[7]);
-    }
-  }
-
-  // RoPE: rotates a landed K block (keys at positions start, start + 1, ...) in place. Lane =
-  // (a pair of adjacent low-half dimensions, a token phase); it starts from exact angles at its
-  // first token and steps by its token stride with one complex multiply per pair, so a block
-  // costs two sincosf per lane. Zero-filled keys past the end stay zero.
-  static constexpr int kRopeWords = kWarpDim / 4;  // 16-bit pairs in the low half of a warp's K row
+  // RoPE: rotates a landed K block (keys at positions start, start + 1, ...) into k_s, the mma
+  // operand rows: in place for 16-bit KV; fp8 widens its raw bytes to f16 on the way, into the
+  // warp's converted block. Lane = (kRopeDims adjacent low-half dimensions: a 32-bit word of
+  // the landed row, a token phase); it starts from exact angles at its first token and steps by
+  // its token stride with one complex multiply per dimension, so a block costs kRopeDims
+  // sincosf per lane. Zero-filled keys past the end stay zero.
+  static constexpr int kRopeDims = 4 / int(sizeof(dtype_kv));  // dimensions in a landed 32-bit word
+  static constexpr int kRopeWords = kWarpDim / 2 / kRopeDims;  // such words in the low half of a row
   static constexpr int kRopeTokenStride = 32 / kRopeWords;
   static constexpr int kRopeLanes = kRopeWords * kRopeTokenStride;  // head_dim 96: 24 of the 32
   struct RopeLane {
-    float freq[2], step_cos[2], step_sin[2];
+    float freq[kRopeDims], step_cos[kRopeDims], step_sin[kRopeDims];
   };
   static __device__ __forceinline__ RopeLane rope_lane(const aotinfer_batch_decode_params& p, int part, int lane) {
     RopeLane r;
-    const int dim = head_dim_of(part, 2 * (lane % kRopeWords));
+    const int dim = head_dim_of(part, kRopeDims * (lane % kRopeWords));
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
+    for (int e = 0; e < kRopeDims; ++e) {
       r.freq[e] = p.rope_rcp_scale * powf(p.rope_rcp_theta, float(2 * (dim + e)) / float(head_dim));
       sincosf(float(kRopeTokenStride) * r.freq[e], &r.step_sin[e], &r.step_cos[e]);
     }
     return r;
   }
-  static __device__ __forceinline__ void rotate_block(char* k_s, int start, const RopeLane& r, int lane) {
-    if (kRopeLanes < 32 && lane >= kRopeLanes) return;
-    const int word = lane % kRopeWords, chunk = word / 4, byte = (word % 4) * 4;
-    const int first = lane / kRopeWords;
-    float cos[2], sin[2];
+  // A lane's word of `token` (low half, or the high half's partner `hi`) as floats.
+  static __device__ __forceinline__ void load_rope_word(const char* landed, int token, int dim, bool hi,
+                                                        float (&x)[kRopeDims]) {
+    if constexpr (kFp8) {
+      const uint32_t word =
+          *reinterpret_cast<const uint32_t*>(landed + token * kRawRowBytes + dim + (hi ? kWarpDim / 2 : 0));
+      const uint32_t pairs[2] = {fp8x2_to_f16x2(word), fp8x2_to_f16x2(word >> 16)};
+      const __half* h = reinterpret_cast<const __half*>(pairs);
 #pragma unroll
-    for (int e = 0; e < 2; ++e) sincosf(float(start + first) * r.freq[e], &sin[e], &cos[e]);
+      for (int e = 0; e < 4; ++e) x[e] = __half2float(h[e]);
+    } else {
+      const uint32_t bits = *reinterpret_cast<const uint32_t*>(landed + rope_word(token, dim, hi));
+      const dtype* h = reinterpret_cast<const dtype*>(&bits);
+      x[0] = to_float(h[0]);
+      x[1] = to_float(h[1]);
+    }
+  }
+  // Byte offset of a lane's kRopeDims dimensions of `token` in the mma operand rows.
+  static __device__ __forceinline__ int rope_word(int token, int dim, bool hi) {
+    return swizzle(token, dim / 8 + (hi ? kChunks / 2 : 0)) + dim % 8 * 2;
+  }
+  static __device__ __forceinline__ void rotate_block(const char* landed, char* k_s, int start, const RopeLane& r,
+                                                      int lane) {
+    if (kRopeLanes < 32 && lane >= kRopeLanes) return;
+    const int dim = kRopeDims * (lane % kRopeWords), first = lane / kRopeWords;
+    float cos[kRopeDims], sin[kRopeDims];
+#pragma unroll
+    for (int e = 0; e < kRopeDims; ++e) sincosf(float(start + first) * r.freq[e], &sin[e], &cos[e]);
 #pragma unroll
     for (int token = first; token < kBlock; token += kRopeTokenStride) {
-      uint32_t* lo_p = reinterpret_cast<uint32_t*>(k_s + swizzle(token, chunk) + byte);
-      uint32_t* hi_p = reinterpret_cast<uint32_t*>(k_s + swizzle(token, chunk + kChunks / 2) + byte);
-      const uint32_t lo_bits = *lo_p, hi_bits = *hi_p;
-      const dtype* lo_h = reinterpret_cast<const dtype*>(&lo_bits);
-      const dtype* hi_h = reinterpret_cast<const dtype*>(&hi_bits);
-      float lo[2], hi[2];
+      float lo[kRopeDims], hi[kRopeDims];
+      load_rope_word(landed, token, dim, false, lo);
+      load_rope_word(landed, token, dim, true, hi);
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const float l = to_float(lo_h[e]), h = to_float(hi_h[e]);
+      for (int e = 0; e < kRopeDims; ++e) {
+        const float l = lo[e], h = hi[e];
         lo[e] = l * cos[e] - h * sin[e];
         hi[e] = h * cos[e] + l * sin[e];
         const float next_cos = cos[e] * r.step_cos[e] - sin[e] * r.step_sin[e];
         sin[e] = sin[e] * r.step_cos[e] + cos[e] * r.step_sin[e];
         cos[e] = next_cos;
       }
-      *lo_p = pack2<dtype>(lo[0], lo[1]);
-      *hi_p = pack2<dtype>(hi[0], hi[1]);
+      if constexpr (kFp8) {
+        *reinterpret_cast<uint2*>(k_s + rope_word(token, dim, false)) =
+            make_uint2(pack2<dtype>(lo[0], lo[1]), pack2<dtype>(lo[2], lo[3]));
+        *reinterpret_cast<uint2*>(k_s + rope_word(token, dim, true)) =
+            make_uint2(pack2<dtype>(hi[0], hi[1]), pack2<dtype>(hi[2], hi[3]));
+      } else {
+        *reinterpret_cast<uint32_t*>(k_s + rope_word(token, dim, false)) = pack2<dtype>(lo[0], lo[1]);
+        *reinterpret_cast<uint32_t*>(k_s + rope_word(token, dim, true)) = pack2<dtype>(hi[0], hi[1]);
+      }
     }
   }
 
@@ -263,9 +287,11 @@ struct DecodeMma {
     char* my_stages = smem + warp * kWarpBytes;
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
-      if (s < my_blocks) load_block(p, my_stages + s * kStageBytes, block_start(s), end, page_begin, kv_head, part, lane);
+      if (s < my_blocks)
+        load_block(p, my_stages + s * kStageBytes, key_page(p, block_start(s), end, page_begin, lane), kv_head, part, lane);
       cp_async_commit();
     }
+    KeyPage ahead = key_page(p, block_start(kStages - 1), end, page_begin, lane);  // the loop's first copies
 
     // q rows as mma operands (zero beyond `rows`), rotated at q_pos for RoPE; scaling happens
     // on the fp32 scores. A row holds each part's dimensions in its warp's order, one part after
@@ -322,21 +348,17 @@ struct DecodeMma {
     for (int i = 0; i < my_blocks; ++i) {
       {
         const int next = i + kStages - 1;  // its stage was last read in iteration i - 1
-        if (next < my_blocks)
-          load_block(p, my_stages + (next % kStages) * kStageBytes, block_start(next), end, page_begin, kv_head, part, lane);
+        if (next < my_blocks) load_block(p, my_stages + (next % kStages) * kStageBytes, ahead, kv_head, part, lane);
         cp_async_commit();
+        ahead = key_page(p, block_start(next + 1), end, page_begin, lane);
       }
       cp_async_wait<kStages - 1>();
       __syncwarp();
       char* stage = my_stages + (i % kStages) * kStageBytes;
       char* k_s = stage;
-      if constexpr (kFp8 && !kDirect) {
-        k_s = my_stages + kStages * kStageBytes;
-        widen_k_block(stage, k_s, lane);
-        __syncwarp();
-      }
       if constexpr (kRope) {
-        rotate_block(k_s, block_start(i), rope, lane);
+        if constexpr (kFp8) k_s = my_stages + kStages * kStageBytes;
+        rotate_block(stage, k_s, block_start(i), rope, lane);
         __syncwarp();
       }
       const char* v_s = stage + kBlock * kRawRowBytes;
@@ -425,13 +447,10 @@ struct DecodeMma {
         row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
         l[r] = l[r] * alpha[r] + row_sum[r];
       }
-#pragma unroll
-      for (int j = 0; j < kNTiles; ++j) {
-        o[j][0] *= alpha[0];
-        o[j][1] *= alpha[0];
-        o[j][2] *= alpha[1];
-        o[j][3] *= alpha[1];
-      }
+      // A row whose maximum held has alpha exactly 1. Past the first blocks the maxima rarely
+      // move, and the warp skips the rescale: 4 kNTiles multiplies a lane, the most frequent
+      // instruction of the fp8 kernels (ncu).
+      if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) rescale_rows(o, alpha);
 
       // O += P V: the S accumulators are exactly the A fragment of a 16x16 P.
       const uint32_t a[4] = {pack2<dtype>(s[0][0], s[0][1]), pack2<dtype>(s[0][2], s[0][3]),

@@ -77,6 +77,8 @@ inline double from_bits(std::uint16_t bits, aotinfer::DType t) {
   if (t == aotinfer::DType::f16) return __half2float(*reinterpret_cast<__half*>(&bits));
   return __bfloat162float(*reinterpret_cast<__nv_bfloat16*>(&bits));
 }
+// x rounded to the 16-bit type t (f16 or bf16).
+inline double round_to(double x, aotinfer::DType t) { return from_bits(to_bits(x, t), t); }
 
 // ||out - ref|| / ||ref|| over all elements; NaN if any output is NaN.
 inline double relative_error(const std::vector<double>& out, const std::vector<double>& ref) {

@@ -202,6 +202,9 @@ struct Problem {
     p.v_scale = c.v_scale;
     if (c.with_q_positions) p.q_positions = q_positions;
     if (c.with_sinks) p.sinks.assign(sinks.begin(), sinks.end());
+    // The products' operand type: the KV's, f16 for fp8 KV.
+    const DType operand = aotinfer::dtype_size(c.config.dtype_kv) == 1 ? DType::f16 : c.config.dtype_kv;
+    p.round_operand = [operand](double x) { return round_to(x, operand); };
     return p;
   }
 };
@@ -354,9 +357,10 @@ struct Workspace {
       : float_buffer(s.float_bytes), int_buffer(s.int_bytes), ws{float_buffer.ptr, s.float_bytes, int_buffer.ptr, s.int_bytes} {}
 };
 
-// RoPE variants may rotate q and K in fp32 and round each once to the 16-bit type of their
-// matrix products (f16 for fp8 KV): a score then errs by at most 2u |q| |k| |scale| (Cauchy-
-// Schwarz; rotation keeps norms), u the unit roundoff. The bound for query head h of request b
+// RoPE variants rotate q and K in fp32 and round each once to the 16-bit type of their matrix
+// products (f16 for fp8 KV). The reference rounds its fp64 rotation the same way, but an element
+// near a rounding boundary may go the other way: a score then errs by at most 2u |q| |k| |scale|
+// (Cauchy-Schwarz; rotation keeps norms), u the unit roundoff. The bound for query head h of request b
 // over its keys, which its lse inherits; 0 for other variants.
 double rope_score_error(const Problem& p, std::int64_t b, int h) {
   const auto& g = p.c.config;

@@ -118,8 +118,6 @@ struct Outcome {
   bool large_tile = false;
 };
 
-double round_to(double x, aotinfer::DType t) { return from_bits(to_bits(x, t), t); }
-
 struct Workspace {
   DeviceBuffer<std::uint8_t> floats, ints;
   aotinfer::Workspace ws;

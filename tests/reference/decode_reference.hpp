@@ -4,7 +4,8 @@
 //
 // Per request b with kv_len = L and q_pos = q_positions[b] (or L - 1), per query head h reading
 // KV head h / (num_qo_heads / num_kv_heads), over the keys t = 0 .. L-1 of the request:
-//   q' = rope(q, q_pos), k' = rope(k * k_scale, t)      (rope_llama only; identity otherwise)
+//   q' = round(rope(q, q_pos)), k' = round(rope(k, t)) * k_scale   (rope_llama; round = to the
+//                                      operand type; otherwise q' = q, k' = k * k_scale)
 //   s  = dot(q', k') * sm_scale
 //   s  = cap * tanh(s / cap)                             (cap > 0)
 //   s += alibi_slope(h) * (t - q_pos)                    (alibi)
@@ -16,6 +17,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -61,6 +63,8 @@ struct DecodeParams {
   double v_scale = 1;
   std::vector<std::int32_t> q_positions;  // [batch], or empty for q_pos = kv_len - 1
   std::vector<double> sinks;              // [num_qo_heads] attention-sink logits, or empty
+  // RoPE variants rotate q and K and round them once to the type of their products.
+  std::function<double(double)> round_operand = [](double x) { return x; };
 };
 
 // ALiBi slope of head h of n_heads: m0^(h+1) for the first n (largest power of two <= n_heads)
@@ -94,18 +98,22 @@ inline void decode_request(const std::vector<double>& q, const PagedCache& kv, c
   for (int kv_head = 0; kv_head < kv.num_kv_heads; ++kv_head) {
     std::vector<std::vector<double>> keys(len), values(len);
     for (std::int64_t t = 0; t < len; ++t) {
-      std::vector<double> key(d), value(d);
+      std::vector<double> key(kv.k.begin() + kv.at(b, t, kv_head), kv.k.begin() + kv.at(b, t, kv_head) + d), value(d);
+      if (rope) key = rope_llama(key.data(), d, double(t), p.rope_rcp_scale, p.rope_rcp_theta);
       for (int i = 0; i < d; ++i) {
-        key[i] = kv.k[kv.at(b, t, kv_head) + i] * p.k_scale;
+        key[i] = (rope ? p.round_operand(key[i]) : key[i]) * p.k_scale;
         value[i] = kv.v[kv.at(b, t, kv_head) + i] * p.v_scale;
       }
-      keys[t] = rope ? rope_llama(key.data(), d, double(t), p.rope_rcp_scale, p.rope_rcp_theta) : key;
+      keys[t] = key;
       values[t] = value;
     }
     for (int h = kv_head * group; h < (kv_head + 1) * group; ++h) {
       const double* q_row = &q[std::size_t((b * heads + h) * d)];
-      const std::vector<double> qv =
-          rope ? rope_llama(q_row, d, double(q_pos), p.rope_rcp_scale, p.rope_rcp_theta) : std::vector<double>(q_row, q_row + d);
+      std::vector<double> qv(q_row, q_row + d);
+      if (rope) {
+        qv = rope_llama(q_row, d, double(q_pos), p.rope_rcp_scale, p.rope_rcp_theta);
+        for (double& x : qv) x = p.round_operand(x);
+      }
       std::vector<double> scores(len);
       for (std::int64_t t = 0; t < len; ++t) {
         double s = 0;
