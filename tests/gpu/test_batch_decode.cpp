@@ -22,6 +22,7 @@
 #include <thread>
 #include <type_traits>
 
+#include "aotinfer/aotinfer.h"
 #include "aotinfer/append_paged_kv.hpp"
 #include "aotinfer/batch_decode.hpp"
 #include "gpu_test_util.hpp"
@@ -844,6 +845,64 @@ TEST_CASE("batch_decode launched back to back reads what the launch before it wr
     }
     p.q = got;  // the next run's q
   }
+}
+
+TEST_CASE("the C API's raw batch_decode run takes attention sinks and q positions", "[gpu]") {
+  SEEDED_RNG(rng);
+  std::optional<BatchDecodeConfig> config = base_config();
+  REQUIRE_SOME_RAN(config.has_value());
+  *config = with_heads(*config, 4, 2);
+  Case c = random_case(rng, *config, random_lens(rng, 6, 700, config->page_size), /*q_positions=*/true, /*lse=*/true);
+  c.with_sinks = true;
+  INFO(describe(c));
+  const Problem p = make_problem(rng, c);
+  DeviceProblem d(p);
+  d.upload(p);
+
+  aotinfer_package* pkg = nullptr;
+  REQUIRE(aotinfer_package_open(package().path().c_str(), &pkg) == AOTINFER_OK);
+  const std::string dtype_q(aotinfer::dtype_name(c.config.dtype_q)), dtype_kv(aotinfer::dtype_name(c.config.dtype_kv)),
+      dtype_o(aotinfer::dtype_name(c.config.dtype_o));
+  aotinfer_batch_decode_config cc{};
+  cc.dtype_q = dtype_q.c_str();
+  cc.dtype_kv = dtype_kv.c_str();
+  cc.dtype_o = dtype_o.c_str();
+  cc.head_dim = c.config.head_dim;
+  cc.num_qo_heads = c.config.num_qo_heads;
+  cc.num_kv_heads = c.config.num_kv_heads;
+  cc.page_size = c.config.page_size;
+  cc.layout = name(c.config.layout);
+  aotinfer_batch_decode* decode = nullptr;
+  REQUIRE(aotinfer_batch_decode_create(pkg, &cc, &decode) == AOTINFER_OK);
+  std::size_t float_bytes = 0, int_bytes = 0;
+  REQUIRE(aotinfer_batch_decode_workspace_sizes(decode, std::int32_t(p.batch()), &float_bytes, &int_bytes) == AOTINFER_OK);
+  DeviceBuffer<std::uint8_t> floats(float_bytes), ints(int_bytes);
+  REQUIRE(aotinfer_batch_decode_plan(decode, p.cache.indptr.data(), std::int32_t(p.batch()), p.cache.last_page_len.data(),
+                                     p.cache.indices.data(), std::int32_t(p.cache.indices.size()), std::int32_t(p.num_pages),
+                                     floats.ptr, float_bytes, ints.ptr, int_bytes, nullptr) == AOTINFER_OK);
+  const aotinfer::DecodeRunArgs a = d.args(p);
+  aotinfer_batch_decode_run_args args{};
+  args.batch = a.batch;
+  args.q = a.q;
+  args.k_pages = a.k_pages;
+  args.v_pages = a.v_pages;
+  args.kv_indptr = a.kv_indptr;
+  args.kv_indices = a.kv_indices;
+  args.kv_last_page_len = a.kv_last_page_len;
+  args.o = a.o;
+  args.lse = a.lse;
+  args.q_positions = a.q_positions;
+  args.sinks = a.sinks;
+  args.sm_scale = a.sm_scale;
+  args.k_scale = a.k_scale;
+  args.v_scale = a.v_scale;
+  args.window_left = -1;
+  REQUIRE(a.sinks != nullptr);
+  REQUIRE(aotinfer_batch_decode_run(decode, &args, nullptr) == AOTINFER_OK);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  aotinfer_batch_decode_destroy(decode);
+  aotinfer_package_close(pkg);
+  check(p, d, reference(p));
 }
 
 TEST_CASE("BatchDecode refuses bad arguments before launching anything", "[gpu]") {

@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "aotinfer/aotinfer.h"
 #include "aotinfer/batch_prefill.hpp"
 #include "gpu_test_util.hpp"
 #include "random_values.hpp"
@@ -103,6 +104,7 @@ struct Case {
   float soft_cap = 0;
   int sampled_tokens = 24;  // per request, besides the first and last
   std::vector<float> sinks{};  // [num_qo_heads] attention-sink logits, or empty
+  bool c_api = false;          // plan and run through the C API's raw entry points
 };
 
 // Sinks from well below to well above a row's lse: some barely count, some dominate.
@@ -292,6 +294,60 @@ void check(std::mt19937_64& rng, const Problem& p, const std::vector<std::uint16
 }
 
 // Runs one case end to end; ran = false when the package lacks the variant.
+// Plans and runs `a` through the C API's raw entry points, twice with the outputs poisoned in
+// between, as run_case does through BatchPrefill.
+void run_through_c_api(const Case& c, const Problem& p, const aotinfer::PrefillRunArgs& a, DeviceBuffer<std::uint16_t>& o,
+                       DeviceBuffer<float>& lse) {
+  const BatchPrefillConfig& cfg = c.config;
+  const std::string dtype_q(aotinfer::dtype_name(cfg.dtype_q)), dtype_kv(aotinfer::dtype_name(cfg.dtype_kv)),
+      dtype_o(aotinfer::dtype_name(cfg.dtype_o));
+  const bool paged = cfg.kv_storage == KvStorage::paged;
+  aotinfer_batch_prefill_config cc{};
+  cc.dtype_q = dtype_q.c_str();
+  cc.dtype_kv = dtype_kv.c_str();
+  cc.dtype_o = dtype_o.c_str();
+  cc.head_dim = cfg.head_dim;
+  cc.num_qo_heads = cfg.num_qo_heads;
+  cc.num_kv_heads = cfg.num_kv_heads;
+  cc.kv_storage = paged ? "paged" : "ragged";
+  cc.page_size = cfg.page_size;
+  cc.layout = cfg.layout == KvLayout::hnd ? "hnd" : "nhd";
+  cc.mask = cfg.mask == MaskMode::causal ? "causal" : "none";
+  cc.pos_encoding = aotinfer::pos_encoding_name(cfg.pos_encoding);
+  cc.sliding_window = cfg.sliding_window;
+  cc.soft_cap = cfg.soft_cap;
+  aotinfer_package* pkg = nullptr;
+  REQUIRE(aotinfer_package_open(package().path().c_str(), &pkg) == AOTINFER_OK);
+  aotinfer_batch_prefill* prefill = nullptr;
+  REQUIRE(aotinfer_batch_prefill_create(pkg, &cc, &prefill) == AOTINFER_OK);
+  std::size_t float_bytes = 0, int_bytes = 0;
+  REQUIRE(aotinfer_batch_prefill_workspace_sizes(prefill, p.total_q, a.batch, &float_bytes, &int_bytes) == AOTINFER_OK);
+  DeviceBuffer<std::uint8_t> floats(float_bytes), ints(int_bytes);
+  const aotinfer_status planned =
+      paged ? aotinfer_batch_prefill_plan_paged(prefill, p.qo_indptr.data(), p.kv_indptr.data(), a.batch,
+                                                p.last_page_len.data(), p.indices.data(), std::int32_t(p.indices.size()),
+                                                p.num_pages, floats.ptr, float_bytes, ints.ptr, int_bytes, nullptr)
+            : aotinfer_batch_prefill_plan_ragged(prefill, p.qo_indptr.data(), p.kv_indptr.data(), a.batch, floats.ptr,
+                                                 float_bytes, ints.ptr, int_bytes, nullptr);
+  INFO(aotinfer_last_error());
+  REQUIRE(planned == AOTINFER_OK);
+  aotinfer_batch_prefill_run_args args{};
+  args.batch = a.batch;
+  args.total_q = a.total_q;
+  args.q = a.q, args.qo_indptr = a.qo_indptr, args.k = a.k, args.v = a.v, args.kv_indptr = a.kv_indptr;
+  args.kv_indices = paged ? a.kv_indices : nullptr, args.kv_last_page_len = paged ? a.kv_last_page_len : nullptr;
+  args.o = a.o, args.lse = a.lse, args.sinks = a.sinks;
+  args.logits_soft_cap = a.logits_soft_cap;
+  args.window_left = a.window_left;
+  for (int launch = 0; launch < 2; ++launch) {
+    o.poison();
+    lse.poison();
+    REQUIRE(aotinfer_batch_prefill_run(prefill, &args, nullptr) == AOTINFER_OK);
+  }
+  aotinfer_batch_prefill_destroy(prefill);
+  aotinfer_package_close(pkg);
+}
+
 Outcome run_case(std::mt19937_64& rng, const Case& c) {
   std::optional<BatchPrefill> prefill = make_prefill(c.config);
   if (!prefill) return {};
@@ -312,7 +368,7 @@ Outcome run_case(std::mt19937_64& rng, const Case& c) {
     prefill->plan_paged(p.qo_indptr, p.kv_indptr, p.last_page_len, p.indices, p.num_pages, ws.ws, nullptr);
   else
     prefill->plan_ragged(p.qo_indptr, p.kv_indptr, ws.ws, nullptr);
-  const aotinfer::PrefillWorkPlan& plan = prefill->work_plan();
+  const aotinfer::PrefillWorkPlan& plan = prefill->work_plan();  // the C API plans the same
   INFO("plan: tile " << plan.tile_rows << ", split " << plan.split << " (chunk " << plan.chunk_tokens << "), items "
                      << plan.num_work << ", merged rows " << plan.num_outputs());
   aotinfer::PrefillRunArgs a;
@@ -326,11 +382,13 @@ Outcome run_case(std::mt19937_64& rng, const Case& c) {
   a.logits_soft_cap = c.soft_cap;
   // Twice, outputs poisoned in between: the second launch must find the workspace as the plan
   // left it (the persistent kernel's pair counter back at 0), and it is the one checked.
-  for (int launch = 0; launch < 2; ++launch) {
-    o.poison();
-    lse.poison();
-    prefill->run(a, nullptr);
-  }
+  if (c.c_api) run_through_c_api(c, p, a, o, lse);
+  else
+    for (int launch = 0; launch < 2; ++launch) {
+      o.poison();
+      lse.poison();
+      prefill->run(a, nullptr);
+    }
   CUDA_CHECK(cudaDeviceSynchronize());
   CUDA_CHECK(cudaGetLastError());
   check(rng, p, o.download(), lse.download());
@@ -496,6 +554,18 @@ TEST_CASE("BatchPrefill in CUDA-graph mode: one captured graph replays later pla
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
+}
+
+TEST_CASE("the C API's raw batch_prefill run takes attention sinks, paged and ragged", "[gpu]") {
+  SEEDED_RNG(rng);
+  int ran = 0;
+  for (KvStorage storage : {KvStorage::paged, KvStorage::ragged}) {
+    Case c = random_case(rng, base_config(storage, MaskMode::causal, 8, 2));
+    c.sinks = random_sinks(rng, c.config.num_qo_heads);
+    c.c_api = true;
+    ran += run_case(rng, c).ran;
+  }
+  REQUIRE_SOME_RAN(ran);
 }
 
 TEST_CASE("BatchPrefill refuses bad arguments before launching anything", "[gpu]") {
