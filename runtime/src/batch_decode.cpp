@@ -101,7 +101,8 @@ BatchDecode::BatchDecode(const Package& package, const BatchDecodeConfig& c) : i
   impl_->shape.device = detail::current_device_ordinal();
   impl_->limits.num_sms = detail::current_device_sm_count();
   impl_->limits.ctas_per_sm = impl_->decode.max_active_ctas_per_sm();
-  if (info.tile[3] > 0) impl_->limits.ctas_per_sm = std::min(impl_->limits.ctas_per_sm, std::int32_t(info.tile[3]));
+  if (const std::int32_t streaming = info.tile[3] & AOTINFER_DECODE_STREAMING_CTAS; streaming > 0)
+    impl_->limits.ctas_per_sm = std::min(impl_->limits.ctas_per_sm, streaming);
   impl_->limits.ctas_per_item = c.num_kv_heads * impl_->row_groups;
   impl_->limits.tile_tokens = int(info.tile[1]);
   if (impl_->limits.ctas_per_sm < 1) invalid(impl_->decode.uri() + " cannot be resident on this GPU (occupancy 0)");
@@ -229,7 +230,9 @@ void BatchDecode::run(const DecodeRunArgs& a, Stream stream) const {
   p.rope_rcp_theta = 1.f / a.rope_theta;
   p.k_scale = a.k_scale;
   p.v_scale = a.v_scale;
-  s.decode.launch(Grid{unsigned(s.work.padded_work), unsigned(c.num_kv_heads * s.row_groups)}, p, stream);
+  const unsigned rows = unsigned(c.num_kv_heads * s.row_groups);  // CTAs per work item
+  if (s.decode.launch_info().tile[3] & AOTINFER_DECODE_FLAT_GRID) s.decode.launch(Grid{unsigned(s.work.padded_work) * rows}, p, stream);
+  else s.decode.launch(Grid{unsigned(s.work.padded_work), rows}, p, stream);  // packages built before the flat grid
 }
 
 }  // namespace aotinfer

@@ -95,7 +95,7 @@ struct DecodeMma {
   // way (more work per byte, half the bytes per CTA) and needs two (measured, docs/PERF.md).
   static constexpr int kStreamingCtasPerSm = kFp8 ? 2 : 1;
   static constexpr aotinfer_launch_info launch = make_launch_info<aotinfer_batch_decode_params>(
-      kThreads, kSmemBytes, kRows, kTeams * kBlock, head_dim, kStreamingCtasPerSm);
+      kThreads, kSmemBytes, kRows, kTeams * kBlock, head_dim, AOTINFER_DECODE_FLAT_GRID | kStreamingCtasPerSm);
 
   // The head dimension of a warp's dimension `local`, for the warp `part` of its team. A warp
   // holds whole 8-dimension chunks from both halves of the row, matched so that RoPE's pairs
@@ -265,7 +265,7 @@ struct DecodeMma {
 
   static __device__ void run(const aotinfer_batch_decode_params& p) {
     static_assert(kSmemBytes <= kSmemPerCta, "the decode tile must fit the chip's shared memory");
-    if (int(blockIdx.x) >= *p.num_work) return;
+    if (int(blockIdx.x) >= *p.num_work * DecodeWork::rows_per_item<kRows>(p)) return;
     extern __shared__ __align__(16) char smem[];
     char* q_s = smem + kQOffset;
     float* m_s = reinterpret_cast<float*>(smem + kStateOffset);

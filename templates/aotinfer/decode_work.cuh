@@ -9,7 +9,9 @@
 namespace aotinfer {
 
 struct DecodeWork {
-  int work;        // work item (blockIdx.x)
+  int work;        // work item
+  int grid_row;    // this CTA's of the item's grid_rows (KV head, query rows)
+  int grid_rows;
   int request;
   int kv_head;
   int first_head;  // query head of row 0
@@ -21,14 +23,27 @@ struct DecodeWork {
   int first_item, items;  // the request's work items (split plans; else this one alone)
   __device__ bool split() const { return items > 1; }
 
+  // CTAs per work item: KV heads times the query-row groups of kRows.
+  template <int kRows>
+  static __device__ __forceinline__ int row_groups(const aotinfer_batch_decode_params& p) {
+    return (p.num_qo_heads / p.kv.num_kv_heads + kRows - 1) / kRows;
+  }
+  template <int kRows>
+  static __device__ __forceinline__ int rows_per_item(const aotinfer_batch_decode_params& p) {
+    return p.kv.num_kv_heads * row_groups<kRows>(p);
+  }
+
+  // The flat grid (AOTINFER_DECODE_FLAT_GRID): an item's CTAs are consecutive.
   template <int kRows, bool sliding_window>
   static __device__ __forceinline__ DecodeWork of_this_cta(const aotinfer_batch_decode_params& p) {
     DecodeWork w;
-    w.work = blockIdx.x;
     const int group = p.num_qo_heads / p.kv.num_kv_heads;
-    const int row_groups = (group + kRows - 1) / kRows;
-    w.kv_head = blockIdx.y / row_groups;
-    const int first_row = (blockIdx.y % row_groups) * kRows;
+    const int row_groups = DecodeWork::row_groups<kRows>(p);
+    w.grid_rows = p.kv.num_kv_heads * row_groups;
+    w.work = int(blockIdx.x) / w.grid_rows;
+    w.grid_row = int(blockIdx.x) - w.work * w.grid_rows;
+    w.kv_head = w.grid_row / row_groups;
+    const int first_row = (w.grid_row % row_groups) * kRows;
     w.rows = min(kRows, group - first_row);
     w.first_head = w.kv_head * group + first_row;
     w.request = p.work_request[w.work];
@@ -78,7 +93,7 @@ struct DecodeWork {
     if (!split()) return;
     __syncthreads();  // every partial write of the CTA precedes thread 0's release below
     if (threadIdx.x == 0) {
-      int* counter = p.merge_counters + int64_t(request) * gridDim.y + blockIdx.y;
+      int* counter = p.merge_counters + int64_t(request) * grid_rows + grid_row;
       const bool last = atomic_add_acq_rel(counter, 1) == items - 1;
       if (last) *counter = 0;  // every other item has counted: ready for the next run
       *flag = last;

@@ -15,26 +15,33 @@
  * sinks[h] (units of s, no soft cap) with a zero value row: it adds e^sinks[h] to the
  * denominator (and to e^lse). A request with kv_len 0 gets o = 0, lse = -inf (with sinks, sinks[h]).
  *
- * The work partition comes from the planner (runtime/include/aotinfer/decode_plan.hpp): CTA
- * (x, y) handles work item x = (request, [kv_begin, kv_end)) for KV head y / row_groups and
- * query rows (y % row_groups) * tile[0] ... of its group. The plan also gives each item its
- * request's first page entry and KV length, so a CTA's first loads depend on nothing but x.
- * Items x >= *num_work exit at once (CUDA-graph padding). With partial_o set (a split plan), an item of a request that has more
+ * The work partition comes from the planner (runtime/include/aotinfer/decode_plan.hpp): each
+ * work item x = (request, [kv_begin, kv_end)) has rows = num_kv_heads * row_groups CTAs, CTA
+ * row y of them for KV head y / row_groups and query rows (y % row_groups) * tile[0] ... of its
+ * group. With AOTINFER_DECODE_FLAT_GRID (tile[3]) the grid is one-dimensional and CTA b is row
+ * y = b % rows of item x = b / rows: the CTAs of an item's KV heads run together, and read each
+ * token's heads out of the same DRAM rows (docs/PERF.md, v6.3); without it CTA (x, y). The plan
+ * also gives each item its request's first page entry and KV length, so a CTA's first loads
+ * depend on nothing but x. Items x >= *num_work exit at once (CUDA-graph padding). With partial_o set (a split plan), an item of a request that has more
  * than one writes its state to partial_o/partial_lse row x and counts itself done in
  * merge_counters; the CTA that completes a request's count merges the request's states into
  * o/lse and sets its counter back to 0, so one launch does the whole decode and the counters
  * are ready for the next run. Without partial_o, or for a request of one item, items write o/lse.
  *
  * Launch info: tile[0] = query rows per CTA, tile[1] = KV tokens per pipeline stage,
- * tile[2] = head_dim, tile[3] = resident CTAs per SM the kernel needs to stream at its full rate
- * (0: as many as fit). The planner sizes a wave of split work by it: fewer, longer items where one
- * CTA per SM already streams at full rate mean fewer partial states to merge. */
+ * tile[2] = head_dim, tile[3] = flags | resident CTAs per SM the kernel needs to stream at its
+ * full rate (AOTINFER_DECODE_STREAMING_CTAS bits; 0: as many as fit). The planner sizes a wave of
+ * split work by it: fewer, longer items where one CTA per SM already streams at full rate mean
+ * fewer partial states to merge. */
 #ifndef AOTINFER_PARAMS_BATCH_DECODE_H
 #define AOTINFER_PARAMS_BATCH_DECODE_H
 
 #include <stdint.h>
 
 #include "aotinfer/params/paged_kv.h"
+
+#define AOTINFER_DECODE_STREAMING_CTAS 0xffffu
+#define AOTINFER_DECODE_FLAT_GRID 0x10000u
 
 typedef struct aotinfer_batch_decode_params {
   const void* q;
