@@ -231,8 +231,10 @@ void BatchDecode::run(const DecodeRunArgs& a, Stream stream) const {
   p.k_scale = a.k_scale;
   p.v_scale = a.v_scale;
   const unsigned rows = unsigned(c.num_kv_heads * s.row_groups);  // CTAs per work item
-  if (s.decode.launch_info().tile[3] & AOTINFER_DECODE_FLAT_GRID) s.decode.launch(Grid{unsigned(s.work.padded_work) * rows}, p, stream);
-  else s.decode.launch(Grid{unsigned(s.work.padded_work), rows}, p, stream);  // packages built before the flat grid
+  if (s.decode.launch_info().tile[3] & AOTINFER_DECODE_FLAT_GRID)
+    s.decode.launch(Grid{unsigned(s.work.padded_work) * rows}, p, stream);
+  else  // packages built before the flat grid
+    s.decode.launch(Grid{unsigned(s.work.padded_work), rows}, p, stream);
 }
 
 }  // namespace aotinfer

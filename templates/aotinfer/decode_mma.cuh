@@ -2,8 +2,8 @@
 // where the two differ) or fp8 (q converted to f16, fp8 scales applied in fp32), with or without
 // RoPE (q rotated once, each landed K block rotated in shared memory, fp8 widened on the way):
 // the query rows of a GQA group (padded to 16) are the M of mma.sync m16n8k16, so a group of 4
-// costs the same instructions as one of 16. The kernel of batch_decode (templates/batch_decode.cuh), whose
-// contract it implements (aotinfer/params/batch_decode.h).
+// costs the same instructions as one of 16. The kernel of batch_decode
+// (templates/batch_decode.cuh), whose contract it implements (aotinfer/params/batch_decode.h).
 //
 // Each team of warps streams its own 16-token blocks of the work item (blocks team, team +
 // kTeams, ...) through private cp.async pipelines and keeps its own online-softmax state; the
@@ -287,8 +287,10 @@ struct DecodeMma {
     char* my_stages = smem + warp * kWarpBytes;
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
-      if (s < my_blocks)
-        load_block(p, my_stages + s * kStageBytes, key_page(p, block_start(s), end, page_begin, lane), kv_head, part, lane);
+      if (s < my_blocks) {
+        const KeyPage key = key_page(p, block_start(s), end, page_begin, lane);
+        load_block(p, my_stages + s * kStageBytes, key, kv_head, part, lane);
+      }
       cp_async_commit();
     }
     KeyPage ahead = key_page(p, block_start(kStages - 1), end, page_begin, lane);  // the loop's first copies

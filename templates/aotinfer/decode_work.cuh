@@ -39,7 +39,7 @@ struct DecodeWork {
     DecodeWork w;
     const int group = p.num_qo_heads / p.kv.num_kv_heads;
     const int row_groups = DecodeWork::row_groups<kRows>(p);
-    w.grid_rows = p.kv.num_kv_heads * row_groups;
+    w.grid_rows = rows_per_item<kRows>(p);
     w.work = int(blockIdx.x) / w.grid_rows;
     w.grid_row = int(blockIdx.x) - w.work * w.grid_rows;
     w.kv_head = w.grid_row / row_groups;

@@ -22,11 +22,12 @@
  * y = b % rows of item x = b / rows: the CTAs of an item's KV heads run together, and read each
  * token's heads out of the same DRAM rows (docs/PERF.md, v6.3); without it CTA (x, y). The plan
  * also gives each item its request's first page entry and KV length, so a CTA's first loads
- * depend on nothing but x. Items x >= *num_work exit at once (CUDA-graph padding). With partial_o set (a split plan), an item of a request that has more
- * than one writes its state to partial_o/partial_lse row x and counts itself done in
- * merge_counters; the CTA that completes a request's count merges the request's states into
- * o/lse and sets its counter back to 0, so one launch does the whole decode and the counters
- * are ready for the next run. Without partial_o, or for a request of one item, items write o/lse.
+ * depend on nothing but x. Items x >= *num_work exit at once (CUDA-graph padding). With
+ * partial_o set (a split plan), an item of a request that has more than one writes its state to
+ * partial_o/partial_lse row x and counts itself done in merge_counters; the CTA that completes a
+ * request's count merges the request's states into o/lse and sets its counter back to 0, so one
+ * launch does the whole decode and the counters are ready for the next run. Without partial_o,
+ * or for a request of one item, items write o/lse.
  *
  * Launch info: tile[0] = query rows per CTA, tile[1] = KV tokens per pipeline stage,
  * tile[2] = head_dim, tile[3] = flags | resident CTAs per SM the kernel needs to stream at its
