@@ -78,12 +78,12 @@ struct PrefillSm90 {
   static constexpr int kKvTiles = kKv / 8;        // n8 tiles of S
   static constexpr int kQBytes = kRows * kTileDim * 2;
   static constexpr int kTileBytes = kKv * kTileDim * 2;  // K or V of one stage
-  // Shared memory from a 1024-aligned base (the swizzle atoms must be): q slots, K stages, V
-  // stages, mbarriers, key offsets, announced pairs, RoPE frequencies; 1024 bytes of slack to
-  // align the base. Two q slots where they fit (not head_dim 256), so that the producer loads
-  // the next pair's q while the consumers still use this one's.
+  // Shared memory from a 1024-aligned base (the swizzle atoms must be; see run()): q slots, K
+  // stages, V stages, mbarriers, key offsets, announced pairs, RoPE frequencies. Two q slots
+  // where they fit (not head_dim 256), so that the producer loads the next pair's q while the
+  // consumers still use this one's.
   static constexpr int smem_bytes(int q_slots) {
-    return 1024 + q_slots * kQBytes + 2 * kStages * kTileBytes + 8 * (8 + 4 * kStages) + 3 * kKv * 8 + 4 * 4 +
+    return q_slots * kQBytes + 2 * kStages * kTileBytes + 8 * (8 + 4 * kStages) + 3 * kKv * 8 + 4 * 4 +
            (kRope ? head_dim / 2 * 4 : 0);
   }
   static constexpr int kQSlots = smem_bytes(2) <= kSmemPerCta ? 2 : 1;
@@ -99,7 +99,7 @@ struct PrefillSm90 {
   static constexpr int kOffsetsOffset = kBarOffset + 8 * kNumBars;  // key offsets, three tiles
   static constexpr int kPairOffset = kOffsetsOffset + 3 * kKv * 8;  // the announced pairs, 4 slots
   static constexpr int kFreqOffset = kPairOffset + 4 * 4;
-  static constexpr int kSmemBytes = 1024 + kFreqOffset + (kRope ? head_dim / 2 * 4 : 0);
+  static constexpr int kSmemBytes = kFreqOffset + (kRope ? head_dim / 2 * 4 : 0);
   static_assert(kSmemBytes == smem_bytes(kQSlots), "the layout above is what smem_bytes counts");
   // Registers per thread after reallocation. A CTA owns what it launched with: kThreads times
   // the count `__launch_bounds__(kThreads, 1)` allows (65536 / kThreads, in steps of 8). The
@@ -212,9 +212,11 @@ struct PrefillSm90 {
     const int num_work = *p.num_work, num_kv_heads = KvRows<dtype_kv>::num_kv_heads(p);
     if (int(blockIdx.x) >= num_work * num_kv_heads) return;  // CUDA-graph padding
     const PairList pairs(p, num_work, num_kv_heads);
-    extern __shared__ char smem_raw[];
-    char* base = smem_raw + ((1024 - sm90::smem_u32(smem_raw) % 1024) % 1024);
-    const Shared sh(base);
+    // Aligned for the swizzle atoms by its declaration, so that every shared-memory address
+    // below is a constant offset from a link-time symbol (a base aligned at run time held a
+    // register and an add per address in the consumers: 1-3 % on the ragged rows).
+    extern __shared__ __align__(1024) char smem_raw[];
+    const Shared sh(smem_raw);
     if (threadIdx.x == 0) {
       // "Landed" barriers take an arrival from each copying thread: one issues TMA copies.
       const int q_copiers = q_by_tma(p) ? 1 : 128, kv_copiers = kv_by_tma(p) ? 1 : 128;

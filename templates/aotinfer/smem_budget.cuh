@@ -1,4 +1,4 @@
-// Shared memory one CTA may use, for every chip the code of this compile pass runs on. Kernels
+// Dynamic shared memory one CTA may use, for every chip the code of this compile pass runs on. Kernels
 // size their pipelines from it; each arch's cubin exports its own launch info, so the runtime
 // requests what that cubin was built for. seal checks the result against every chip.
 #pragma once
@@ -7,7 +7,9 @@ namespace aotinfer {
 
 constexpr int kSmemPerCta =
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && __CUDA_ARCH__ < 1200
-    227 * 1024;  // Hopper, datacenter Blackwell, Thor
+    // Hopper, datacenter Blackwell, Thor: 227 KiB, less the 1 KiB the system reserves in each
+    // CTA's static section there (which seal counts).
+    227 * 1024 - 1024;
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
     64 * 1024;  // Turing
 #else
