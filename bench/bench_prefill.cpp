@@ -5,7 +5,7 @@
 // Usage: aotinfer_bench_prefill PACKAGE_DIR RESULTS.jsonl   (AOTINFER_BENCH_ONLY=ragged:causal:4:4096:8
 // runs that row only, and a comma-separated list those rows; ...:8:64 names one of head_dim 64,
 // 96 or 256, ragged:causal:1:32768:8:q256 a chunked prefill; AOTINFER_BENCH_SINKS=1 passes
-// attention sinks to every run)
+// attention sinks to every run, AOTINFER_BENCH_PAGE=64 another page size than 16)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -63,7 +63,12 @@ int main(int argc, char** argv) {
   std::printf("device %s, %d SMs; copy bandwidth %.0f GB/s\n", prop.name, prop.multiProcessorCount, copy_gbs);
   results << "{\"copy_gbs\": " << copy_gbs << "}\n";
 
-  const int qo_heads = 32, page = 16;
+  const int qo_heads = 32;
+  const int page = std::getenv("AOTINFER_BENCH_PAGE") ? std::atoi(std::getenv("AOTINFER_BENCH_PAGE")) : 16;
+  if (page < 1 || 1024 % page != 0) {
+    std::fprintf(stderr, "AOTINFER_BENCH_PAGE must divide 1024 (the shortest request), got %d\n", page);
+    return 2;
+  }
   std::printf("\nbatch_prefill: bf16, %d qo heads, qo_len = kv_len, paged: page %d NHD\n", qo_heads, page);
   std::printf("%-7s %-7s %5s %6s %4s %4s %5s %6s %6s %10s %8s\n", "kv", "mask", "batch", "len", "kvh", "hd", "tile", "split",
               "ctas", "time us", "TF/s");
