@@ -7,8 +7,8 @@ namespace aotinfer {
 
 constexpr int kSmemPerCta =
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && __CUDA_ARCH__ < 1200
-    // Hopper, datacenter Blackwell, Thor: 227 KiB, less the 1 KiB the system reserves in each
-    // CTA's static section there (which seal counts).
+    // Hopper, datacenter Blackwell, Thor: 227 KiB, less the 1 KiB the system reserves there in
+    // the static section of every kernel that uses shared memory (seal counts it).
     227 * 1024 - 1024;
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
     64 * 1024;  // Turing
