@@ -214,7 +214,7 @@ struct PrefillSm90 {
     const PairList pairs(p, num_work, num_kv_heads);
     // Aligned for the swizzle atoms by its declaration, so that every shared-memory address
     // below is a constant offset from a link-time symbol (a base aligned at run time held a
-    // register and an add per address in the consumers: 1-3 % on the ragged rows).
+    // register and an add per address in the consumers: 0.5-2 % on the 16x1k and 4x4k rows).
     extern __shared__ __align__(1024) char smem_raw[];
     const Shared sh(smem_raw);
     if (threadIdx.x == 0) {

@@ -1,6 +1,6 @@
-// Dynamic shared memory one CTA may use, for every chip the code of this compile pass runs on. Kernels
-// size their pipelines from it; each arch's cubin exports its own launch info, so the runtime
-// requests what that cubin was built for. seal checks the result against every chip.
+// Dynamic shared memory one CTA may use, for every chip the code of this compile pass runs on.
+// Kernels size their pipelines from it; each arch's cubin exports its own launch info, so the
+// runtime requests what that cubin was built for. seal checks the result against every chip.
 #pragma once
 
 namespace aotinfer {
