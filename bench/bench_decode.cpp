@@ -89,7 +89,9 @@ int main(int argc, char** argv) {
   results << "{\"copy_gbs\": " << copy_gbs << "}\n";
 
   const int qo_heads = 32, kv_heads = 8, page = 16;
-  std::printf("\nbatch_decode: %d qo / %d kv heads, head_dim 128 unless named, page %d, NHD\n", qo_heads, kv_heads, page);
+  const aotinfer::KvSplit kv_split = bench::kv_split_from_env();
+  std::printf("\nbatch_decode: %d qo / %d kv heads, head_dim 128 unless named, page %d, NHD, kv_split %s %d\n", qo_heads,
+              kv_heads, page, aotinfer::kv_split_name(kv_split.mode), kv_split.tokens);
   std::printf("time: eager run(); graph: a graph of one run(), replayed; step: per run() in a graph of 8 back to back (layers)\n");
   std::printf("%-18s %6s %7s %6s %6s %10s %10s %8s %8s %10s %8s %8s %10s %8s %8s\n", "variant", "batch", "kv_len", "split", "ctas",
               "MB moved", "time us", "GB/s", "of copy", "graph us", "GB/s", "of copy", "step us", "GB/s", "of copy");
@@ -123,6 +125,8 @@ int main(int argc, char** argv) {
     cfg.num_qo_heads = qo_heads;
     cfg.num_kv_heads = kv_heads;
     cfg.page_size = page;
+    cfg.kv_split = kv_split;
+    cfg.max_kv_len = c.kv_len;  // sizes a fixed split's CUDA-graph grid
 
     const int pages_per_req = (c.kv_len + page - 1) / page;
     const int num_pages = c.batch * pages_per_req;
@@ -173,7 +177,7 @@ int main(int argc, char** argv) {
 
     // Eager: plan, then one run() per timed call (host launch included, as an eager engine sees it).
     aotinfer::BatchDecode decode(pkg, cfg);
-    Workspace ws(decode.workspace_sizes(c.batch));
+    Workspace ws(decode.workspace_sizes(c.batch, c.kv_len));
     decode.plan(indptr, last, indices, num_pages, ws.ws, nullptr);
     const double us = median_us(5, 30, [&](int i) {
       args.k_pages = k[i % sets];
@@ -188,7 +192,7 @@ int main(int argc, char** argv) {
     cfg.cuda_graph = true;
     cfg.max_batch = c.batch;
     aotinfer::BatchDecode graph_decode(pkg, cfg);
-    Workspace graph_ws(graph_decode.workspace_sizes(c.batch));
+    Workspace graph_ws(graph_decode.workspace_sizes(c.batch, c.kv_len));
     cudaStream_t stream;
     check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
     graph_decode.plan(indptr, last, indices, num_pages, graph_ws.ws, stream);

@@ -69,7 +69,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "AOTINFER_BENCH_PAGE must divide 1024 (the shortest request), got %d\n", page);
     return 2;
   }
-  std::printf("\nbatch_prefill: bf16, %d qo heads, qo_len = kv_len, paged: page %d NHD\n", qo_heads, page);
+  const aotinfer::KvSplit kv_split = bench::kv_split_from_env();
+  std::printf("\nbatch_prefill: bf16, %d qo heads, qo_len = kv_len, paged: page %d NHD, kv_split %s %d\n", qo_heads, page,
+              aotinfer::kv_split_name(kv_split.mode), kv_split.tokens);
   std::printf("%-7s %-7s %5s %6s %4s %4s %5s %6s %6s %10s %8s\n", "kv", "mask", "batch", "len", "kvh", "hd", "tile", "split",
               "ctas", "time us", "TF/s");
   std::vector<Case> cases;
@@ -109,6 +111,7 @@ int main(int argc, char** argv) {
     cfg.kv_storage = c.storage;
     cfg.page_size = page;
     cfg.mask = c.causal ? aotinfer::MaskMode::causal : aotinfer::MaskMode::none;
+    cfg.kv_split = kv_split;
     if (!bench::has_variant<aotinfer::BatchPrefill>(pkg, cfg)) {
       std::printf("%-7s %-7s %5d %6d %4d %4d  (not in the package: skipped)\n", kv_name.c_str(), mask.c_str(), c.batch, c.len,
                   c.kv_heads, head_dim);
@@ -139,7 +142,7 @@ int main(int argc, char** argv) {
     check(cudaMemcpy(d_last, last.data(), last.size() * 4, cudaMemcpyHostToDevice), "upload");
     check(cudaMemcpy(d_indices, indices.data(), indices.size() * 4, cudaMemcpyHostToDevice), "upload");
 
-    const aotinfer::WorkspaceSizes sizes = prefill.workspace_sizes(tokens, c.batch);
+    const aotinfer::WorkspaceSizes sizes = prefill.workspace_sizes(tokens, c.batch, c.len);
     aotinfer::Workspace ws{device(sizes.float_bytes), sizes.float_bytes, device(sizes.int_bytes), sizes.int_bytes};
     if (c.storage == aotinfer::KvStorage::paged)
       prefill.plan_paged(qo_indptr, kv_indptr, last, indices, int(indices.size()), ws, nullptr);

@@ -2,6 +2,7 @@
 #pragma once
 #include <cuda_runtime.h>
 
+#include "aotinfer/attention.hpp"
 #include "aotinfer/error.hpp"
 #include "aotinfer/package.hpp"
 
@@ -24,6 +25,18 @@ struct OnlyRows {
     return list.find("," + name + ",") == std::string::npos;
   }
 };
+
+// AOTINFER_BENCH_KV_SPLIT: the plans' KV split, "adaptive" (unset), "none" or "fixed:<tokens>"
+// (batch-invariant modes, aotinfer/attention.hpp), printed in the table's title line.
+inline aotinfer::KvSplit kv_split_from_env() {
+  const char* text = std::getenv("AOTINFER_BENCH_KV_SPLIT");
+  const std::string s = text ? text : "adaptive";
+  if (s == "adaptive") return {};
+  if (s == "none") return {aotinfer::KvSplit::Mode::none, 0};
+  if (s.rfind("fixed:", 0) == 0 && std::atoi(s.c_str() + 6) > 0) return {aotinfer::KvSplit::Mode::fixed, std::atoi(s.c_str() + 6)};
+  std::fprintf(stderr, "AOTINFER_BENCH_KV_SPLIT must be adaptive, none or fixed:<tokens>, got %s\n", s.c_str());
+  std::exit(2);
+}
 
 // Whether the package holds the variant an operation (BatchDecode, BatchPrefill) needs for
 // `config`: a benchmark skips the rows of the others, so it runs on any package.

@@ -74,6 +74,7 @@ void BatchDecode::check_config(const BatchDecodeConfig& c) {
   if (group > 64) invalid("the GQA group size num_qo_heads / num_kv_heads is " + std::to_string(group) + "; at most 64 is supported");
   if (c.page_size < 1) invalid("page_size must be >= 1, got " + std::to_string(c.page_size));
   if (c.cuda_graph && c.max_batch < 1) invalid("CUDA-graph mode needs max_batch >= 1");
+  detail::check_kv_split("batch_decode", c.kv_split, c.cuda_graph, c.max_kv_len);
 }
 
 VariantKey BatchDecode::variant_key(const BatchDecodeConfig& c) {
@@ -106,7 +107,8 @@ BatchDecode::BatchDecode(const Package& package, const BatchDecodeConfig& c) : i
   impl_->limits.ctas_per_item = c.num_kv_heads * impl_->row_groups;
   impl_->limits.tile_tokens = int(info.tile[1]);
   if (impl_->limits.ctas_per_sm < 1) invalid(impl_->decode.uri() + " cannot be resident on this GPU (occupancy 0)");
-  if (c.cuda_graph) impl_->limits.graph_work = decode_max_work(c.max_batch, impl_->limits);
+  impl_->limits.kv_split = c.kv_split;
+  if (c.cuda_graph) impl_->limits.graph_work = decode_max_work(c.max_batch, impl_->limits, c.max_kv_len);
 }
 
 BatchDecode::~BatchDecode() = default;
@@ -116,9 +118,9 @@ BatchDecode& BatchDecode::operator=(BatchDecode&&) noexcept = default;
 const DecodeWorkPlan& BatchDecode::work_plan() const { return impl_->work; }
 const BatchDecodeConfig& BatchDecode::config() const { return impl_->config; }
 
-WorkspaceSizes BatchDecode::workspace_sizes(std::int32_t max_batch) const {
-  if (impl_->config.cuda_graph) max_batch = impl_->config.max_batch;
-  const std::int32_t work = decode_max_work(max_batch, impl_->limits);
+WorkspaceSizes BatchDecode::workspace_sizes(std::int32_t max_batch, std::int64_t max_kv_len) const {
+  if (impl_->config.cuda_graph) max_batch = impl_->config.max_batch, max_kv_len = impl_->config.max_kv_len;
+  const std::int32_t work = decode_max_work(max_batch, impl_->limits, max_kv_len);
   return {float_bytes(work, impl_->config), IntLayout(work, max_batch, impl_->limits.ctas_per_item).bytes};
 }
 
@@ -183,6 +185,10 @@ void BatchDecode::run(const DecodeRunArgs& a, Stream stream) const {
     invalid("q, k_pages, v_pages, kv_indptr, kv_indices, kv_last_page_len and o must not be null");
   for (auto [name, ptr] : {std::pair{"q", a.q}, {"k_pages", a.k_pages}, {"v_pages", a.v_pages}, {"o", a.o}})
     if (reinterpret_cast<std::uintptr_t>(ptr) % 16 != 0) invalid(std::string(name) + " must be 16-byte aligned (the kernel moves 16-byte vectors)");
+  const std::int64_t q_row = std::int64_t(c.num_qo_heads) * c.head_dim;
+  if (a.q_stride != 0 && (a.q_stride < q_row || a.q_stride * std::int64_t(dtype_size(c.dtype_q)) % 16 != 0))
+    invalid("q_stride must be 0 (dense) or a multiple of 16 bytes of at least num_qo_heads * head_dim = " +
+            std::to_string(q_row) + " elements, got " + std::to_string(a.q_stride));
   if (a.kv_stride_page < 0 || a.kv_stride_page * std::int64_t(dtype_size(c.dtype_kv)) % 16 != 0)
     invalid("kv_stride_page must be a non-negative multiple of 16 bytes, got " + std::to_string(a.kv_stride_page) + " elements");
   if (c.soft_cap && !(a.logits_soft_cap > 0)) invalid("a soft_cap variant needs logits_soft_cap > 0");
@@ -195,6 +201,7 @@ void BatchDecode::run(const DecodeRunArgs& a, Stream stream) const {
 
   aotinfer_batch_decode_params p{};
   p.q = a.q;
+  p.q_stride_token = a.q_stride != 0 ? a.q_stride : q_row;
   p.kv.k_pages = a.k_pages;
   p.kv.v_pages = a.v_pages;
   p.kv.indptr = a.kv_indptr;

@@ -44,8 +44,8 @@ void encode_tensor_maps(aotinfer_batch_prefill_params& p, const aotinfer_launch_
   if (!(info.tile[3] & AOTINFER_PREFILL_READS_TENSOR_MAPS) || c.cuda_graph || tile_rows % group != 0 ||
       total_q == 0 || (ragged && total_kv == 0))
     return;
-  p.q_map = detail::rows_tensor_map(c.dtype_q, p.q, total_q, c.num_qo_heads, c.head_dim,
-                                    std::int64_t(c.num_qo_heads) * c.head_dim, group, tile_rows / group);
+  p.q_map = detail::rows_tensor_map(c.dtype_q, p.q, total_q, c.num_qo_heads, c.head_dim, p.q_stride_token, group,
+                                    tile_rows / group);
   if (ragged) {
     p.k_map = detail::rows_tensor_map(c.dtype_kv, p.ragged.k, total_kv, c.num_kv_heads, c.head_dim,
                                       p.ragged.stride_token, 1, kv_tile);
@@ -87,6 +87,7 @@ void BatchPrefill::check_config(const BatchPrefillConfig& c) {
   if (c.pos_encoding == PosEncoding::alibi) invalid("pos_encoding alibi is not a prefill option (none or rope_llama)");
   if (c.cuda_graph && (c.max_batch < 1 || c.max_total_q < 1))
     invalid("CUDA-graph mode needs max_batch >= 1 and max_total_q >= 1");
+  detail::check_kv_split("batch_prefill", c.kv_split, c.cuda_graph, c.max_kv_len);
 }
 
 VariantKey BatchPrefill::variant_key(const BatchPrefillConfig& c) {
@@ -124,9 +125,10 @@ BatchPrefill::BatchPrefill(const Package& package, const BatchPrefillConfig& c) 
   s.limits.causal = c.mask == MaskMode::causal;
   if (s.limits.large.ctas_per_sm < 1 || s.limits.small.ctas_per_sm < 1)
     invalid(s.large.uri() + " cannot be resident on this GPU (occupancy 0)");
+  s.limits.kv_split = c.kv_split;
   if (c.cuda_graph) {
     s.limits.graph_work = 1;  // marks graph mode for prefill_capacity: large tile only
-    s.graph_capacity = prefill_capacity(c.max_total_q, c.max_batch, s.limits);
+    s.graph_capacity = prefill_capacity(c.max_total_q, c.max_batch, s.limits, c.max_kv_len);
     s.limits.graph_work = std::int32_t(s.graph_capacity.work);
   }
 }
@@ -148,9 +150,10 @@ const PrefillWorkPlan& BatchPrefill::work_plan() const {
 const PrefillPlanLimits& BatchPrefill::limits() const { return impl_->limits; }
 const BatchPrefillConfig& BatchPrefill::config() const { return impl_->config; }
 
-WorkspaceSizes BatchPrefill::workspace_sizes(std::int64_t max_total_q, std::int32_t max_batch) const {
+WorkspaceSizes BatchPrefill::workspace_sizes(std::int64_t max_total_q, std::int32_t max_batch, std::int64_t max_kv_len) const {
   const Impl& s = *impl_;
-  const PrefillCapacity cap = s.config.cuda_graph ? s.graph_capacity : prefill_capacity(max_total_q, max_batch, s.limits);
+  const PrefillCapacity cap =
+      s.config.cuda_graph ? s.graph_capacity : prefill_capacity(max_total_q, max_batch, s.limits, max_kv_len);
   return {float_bytes(cap.states, s.config.head_dim), PrefillIntLayout(cap.work, cap.outputs).bytes};
 }
 
@@ -202,7 +205,7 @@ void BatchPrefill::plan_lengths(std::span<const std::int32_t> qo_indptr, std::sp
                           : PrefillIntLayout(w.padded_work, w.num_outputs());
     states = c.cuda_graph ? s.graph_capacity.states : w.num_states;
     if (w.num_states > states || (c.cuda_graph && w.num_outputs() > s.graph_capacity.outputs))
-      invalid("internal: the plan exceeds the CUDA-graph capacity");
+      invalid("this batch's split states exceed the CUDA-graph capacity (a request is longer than max_kv_len)");
     const std::size_t need_float = states > 0 ? float_bytes(states, c.head_dim) : 0;
     detail::check_workspace("batch_prefill", ws, layout.bytes, need_float);
     // Not cleared: the planner writes every array entry the kernels read, and they read no
@@ -249,6 +252,10 @@ void BatchPrefill::run(const PrefillRunArgs& a, Stream stream) const {
       invalid(std::string(name) + " must be 16-byte aligned (the kernel moves 16-byte vectors)");
   if (a.kv_stride < 0 || a.kv_stride * std::int64_t(dtype_size(c.dtype_kv)) % 16 != 0)
     invalid("kv_stride must be a non-negative multiple of 16 bytes, got " + std::to_string(a.kv_stride) + " elements");
+  const std::int64_t q_row = std::int64_t(c.num_qo_heads) * c.head_dim;
+  if (a.q_stride != 0 && (a.q_stride < q_row || a.q_stride * std::int64_t(dtype_size(c.dtype_q)) % 16 != 0))
+    invalid("q_stride must be 0 (dense) or a multiple of 16 bytes of at least num_qo_heads * head_dim = " +
+            std::to_string(q_row) + " elements, got " + std::to_string(a.q_stride));
   if (c.soft_cap && !(a.logits_soft_cap > 0)) invalid("a soft_cap variant needs logits_soft_cap > 0");
   if (c.sliding_window && a.window_left < 0) invalid("a sliding_window variant needs window_left >= 0");
   if (s.work.padded_work == 0) return;  // no query tokens
@@ -259,6 +266,7 @@ void BatchPrefill::run(const PrefillRunArgs& a, Stream stream) const {
 
   aotinfer_batch_prefill_params p{};
   p.q = a.q;
+  p.q_stride_token = a.q_stride != 0 ? a.q_stride : q_row;
   p.qo_indptr = a.qo_indptr;
   if (paged) {
     const std::int64_t page = c.page_size;

@@ -14,6 +14,17 @@ void check_head_counts(const std::string& who, int num_qo_heads, int num_kv_head
             std::to_string(num_kv_heads) + ")");
 }
 
+void check_kv_split(const std::string& who, const KvSplit& split, bool cuda_graph, std::int64_t max_kv_len) {
+  if (split.mode != KvSplit::Mode::fixed) return;
+  if (split.tokens < 1)
+    throw Error(ErrorCode::invalid_argument,
+                who + ": a fixed KV split needs a chunk of >= 1 tokens, got " + std::to_string(split.tokens));
+  if (cuda_graph && max_kv_len < 1)
+    throw Error(ErrorCode::invalid_argument, who + ": CUDA-graph mode with a fixed KV split needs max_kv_len >= 1 (the longest "
+                                                   "request's keys, which size the fixed grid), got " +
+                                                   std::to_string(max_kv_len));
+}
+
 void check_workspace(const std::string& who, const Workspace& ws, std::size_t int_bytes, std::size_t float_bytes) {
   auto invalid = [&](const std::string& what) { throw Error(ErrorCode::invalid_argument, who + ": " + what); };
   if (!ws.int_buffer || ws.int_bytes < int_bytes)

@@ -27,4 +27,8 @@ void check_workspace(const std::string& who, const Workspace& ws, std::size_t in
 void check_page_ids(const std::string& who, std::span<const std::int32_t> kv_indptr,
                     std::span<const std::int32_t> kv_indices, std::int32_t num_pages);
 
+// Throws Error(invalid_argument), prefixed with `who`, for a fixed KV split without a chunk of
+// >= 1 tokens, or in CUDA-graph mode without max_kv_len >= 1 (the longest request sizes the grid).
+void check_kv_split(const std::string& who, const KvSplit& split, bool cuda_graph, std::int64_t max_kv_len);
+
 }  // namespace aotinfer::detail

@@ -150,13 +150,17 @@ void check_scalars(const Checker& check, bool soft_cap, bool sliding_window, con
 
 float or_default(float value, float fallback) { return value != 0 ? value : fallback; }
 
+// The first dimension's stride of a checked rows_strided tensor, 0 (dense) when it has one row.
+std::int64_t row_stride(const aotinfer_tensor& t) { return t.ndim > 0 && t.shape[0] > 1 ? t.strides[0] : 0; }
+
 }  // namespace
 
 DecodeRunArgs decode_run_args(const BatchDecodeConfig& c, const PlannedShape& plan, const aotinfer_batch_decode_tensors& t,
                               const aotinfer_attention_scalars& s) {
   const Checker check("batch_decode.run", plan.device);
   const std::int64_t batch = plan.batch, hq = c.num_qo_heads, hk = c.num_kv_heads, dim = c.head_dim, page = c.page_size;
-  check.tensor(t.q, "q", c.dtype_q, {{batch, "batch"}, {hq, "num_qo_heads"}, {dim, "head_dim"}});
+  // q may be a token-strided view (a slice of a fused qkv tensor); o is written densely.
+  check.tensor(t.q, "q", c.dtype_q, {{batch, "batch"}, {hq, "num_qo_heads"}, {dim, "head_dim"}}, Packing::rows_strided);
   check.tensor(t.o, "o", c.dtype_o, {{batch, "batch"}, {hq, "num_qo_heads"}, {dim, "head_dim"}});
   check.optional(t.lse, "lse", DType::f32, {{batch, "batch"}, {hq, "num_qo_heads"}});
   const Dim pages{std::max<std::int64_t>(plan.num_pages, 1), "pages", true};
@@ -175,6 +179,7 @@ DecodeRunArgs decode_run_args(const BatchDecodeConfig& c, const PlannedShape& pl
   DecodeRunArgs a;
   a.batch = plan.batch;
   a.q = t.q.data;
+  a.q_stride = row_stride(t.q);
   a.k_pages = t.k_pages.data;
   a.v_pages = t.v_pages.data;
   a.kv_stride_page = page_stride(check, t.k_pages, t.v_pages, "v_pages");
@@ -200,7 +205,8 @@ PrefillRunArgs prefill_run_args(const BatchPrefillConfig& c, const PlannedShape&
   const Checker check("batch_prefill.run", plan.device);
   const std::int64_t batch = plan.batch, rows = plan.q_rows, hq = c.num_qo_heads, hk = c.num_kv_heads, dim = c.head_dim;
   const bool paged = c.kv_storage == KvStorage::paged;
-  check.tensor(t.q, "q", c.dtype_q, {{rows, "total_q", true}, {hq, "num_qo_heads"}, {dim, "head_dim"}});
+  // q may be a token-strided view (a slice of a fused qkv tensor); o is written densely.
+  check.tensor(t.q, "q", c.dtype_q, {{rows, "total_q", true}, {hq, "num_qo_heads"}, {dim, "head_dim"}}, Packing::rows_strided);
   check.tensor(t.o, "o", c.dtype_o, {{rows, "total_q", true}, {hq, "num_qo_heads"}, {dim, "head_dim"}});
   // lse rows follow o's: a caller with spare rows in o has them in lse too.
   check.optional(t.lse, "lse", DType::f32, {{t.o.shape[0], "o's rows"}, {hq, "num_qo_heads"}});
@@ -232,6 +238,7 @@ PrefillRunArgs prefill_run_args(const BatchPrefillConfig& c, const PlannedShape&
   a.batch = plan.batch;
   a.total_q = plan.q_rows;
   a.q = t.q.data;
+  a.q_stride = row_stride(t.q);
   a.qo_indptr = static_cast<const std::int32_t*>(t.qo_indptr.data);
   a.k = t.k.data;
   a.v = t.v.data;

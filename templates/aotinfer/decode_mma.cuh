@@ -304,7 +304,7 @@ struct DecodeMma {
       const int row = i / kQChunks, q_part = kSplit == 1 ? 0 : i % kQChunks / kPartChunks, chunk = i % kPartChunks;
       const int dim = head_dim_of(q_part, chunk * 8);
       float lo[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f}, hi[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-      const dtype_q* q = static_cast<const dtype_q*>(p.q) + (int64_t(request) * p.num_qo_heads + first_head + row) * head_dim;
+      const dtype_q* q = static_cast<const dtype_q*>(p.q) + int64_t(request) * p.q_stride_token + (first_head + row) * head_dim;
       if (row < rows) {
         if constexpr (kDirect) {
 #pragma unroll

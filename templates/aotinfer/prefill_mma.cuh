@@ -159,7 +159,7 @@ struct PrefillMma {
       for (int i = 0; i < kRows / kStep; ++i) {
         const bool valid = row < valid_rows;
         cp_async_16(q_s + swizzle(row, chunk),
-                    valid ? static_cast<const dtype_q*>(p.q) + cta.row_offset(p, at, head_dim) + chunk * 8
+                    valid ? static_cast<const dtype_q*>(p.q) + cta.q_offset_of(p, at, head_dim) + chunk * 8
                           : static_cast<const dtype_q*>(p.q),
                     valid);
         row += kStep;

@@ -132,9 +132,15 @@ struct PrefillCta {
   template <typename Q>
   __device__ __forceinline__ const Q* q_source(const aotinfer_batch_prefill_params& p, int row, int head_dim) const {
     const int packed = q_row + row, t = packed / group, head = kv_head * group + packed % group;
-    return static_cast<const Q*>(p.q) + (int64_t(qo_begin + t) * p.num_qo_heads + head) * head_dim;
+    return static_cast<const Q*>(p.q) + int64_t(qo_begin + t) * p.q_stride_token + head * head_dim;
   }
-  // Element offset of the row of packed row `at` (q_row + row, stepped by the caller) in q or o,
+  // Element offset of the row of packed row `at` (stepped by the caller) in q, whose tokens are
+  // q_stride_token elements apart.
+  __device__ __forceinline__ int64_t q_offset_of(const aotinfer_batch_prefill_params& p, const PackedRow& at,
+                                                 int head_dim) const {
+    return int64_t(qo_begin + at.token) * p.q_stride_token + (kv_head * group + at.head) * head_dim;
+  }
+  // Element offset of the row of packed row `at` (q_row + row, stepped by the caller) in o,
   // [total_q, num_qo_heads, head_dim].
   __device__ __forceinline__ int64_t row_offset(const aotinfer_batch_prefill_params& p, const PackedRow& at,
                                                 int head_dim) const {

@@ -152,6 +152,7 @@ struct Case {
   float rope_scale = 1, rope_theta = 1e4f;
   float k_scale = 1, v_scale = 1;
   int spare_pages = 2;
+  int q_pad = 0;  // q rows this many elements (NaN) apart beyond their heads: a fused qkv slice
 };
 
 std::string describe(const Case& c) {
@@ -286,14 +287,17 @@ ref::DecodeResult reference(const Problem& p) {
 struct DeviceProblem {
   BatchDecodeConfig config;
   std::int64_t max_batch;
+  int q_pad;
   DeviceBuffer<std::uint8_t> q, o, k, v;
   DeviceBuffer<float> lse, sinks;
   DeviceBuffer<std::int32_t> indptr, indices, last_page_len, q_positions;
 
-  DeviceProblem(const BatchDecodeConfig& c, std::int64_t max_batch, std::int64_t max_pages, std::int64_t max_indices)
+  DeviceProblem(const BatchDecodeConfig& c, std::int64_t max_batch, std::int64_t max_pages, std::int64_t max_indices,
+                int q_pad = 0)
       : config(c),
         max_batch(max_batch),
-        q(max_batch * c.num_qo_heads * c.head_dim * aotinfer::dtype_size(c.dtype_q)),
+        q_pad(q_pad),
+        q(max_batch * (c.num_qo_heads * c.head_dim + q_pad) * aotinfer::dtype_size(c.dtype_q)),
         o(max_batch * c.num_qo_heads * c.head_dim * aotinfer::dtype_size(c.dtype_o)),
         k(max_pages * c.page_size * c.num_kv_heads * c.head_dim * aotinfer::dtype_size(c.dtype_kv)),
         v(k.count),
@@ -303,7 +307,8 @@ struct DeviceProblem {
         indices(max_indices),
         last_page_len(max_batch),
         q_positions(max_batch) {}
-  explicit DeviceProblem(const Problem& p) : DeviceProblem(p.c.config, p.batch(), p.num_pages, std::int64_t(p.cache.indices.size())) {}
+  explicit DeviceProblem(const Problem& p)
+      : DeviceProblem(p.c.config, p.batch(), p.num_pages, std::int64_t(p.cache.indices.size()), p.c.q_pad) {}
 
   template <typename T>
   static void put(DeviceBuffer<T>& dst, const std::vector<T>& src) {
@@ -312,7 +317,15 @@ struct DeviceProblem {
   }
   // Writes a problem into the buffers (same addresses every time) and poisons the outputs.
   void upload(const Problem& p) {
-    put(q, p.q_bytes);
+    if (q_pad == 0) {
+      put(q, p.q_bytes);
+    } else {  // each request's row, then q_pad NaN elements
+      const std::size_t row = std::size_t(config.num_qo_heads) * config.head_dim * aotinfer::dtype_size(config.dtype_q);
+      const std::size_t stride = row + std::size_t(q_pad) * aotinfer::dtype_size(config.dtype_q);
+      std::vector<std::uint8_t> padded(p.q_bytes.size() / row * stride, 0xff);
+      for (std::size_t r = 0; r < p.q_bytes.size() / row; ++r) std::memcpy(&padded[r * stride], &p.q_bytes[r * row], row);
+      put(q, padded);
+    }
     put(k, p.k_bytes);
     put(v, p.v_bytes);
     put(indptr, p.cache.indptr);
@@ -331,6 +344,7 @@ struct DeviceProblem {
     aotinfer::DecodeRunArgs a;
     a.batch = std::int32_t(p.batch());
     a.q = q.ptr;
+    a.q_stride = q_pad ? std::int64_t(config.num_qo_heads) * config.head_dim + q_pad : 0;
     a.k_pages = k.ptr;
     a.v_pages = v.ptr;
     a.kv_indptr = indptr.ptr;
@@ -454,7 +468,8 @@ bool run_case(std::mt19937_64& rng, const Case& c, aotinfer::DecodeWorkPlan* pla
   const Problem p = make_problem(rng, c);
   DeviceProblem d(p);
   d.upload(p);
-  Workspace ws(decode->workspace_sizes(std::int32_t(p.batch())));
+  const std::int32_t longest = c.lens.empty() ? 1 : std::max(1, *std::max_element(c.lens.begin(), c.lens.end()));
+  Workspace ws(decode->workspace_sizes(std::int32_t(p.batch()), longest));
   decode->plan(p.cache.indptr, p.cache.last_page_len, p.cache.indices, p.num_pages, ws.ws, nullptr);
   decode->run(d.args(p), nullptr);
   CUDA_CHECK(cudaGetLastError());
@@ -594,6 +609,39 @@ TEST_CASE("batch_decode matches the fp64 reference across variant axes, layouts 
         }
   for (int trial = 0; trial < 24 && !held.empty(); ++trial) go(pick(rng, held));
   REQUIRE_SOME_RAN(ran);
+}
+
+TEST_CASE("batch_decode reads a token-strided q (a slice of a fused qkv tensor) in place", "[gpu]") {
+  SEEDED_RNG(rng);
+  int ran = 0;
+  for (int i = 0; i < 8; ++i) {
+    std::optional<BatchDecodeConfig> config = with_available_head_dim(rng, with_dtypes({}, kDtypes[i % kDtypes.size()]));
+    if (!config) continue;
+    const BatchDecodeConfig c = random_shape(rng, *config, i);
+    Case k = random_case(rng, c, random_lens(rng, uniform(rng, 1, 40), 3000, c.page_size), i % 2 == 0, true);
+    k.q_pad = pick<int>(rng, {8, 64, 2 * c.num_kv_heads * c.head_dim});  // the k and v of a fused qkv
+    ran += run_case(rng, k);
+  }
+  REQUIRE_SOME_RAN(ran);
+}
+
+TEST_CASE("batch_decode with batch-invariant plans (fixed KV split, none) matches the fp64 reference", "[gpu]") {
+  SEEDED_RNG(rng);
+  int ran = 0, split = 0;
+  for (int i = 0; i < 12; ++i) {
+    std::optional<BatchDecodeConfig> config = with_available_head_dim(rng, with_dtypes({}, kDtypes[i % kDtypes.size()]));
+    if (!config) continue;
+    BatchDecodeConfig c = random_shape(rng, *config, i);
+    c.kv_split = {i % 3 == 0 ? aotinfer::KvSplit::Mode::none : aotinfer::KvSplit::Mode::fixed, pick<int>(rng, {1, 50, 256, 2048})};
+    const std::int64_t batch = i % 4 == 0 ? 1 : uniform(rng, 2, 24);
+    Case k = random_case(rng, c, random_lens(rng, batch, 6000, c.page_size), i % 2 == 0, true);
+    INFO("kv_split " << aotinfer::kv_split_name(c.kv_split.mode) << " " << c.kv_split.tokens);
+    aotinfer::DecodeWorkPlan plan;
+    ran += run_case(rng, k, &plan);
+    split += plan.split;
+  }
+  REQUIRE_SOME_RAN(ran);
+  CHECK(split > 0);
 }
 
 TEST_CASE("batch_decode edge lengths: empty requests, single tokens, page and tile boundaries, skew", "[gpu]") {
@@ -875,7 +923,7 @@ TEST_CASE("the C API's raw batch_decode run takes attention sinks and q position
   aotinfer_batch_decode* decode = nullptr;
   REQUIRE(aotinfer_batch_decode_create(pkg, &cc, &decode) == AOTINFER_OK);
   std::size_t float_bytes = 0, int_bytes = 0;
-  REQUIRE(aotinfer_batch_decode_workspace_sizes(decode, std::int32_t(p.batch()), &float_bytes, &int_bytes) == AOTINFER_OK);
+  REQUIRE(aotinfer_batch_decode_workspace_sizes(decode, std::int32_t(p.batch()), 0, &float_bytes, &int_bytes) == AOTINFER_OK);
   DeviceBuffer<std::uint8_t> floats(float_bytes), ints(int_bytes);
   REQUIRE(aotinfer_batch_decode_plan(decode, p.cache.indptr.data(), std::int32_t(p.batch()), p.cache.last_page_len.data(),
                                      p.cache.indices.data(), std::int32_t(p.cache.indices.size()), std::int32_t(p.num_pages),

@@ -105,7 +105,17 @@ struct Case {
   int sampled_tokens = 24;  // per request, besides the first and last
   std::vector<float> sinks{};  // [num_qo_heads] attention-sink logits, or empty
   bool c_api = false;          // plan and run through the C API's raw entry points
+  int q_pad = 0;               // q tokens this many elements (NaN) apart beyond their heads: a fused qkv slice
 };
+
+// The q image with each token's row followed by `pad` NaN elements (16-bit types).
+std::vector<std::uint8_t> pad_rows(const std::vector<std::uint8_t>& dense, std::int64_t row_elems, int pad) {
+  if (pad == 0) return dense;
+  const std::size_t row = std::size_t(row_elems) * 2, stride = row + std::size_t(pad) * 2, rows = dense.size() / row;
+  std::vector<std::uint8_t> out(rows * stride, 0xff);
+  for (std::size_t r = 0; r < rows; ++r) std::memcpy(&out[r * stride], &dense[r * row], row);
+  return out;
+}
 
 // Sinks from well below to well above a row's lse: some barely count, some dominate.
 std::vector<float> random_sinks(std::mt19937_64& rng, int num_qo_heads) {
@@ -321,7 +331,7 @@ void run_through_c_api(const Case& c, const Problem& p, const aotinfer::PrefillR
   aotinfer_batch_prefill* prefill = nullptr;
   REQUIRE(aotinfer_batch_prefill_create(pkg, &cc, &prefill) == AOTINFER_OK);
   std::size_t float_bytes = 0, int_bytes = 0;
-  REQUIRE(aotinfer_batch_prefill_workspace_sizes(prefill, p.total_q, a.batch, &float_bytes, &int_bytes) == AOTINFER_OK);
+  REQUIRE(aotinfer_batch_prefill_workspace_sizes(prefill, p.total_q, a.batch, 0, &float_bytes, &int_bytes) == AOTINFER_OK);
   DeviceBuffer<std::uint8_t> floats(float_bytes), ints(int_bytes);
   const aotinfer_status planned =
       paged ? aotinfer_batch_prefill_plan_paged(prefill, p.qo_indptr.data(), p.kv_indptr.data(), a.batch,
@@ -339,6 +349,7 @@ void run_through_c_api(const Case& c, const Problem& p, const aotinfer::PrefillR
   args.o = a.o, args.lse = a.lse, args.sinks = a.sinks;
   args.logits_soft_cap = a.logits_soft_cap;
   args.window_left = a.window_left;
+  args.q_stride_token = a.q_stride;
   for (int launch = 0; launch < 2; ++launch) {
     o.poison();
     lse.poison();
@@ -356,14 +367,16 @@ Outcome run_case(std::mt19937_64& rng, const Case& c) {
   const Problem p = make_problem(rng, c);
   const BatchPrefillConfig& cfg = c.config;
   const std::int32_t batch = std::int32_t(c.qo_lens.size());
-  auto q = on_device(p.q_bytes), k = on_device(p.k_bytes), v = on_device(p.v_bytes);
+  auto q = on_device(pad_rows(p.q_bytes, std::int64_t(cfg.num_qo_heads) * cfg.head_dim, c.q_pad));
+  auto k = on_device(p.k_bytes), v = on_device(p.v_bytes);
   auto qo_indptr = on_device(p.qo_indptr), kv_indptr = on_device(p.kv_indptr);
   auto indices = on_device(p.indices), last = on_device(p.last_page_len);
   DeviceBuffer<std::uint16_t> o(p.total_q * cfg.num_qo_heads * cfg.head_dim);
   DeviceBuffer<float> lse(p.total_q * cfg.num_qo_heads);
   DeviceBuffer<float> sinks(c.sinks.size());
   if (!c.sinks.empty()) sinks.upload(c.sinks);
-  Workspace ws(prefill->workspace_sizes(p.total_q, batch));
+  const std::int32_t longest = c.kv_lens.empty() ? 1 : std::max(1, *std::max_element(c.kv_lens.begin(), c.kv_lens.end()));
+  Workspace ws(prefill->workspace_sizes(p.total_q, batch, longest));
   if (cfg.kv_storage == KvStorage::paged)
     prefill->plan_paged(p.qo_indptr, p.kv_indptr, p.last_page_len, p.indices, p.num_pages, ws.ws, nullptr);
   else
@@ -375,6 +388,7 @@ Outcome run_case(std::mt19937_64& rng, const Case& c) {
   a.batch = batch;
   a.total_q = p.total_q;
   a.q = q.ptr, a.qo_indptr = qo_indptr.ptr, a.k = k.ptr, a.v = v.ptr, a.kv_indptr = kv_indptr.ptr;
+  a.q_stride = c.q_pad ? std::int64_t(cfg.num_qo_heads) * cfg.head_dim + c.q_pad : 0;
   a.kv_indices = indices.ptr, a.kv_last_page_len = last.ptr;
   a.o = o.ptr, a.lse = lse.ptr;
   a.sinks = c.sinks.empty() ? nullptr : sinks.ptr;
@@ -427,6 +441,49 @@ TEST_CASE("batch_prefill matches the fp64 reference for every prefill variant in
   int ran = 0;
   for (const BatchPrefillConfig& c : package_configs()) ran += run_case(rng, random_case(rng, c)).ran;
   REQUIRE_SOME_RAN(ran);
+}
+
+TEST_CASE("batch_prefill, causal with more queries than keys: rows that see no key give o = 0, lse = -inf", "[gpu]") {
+  SEEDED_RNG(rng);
+  int ran = 0;
+  for (const BatchPrefillConfig& config : package_configs()) {
+    if (config.mask != MaskMode::causal || config.sliding_window) continue;
+    Case c = random_case(rng, config);
+    for (std::size_t i = 0; i < c.qo_lens.size(); ++i)  // the first qo - kv queries of each see nothing
+      c.kv_lens[i] = uniform(rng, 0, c.qo_lens[i] - 1);
+    c.qo_lens.push_back(200), c.kv_lens.push_back(0);  // a whole request without keys
+    ran += run_case(rng, c).ran;
+  }
+  REQUIRE_SOME_RAN(ran);
+}
+
+TEST_CASE("batch_prefill reads a token-strided q (a slice of a fused qkv tensor) in place", "[gpu]") {
+  SEEDED_RNG(rng);
+  int ran = 0;
+  for (const BatchPrefillConfig& config : package_configs()) {
+    Case c = random_case(rng, config);
+    c.q_pad = pick<int>(rng, {8, 64, 2 * c.config.num_kv_heads * c.config.head_dim});  // the k and v of a fused qkv
+    c.c_api = uniform(rng, 0, 3) == 0;
+    ran += run_case(rng, c).ran;
+  }
+  REQUIRE_SOME_RAN(ran);
+}
+
+TEST_CASE("batch_prefill with batch-invariant plans (fixed KV split, none) matches the fp64 reference", "[gpu]") {
+  SEEDED_RNG(rng);
+  int ran = 0, split = 0;
+  for (const BatchPrefillConfig& config : package_configs()) {
+    Case c = random_case(rng, config);
+    const bool fixed = uniform(rng, 0, 2) != 0;
+    c.config.kv_split = {fixed ? aotinfer::KvSplit::Mode::fixed : aotinfer::KvSplit::Mode::none, pick<int>(rng, {1, 100, 256, 700})};
+    c.qo_lens.push_back(1), c.kv_lens.push_back(uniform(rng, 1000, 3000));  // a decode row: a fixed split cuts it
+    INFO("kv_split " << aotinfer::kv_split_name(c.config.kv_split.mode) << " " << c.config.kv_split.tokens);
+    const Outcome o = run_case(rng, c);
+    ran += o.ran, split += o.split;
+    if (o.ran) CHECK(o.large_tile);
+  }
+  REQUIRE_SOME_RAN(ran);
+  CHECK(split > 0);
 }
 
 TEST_CASE("batch_prefill of qo_len 1..4096 mixed with kv_len 0..32k in one batch", "[gpu]") {

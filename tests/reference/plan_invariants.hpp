@@ -54,8 +54,8 @@ inline std::string decode_plan_problem(std::span<const std::int32_t> lens, const
       std::int64_t(p.kv_end.size()) != p.padded_work)
     return why + "request/kv_begin/kv_end do not hold padded_work entries";
   if (p.num_work < batch) return why + "fewer work items than requests";
-  if (p.num_work > decode_max_work(std::int32_t(std::max<std::int64_t>(batch, 1)), l))
-    return why + "more work items than decode_max_work(batch)";
+  if (p.num_work > decode_max_work(std::int32_t(std::max<std::int64_t>(batch, 1)), l, std::max<std::int64_t>(longest, 1)))
+    return why + "more work items than decode_max_work(batch, longest)";
   if (graph) {
     if (!p.split) return why + "a CUDA-graph plan is not split";
     if (p.padded_work != l.graph_work) return why + "padded_work differs from graph_work";
@@ -105,6 +105,16 @@ inline std::string decode_plan_problem(std::span<const std::int32_t> lens, const
     if (!p.merge_indptr.empty()) return why + "an unsplit plan has a merge_indptr";
   }
 
+  if (l.kv_split.invariant()) {
+    // Batch-invariant: a request's items follow from its length alone, the fixed chunk's
+    // multiples or the whole request.
+    const std::int64_t fixed = l.kv_split.mode == KvSplit::Mode::fixed ? l.kv_split.chunk_for(l.tile_tokens) : 0;
+    const bool cut = fixed > 0 && longest > fixed;
+    if (p.split != (cut || graph)) return why + "a batch-invariant plan splits exactly when a request is cut (or in graph mode)";
+    if (cut && p.chunk_tokens != fixed) return why + "chunk_tokens is not the fixed chunk " + str(fixed);
+    if (!cut && p.num_work != batch) return why + "a request shorter than the fixed chunk has more than one item";
+    return "";
+  }
   // The chunk: a tile multiple, the smallest whose item count fits one wave.
   if (p.split && !graph && batch >= wave) return why + "split although the batch fills a wave";
   if (p.split) {
@@ -158,7 +168,7 @@ inline std::vector<PrefillTileRef> prefill_expected_tiles(std::span<const std::i
       std::int64_t extent = kv[i];
       if (l.causal) {
         const std::int64_t t = (row + valid - 1) / group;  // the tile's latest token
-        extent = std::min<std::int64_t>(kv[i], kv[i] - qo + t + 1);
+        extent = std::clamp<std::int64_t>(kv[i] - qo + t + 1, 0, kv[i]);  // none before the first key
       }
       tiles.push_back({std::int32_t(i), std::int32_t(row), std::int32_t(valid), extent});
     }
@@ -196,7 +206,7 @@ inline std::string prefill_plan_problem(std::span<const std::int32_t> qo_indptr,
   // 1. The tile: large in CUDA-graph mode, else large when the average packed length exceeds
   // the small tile.
   if (graph || batch > 0) {
-    const bool large = graph || total_q * group > std::int64_t(l.small.rows) * batch;
+    const bool large = graph || l.kv_split.invariant() || total_q * group > std::int64_t(l.small.rows) * batch;
     if (p.large_tile != large) return fail(std::string("expected the ") + (large ? "large" : "small") + " tile");
   }
   const PrefillTile& tile = p.large_tile ? l.large : l.small;
@@ -286,8 +296,15 @@ inline std::string prefill_plan_problem(std::span<const std::int32_t> qo_indptr,
   for (const auto& t : tiles) longest = std::max(longest, t.extent);
   const std::int64_t kv_tile = l.kv_tile_tokens;
   const std::int64_t below_longest = (longest - 1) / kv_tile * kv_tile;  // the largest multiple < longest (0: none)
-  const bool can_split = num_tiles < wave && below_longest > 0 && prefill_items_for(tiles, below_longest) <= wave;
-  if (!can_split) {
+  if (l.kv_split.invariant()) {
+    // Batch-invariant: a tile's items follow from its extent alone.
+    const std::int64_t fixed = l.kv_split.mode == KvSplit::Mode::fixed ? l.kv_split.chunk_for(l.kv_tile_tokens) : 0;
+    const bool cut = fixed > 0 && longest > fixed;
+    if (p.split != cut) return fail("a batch-invariant plan splits exactly when a tile's keys pass the fixed chunk");
+    if (cut ? chunk != fixed : p.num_work != num_tiles) return fail("not the fixed chunk, or not one item per tile unsplit");
+    if (cut && p.num_work != prefill_items_for(tiles, chunk)) return fail("num_work differs from the recount for the chunk");
+  } else if (const bool can_split = num_tiles < wave && below_longest > 0 && prefill_items_for(tiles, below_longest) <= wave;
+             !can_split) {
     if (p.split)
       return fail("split although " + std::string(num_tiles >= wave ? "the tiles fill a wave" : "no shorter chunk fits a wave"));
     if (p.num_work != num_tiles) return fail("an unsplit plan does not have one item per tile");

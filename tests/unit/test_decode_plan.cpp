@@ -14,6 +14,7 @@
 
 #include "aotinfer/decode_plan.hpp"
 #include "aotinfer/error.hpp"
+#include "reference/plan_invariants.hpp"
 #include "unit/test_util.hpp"
 
 using namespace aotinfer;
@@ -427,4 +428,52 @@ TEST_CASE("decode_max_work bounds every plan of up to max_batch requests", "[dec
       REQUIRE(plan.num_work <= max_work);
     }
   }
+}
+
+TEST_CASE("plan_decode_work batch-invariant (fixed split, none): a request's items follow from its length alone",
+          "[decode_plan]") {
+  std::mt19937 rng(31u);
+  DecodeWorkPlan plan, alone;
+  for (int trial = 0; trial < 400; ++trial) {
+    const bool graph = trial % 5 == 4;
+    DecodePlanLimits l = limits(trial % 2 ? 132 : 8, 1 + trial % 2, 1 + trial % 8, trial % 3 ? 16 : 64);
+    l.kv_split.mode = trial % 3 == 0 ? KvSplit::Mode::none : KvSplit::Mode::fixed;
+    l.kv_split.tokens = std::uniform_int_distribution<int>(1, 5000)(rng);
+    std::vector<std::int32_t> lens(std::uniform_int_distribution<int>(1, 40)(rng));
+    for (auto& len : lens) len = std::uniform_int_distribution<int>(0, 20000)(rng);
+    const std::int32_t longest = *std::max_element(lens.begin(), lens.end());
+    if (graph) l.graph_work = decode_max_work(std::int32_t(lens.size()), l, std::max(longest, 1));
+    INFO("trial " << trial << ", " << describe(l) << ", " << describe(lens) << ", split "
+                  << kv_split_name(l.kv_split.mode) << " " << l.kv_split.tokens);
+    plan_decode_work(lens, l, plan);
+    REQUIRE(aotinfer::reference::decode_plan_problem(lens, l, plan) == "");
+    DecodePlanLimits single = l;
+    single.graph_work = 0;
+    for (std::size_t r = 0; r < lens.size(); ++r) {
+      plan_decode_work(std::vector<std::int32_t>{lens[r]}, single, alone);
+      std::vector<std::pair<std::int32_t, std::int32_t>> in_batch, by_itself;
+      for (std::int32_t x = 0; x < plan.num_work; ++x)
+        if (plan.request[x] == std::int32_t(r)) in_batch.emplace_back(plan.kv_begin[x], plan.kv_end[x]);
+      for (std::int32_t x = 0; x < alone.num_work; ++x) by_itself.emplace_back(alone.kv_begin[x], alone.kv_end[x]);
+      INFO("request " << r);
+      CHECK(in_batch == by_itself);
+    }
+  }
+}
+
+TEST_CASE("decode_max_work under a fixed split needs the longest request and bounds its plans", "[decode_plan]") {
+  DecodePlanLimits l = limits(132, 1, 8, 16);
+  l.kv_split = {KvSplit::Mode::fixed, 100};  // chunks of 112 keys (7 tiles)
+  CHECK_THAT(invalid_argument_message([&] { decode_max_work(4, l); }), Contains("max_kv_len"));
+  CHECK(decode_max_work(4, l, 1000) == 4 * 9);
+  l.kv_split = {KvSplit::Mode::none, 0};
+  CHECK(decode_max_work(4, l) == 4);
+  l.kv_split = {KvSplit::Mode::fixed, 0};
+  CHECK_THAT(invalid_argument_message([&] { decode_wave_items(l); }), Contains("chunk"));
+  // A CUDA-graph grid sized for 1000 keys refuses a longer request by name.
+  l.kv_split = {KvSplit::Mode::fixed, 100};
+  l.graph_work = decode_max_work(2, l, 1000);
+  DecodeWorkPlan plan;
+  CHECK_THAT(invalid_argument_message([&] { plan_decode_work(std::vector<std::int32_t>{5000, 5000}, l, plan); }),
+             Contains("max_kv_len"));
 }

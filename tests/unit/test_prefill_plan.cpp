@@ -12,6 +12,7 @@
 #include "catch.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <random>
 #include <sstream>
@@ -208,11 +209,8 @@ TEST_CASE("lengths_from_indptr into a reused vector: the same lengths and refusa
 TEST_CASE("plan_prefill_work refuses bad batches, naming the problem", "[prefill_plan]") {
   PrefillWorkPlan plan;
   const PrefillPlanLimits causal = make_limits(132, 2, 4, true);
-  SECTION("causal request with more queries than keys") {
-    // Request 2 has 7 queries and 5 keys; no other number in the batch is 2.
-    const std::string msg = invalid_argument_message([&] { plan_prefill_work(V{0, 3, 7, 14}, V{10, 10, 5}, causal, plan); });
-    CHECK_THAT(msg, Contains("request") && NamesNumber(2) && Contains("causal"));
-    // The same batch is fine without the mask.
+  SECTION("causal request with more queries than keys: served, its first queries see no key") {
+    check_plan(V{0, 3, 7, 14}, V{10, 10, 5}, causal, plan);
     PrefillPlanLimits plain = causal;
     plain.causal = false;
     check_plan(V{0, 3, 7, 14}, V{10, 10, 5}, plain, plan);
@@ -574,5 +572,89 @@ TEST_CASE("prefill_capacity bounds the items, states and outputs of every plan w
       CHECK(plan.num_states <= cap2.states);
       CHECK(plan.num_outputs() <= cap2.outputs);
     }
+  }
+}
+
+TEST_CASE("plan_prefill_work, causal with more queries than keys: tiles before the first key have no keys",
+          "[prefill_plan]") {
+  PrefillWorkPlan plan;
+  // group 4, 128-row tiles = 32 tokens: request 0 has 100 queries and 10 keys, so its first 90
+  // tokens (tiles 0 and 1, and most of 2) see nothing; request 1 has no keys at all.
+  const PrefillPlanLimits l = make_limits(132, 2, 4, true);
+  check_plan(V{0, 100, 140}, V{10, 0}, l, plan);
+  REQUIRE_FALSE(plan.split);
+  for (std::int32_t x = 0; x < plan.num_work; ++x) {
+    const std::int32_t qo = plan.request[x] == 0 ? 100 : 40, kv = plan.request[x] == 0 ? 10 : 0;
+    const std::int32_t last_token = std::min(plan.q_row[x] + plan.tile_rows, qo * 4) / 4 - 1;
+    CHECK(plan.kv_end[x] == std::max(0, kv - qo + last_token + 1));
+  }
+  // Random batches with such requests, split and unsplit (the checker recomputes the extents).
+  std::mt19937 rng(77u);
+  for (int trial = 0; trial < 200; ++trial) {
+    const PrefillPlanLimits r = make_limits(trial % 2 ? 132 : 8, 1 + trial % 3, 1 + trial % 5, true);
+    V qo_indptr{0}, kv;
+    const int batch = std::uniform_int_distribution<int>(1, 6)(rng);
+    for (int i = 0; i < batch; ++i) {
+      qo_indptr.push_back(qo_indptr.back() + std::uniform_int_distribution<int>(0, 300)(rng));
+      kv.push_back(std::uniform_int_distribution<int>(0, 400)(rng));
+    }
+    check_plan(qo_indptr, kv, r, plan);
+  }
+}
+
+namespace {
+
+// The items of request `r` in a plan, as (q_row, kv_begin, kv_end) sorted: what decides the
+// request's arithmetic.
+std::vector<std::array<std::int32_t, 3>> items_of_request(const PrefillWorkPlan& p, std::int32_t r) {
+  std::vector<std::array<std::int32_t, 3>> items;
+  for (std::int32_t x = 0; x < p.num_work; ++x)
+    if (p.request[x] == r) items.push_back({p.q_row[x], p.kv_begin[x], p.kv_end[x]});
+  std::sort(items.begin(), items.end());
+  return items;
+}
+
+}  // namespace
+
+TEST_CASE("plan_prefill_work batch-invariant (fixed split, none): a request's items follow from its own lengths",
+          "[prefill_plan]") {
+  std::mt19937 rng(2024u);
+  PrefillWorkPlan plan, alone;
+  for (int trial = 0; trial < 300; ++trial) {
+    PrefillPlanLimits l = random_limits(rng);
+    l.kv_split.mode = trial % 3 == 0 ? KvSplit::Mode::none : KvSplit::Mode::fixed;
+    l.kv_split.tokens = std::uniform_int_distribution<int>(1, 3000)(rng);
+    V qo_indptr, kv;
+    random_batch(rng, l.causal, 12, 3000, qo_indptr, kv);
+    INFO("trial " << trial << ", " << describe(l) << ", split " << kv_split_name(l.kv_split.mode) << " " << l.kv_split.tokens);
+    check_plan(qo_indptr, kv, l, plan);
+    CHECK(plan.large_tile);
+    for (std::int32_t r = 0; r < std::int32_t(kv.size()); ++r) {
+      const V one{0, qo_indptr[r + 1] - qo_indptr[r]};
+      plan_prefill_work(one, V{kv[r]}, l, alone);
+      INFO("request " << r);
+      CHECK(items_of_request(plan, r) == items_of_request(alone, 0));
+    }
+  }
+}
+
+TEST_CASE("prefill_capacity under a fixed split needs max_kv_len and bounds every plan within it", "[prefill_plan]") {
+  PrefillPlanLimits l = make_limits(132, 2, 4, true);
+  l.kv_split = {KvSplit::Mode::fixed, 1000};
+  CHECK_THAT(invalid_argument_message([&] { prefill_capacity(100, 2, l); }), Contains("max_kv_len"));
+  std::mt19937 rng(99u);
+  PrefillWorkPlan plan;
+  for (int trial = 0; trial < 200; ++trial) {
+    PrefillPlanLimits r = random_limits(rng);
+    r.kv_split = {trial % 4 == 0 ? KvSplit::Mode::none : KvSplit::Mode::fixed, std::uniform_int_distribution<int>(1, 2000)(rng)};
+    V qo_indptr, kv;
+    random_batch(rng, r.causal, 16, 4000, qo_indptr, kv);
+    const std::int64_t longest = kv.empty() ? 1 : std::max<std::int64_t>(1, *std::max_element(kv.begin(), kv.end()));
+    const PrefillCapacity cap = prefill_capacity(qo_indptr.back(), std::int32_t(kv.size()), r, longest);
+    plan_prefill_work(qo_indptr, kv, r, plan);
+    INFO("trial " << trial << ", " << describe(r) << ", " << describe(qo_indptr, kv));
+    CHECK(plan.num_work <= cap.work);
+    CHECK(plan.num_states <= cap.states);
+    CHECK(plan.num_outputs() <= cap.outputs);
   }
 }

@@ -44,11 +44,14 @@ struct BatchDecodeConfig {
   bool soft_cap = false;        // variant with logits soft cap; run args give the cap
   bool cuda_graph = false;      // fixed grid for graph capture; needs max_batch
   int max_batch = 0;
+  KvSplit kv_split;             // adaptive, or batch-invariant: fixed chunks or none (attention.hpp)
+  std::int64_t max_kv_len = 0;  // CUDA-graph mode with a fixed split: the longest request, which sizes the grid
 };
 
 struct DecodeRunArgs {
   std::int32_t batch = 0;  // must equal the planned batch
   const void* q = nullptr;                       // [batch, num_qo_heads, head_dim]
+  std::int64_t q_stride = 0;                     // elements between requests' q rows (a fused qkv slice); 0: dense
   void* k_pages = nullptr;                       // page pools in config.layout
   void* v_pages = nullptr;
   std::int64_t kv_stride_page = 0;               // elements between pages of both pools; 0: one page
@@ -82,8 +85,9 @@ class BatchDecode {
   BatchDecode(BatchDecode&&) noexcept;
   BatchDecode& operator=(BatchDecode&&) noexcept;
 
-  // Workspace for plans of up to max_batch requests (config.max_batch in graph mode).
-  WorkspaceSizes workspace_sizes(std::int32_t max_batch) const;
+  // Workspace for plans of up to max_batch requests (config.max_batch in graph mode). A fixed
+  // KV split also needs the longest request's keys (config.max_kv_len in graph mode).
+  WorkspaceSizes workspace_sizes(std::int32_t max_batch, std::int64_t max_kv_len = 0) const;
 
   // Host CSR metadata; kv_indices (optional, may be empty) lets plan check page ids against
   // num_pages. Throws Error(invalid_argument) before copying anything.

@@ -15,8 +15,9 @@
 // bounds with the same workspace; the capture freezes the run arguments (pointers and scalars).
 //
 // Query token t of a request with qo_len queries and kv_len keys sits at position
-// kv_len - qo_len + t: a causal mask lets it see keys 0 .. kv_len - qo_len + t, and causal plans
-// reject qo_len > kv_len (templates/aotinfer/params/batch_prefill.h has the whole contract).
+// kv_len - qo_len + t: a causal mask lets it see keys 0 .. kv_len - qo_len + t (none for the
+// first qo_len - kv_len queries of a request with more queries than keys: o = 0, lse = -inf;
+// templates/aotinfer/params/batch_prefill.h has the whole contract).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -51,12 +52,15 @@ struct BatchPrefillConfig {
   bool cuda_graph = false;      // fixed grids for graph capture; needs max_batch and max_total_q
   int max_batch = 0;
   std::int64_t max_total_q = 0;
+  KvSplit kv_split;             // adaptive, or batch-invariant: fixed chunks or none (attention.hpp)
+  std::int64_t max_kv_len = 0;  // CUDA-graph mode with a fixed split: the longest request, which sizes the grids
 };
 
 struct PrefillRunArgs {
   std::int32_t batch = 0;     // must equal the planned batch
   std::int64_t total_q = 0;   // must equal qo_indptr[batch] of the plan
   const void* q = nullptr;    // [total_q, num_qo_heads, head_dim]
+  std::int64_t q_stride = 0;  // elements between q's tokens (a slice of a fused qkv tensor); 0: dense
   const std::int32_t* qo_indptr = nullptr;  // device copies of what plan saw
   const void* k = nullptr;    // paged: the page pools in config.layout; ragged: [total_kv, heads, dim]
   const void* v = nullptr;
@@ -90,8 +94,8 @@ class BatchPrefill {
   BatchPrefill& operator=(BatchPrefill&&) noexcept;
 
   // Workspace for plans of up to max_total_q query tokens in max_batch requests (the config's
-  // bounds in CUDA-graph mode).
-  WorkspaceSizes workspace_sizes(std::int64_t max_total_q, std::int32_t max_batch) const;
+  // bounds in CUDA-graph mode). A fixed KV split also needs the longest request's keys.
+  WorkspaceSizes workspace_sizes(std::int64_t max_total_q, std::int32_t max_batch, std::int64_t max_kv_len = 0) const;
 
   // Host metadata (kv_indices optional: when given, page ids are checked against num_pages).
   // Throw Error(invalid_argument) before copying anything, also when called for the other

@@ -4,11 +4,14 @@
 // one KV head. When the batch alone cannot fill the GPU, long requests are split into chunks
 // (split-KV) whose partial states a merge kernel combines. The chunk size is the smallest
 // multiple of the KV tile for which the work items fit in one wave of CTAs, found by binary
-// search (the item count falls monotonically as the chunk grows).
+// search (the item count falls monotonically as the chunk grows). Batch-invariant plans
+// (KvSplit fixed or none) instead cut every request by its own length alone.
 #pragma once
 #include <cstdint>
 #include <span>
 #include <vector>
+
+#include "aotinfer/attention.hpp"
 
 namespace aotinfer {
 
@@ -20,6 +23,7 @@ struct DecodePlanLimits {
   // CUDA-graph mode: a fixed grid of this many work items (>= decode_max_work), always split,
   // so every plan of up to max_batch requests replays the same captured launches. 0 = off.
   std::int32_t graph_work = 0;
+  KvSplit kv_split;  // adaptive, or a batch-invariant fixed split / none
 };
 
 struct DecodeWorkPlan {
@@ -37,8 +41,9 @@ struct DecodeWorkPlan {
 std::int32_t decode_wave_items(const DecodePlanLimits& limits);
 
 // The most work items any plan of up to max_batch requests can have: sizes the workspace and
-// the CUDA-graph grid.
-std::int32_t decode_max_work(std::int32_t max_batch, const DecodePlanLimits& limits);
+// the CUDA-graph grid. A fixed split needs the longest request, max_kv_len (Error(invalid_argument)
+// without it); the other modes ignore it.
+std::int32_t decode_max_work(std::int32_t max_batch, const DecodePlanLimits& limits, std::int64_t max_kv_len = 0);
 
 // KV lengths from the CSR view; throws Error(invalid_argument) naming the first bad entry
 // (indptr not starting at 0 or decreasing, last_page_len outside 1..page_size).

@@ -5,10 +5,13 @@
 // head. The plan
 //   1. picks the CTA query tile from the batch: the large tile when the average packed length
 //      exceeds the small tile (less waste on short requests otherwise);
-//   2. gives every tile its key extent (causal: only up to its last query's position);
+//   2. gives every tile its key extent (causal: only up to its last query's position; none for
+//      the first queries of a request with more queries than keys);
 //   3. splits the extents into chunks only when the tiles alone cannot fill one wave of CTAs,
 //      with the smallest KV-tile multiple for which the items fit in one wave (binary search:
 //      the item count falls monotonically as the chunk grows);
+//      batch-invariant plans (KvSplit fixed or none) take the large tile always and cut each
+//      tile's keys by the fixed chunk or not at all, so a row's work depends on its request alone;
 //   4. orders items by descending number of KV tiles, so the longest start first and the tail
 //      is short;
 //   5. lays out the float states of split tiles and the merge that combines them.
@@ -22,6 +25,8 @@
 #include <functional>
 #include <span>
 #include <vector>
+
+#include "aotinfer/attention.hpp"
 
 namespace aotinfer {
 
@@ -46,17 +51,20 @@ struct PrefillPlanLimits {
   // CUDA-graph mode: the large tile always, and a fixed grid of graph_work items (see
   // prefill_capacity), so every plan within the capacity replays the same launches. 0 = off.
   std::int32_t graph_work = 0;
+  KvSplit kv_split;  // adaptive, or a batch-invariant fixed split / none
 };
 
 // Work items, split states and merge outputs any plan within (max_total_q, max_batch) can need:
-// sizes the workspace and the CUDA-graph grids. Throws Error(invalid_argument) for unset limits,
-// max_total_q outside 0 .. 2^31 - 1 or a negative max_batch.
+// sizes the workspace and the CUDA-graph grids. A fixed split also needs the longest request's
+// keys, max_kv_len (the other modes ignore it). Throws Error(invalid_argument) for unset limits,
+// max_total_q outside 0 .. 2^31 - 1, a negative max_batch, or a fixed split without max_kv_len.
 struct PrefillCapacity {
   std::int64_t work = 0;
   std::int64_t states = 0;
   std::int64_t outputs = 0;
 };
-PrefillCapacity prefill_capacity(std::int64_t max_total_q, std::int32_t max_batch, const PrefillPlanLimits& limits);
+PrefillCapacity prefill_capacity(std::int64_t max_total_q, std::int32_t max_batch, const PrefillPlanLimits& limits,
+                                 std::int64_t max_kv_len = 0);
 
 struct PrefillWorkPlan {
   bool large_tile = true;          // which kernel entry: prefill or prefill_small
@@ -98,8 +106,8 @@ std::vector<std::int32_t> lengths_from_indptr(std::span<const std::int32_t> indp
 void lengths_from_indptr(std::span<const std::int32_t> indptr, const char* what, std::vector<std::int32_t>& lengths);
 
 // Fills `plan` (its vectors are reused). Throws Error(invalid_argument) for unset limits, a
-// batch whose sizes differ, a negative KV length, a causal request with more queries than keys,
-// or a CUDA-graph plan beyond graph_work.
+// batch whose sizes differ, a negative KV length, or a CUDA-graph plan beyond graph_work. A
+// causal request may have more queries than keys: its first qo_len - kv_len queries see none.
 void plan_prefill_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int32_t> kv_lengths,
                        const PrefillPlanLimits& limits, PrefillWorkPlan& plan);
 

@@ -21,6 +21,8 @@ void check_limits(const DecodePlanLimits& l) {
     invalid("decode plan limits must be positive (num_sms " + std::to_string(l.num_sms) + ", ctas_per_sm " +
             std::to_string(l.ctas_per_sm) + ", ctas_per_item " + std::to_string(l.ctas_per_item) + ", tile_tokens " +
             std::to_string(l.tile_tokens) + ")");
+  if (l.kv_split.mode == KvSplit::Mode::fixed && l.kv_split.tokens < 1)
+    invalid("a fixed KV split needs a chunk of >= 1 tokens, got " + std::to_string(l.kv_split.tokens));
 }
 
 }  // namespace
@@ -30,9 +32,24 @@ std::int32_t decode_wave_items(const DecodePlanLimits& l) {
   return std::max<std::int32_t>(1, std::int32_t(std::int64_t(l.num_sms) * l.ctas_per_sm / l.ctas_per_item));
 }
 
-std::int32_t decode_max_work(std::int32_t max_batch, const DecodePlanLimits& l) {
-  // A split plan has at most one wave of items; an unsplit one has one item per request.
-  return std::max(max_batch, decode_wave_items(l));
+std::int32_t decode_max_work(std::int32_t max_batch, const DecodePlanLimits& l, std::int64_t max_kv_len) {
+  const std::int32_t wave = decode_wave_items(l);  // checks the limits
+  switch (l.kv_split.mode) {
+    case KvSplit::Mode::adaptive:  // a split plan has at most one wave of items, an unsplit one one per request
+      return std::max(max_batch, wave);
+    case KvSplit::Mode::none:
+      return max_batch;
+    case KvSplit::Mode::fixed: break;
+  }
+  if (max_kv_len < 1)
+    invalid("a fixed KV split sizes its workspace by the longest request: give max_kv_len >= 1, got " +
+            std::to_string(max_kv_len));
+  const std::int64_t items = std::int64_t(max_batch) * std::max<std::int64_t>(1, (max_kv_len + l.kv_split.chunk_for(l.tile_tokens) - 1) /
+                                                                                     l.kv_split.chunk_for(l.tile_tokens));
+  if (items > INT32_MAX)
+    invalid("max_batch " + std::to_string(max_batch) + " requests of up to " + std::to_string(max_kv_len) + " keys in chunks of " +
+            std::to_string(l.kv_split.chunk_for(l.tile_tokens)) + " need more than 2^31 work items");
+  return std::int32_t(items);
 }
 
 std::vector<std::int32_t> decode_kv_lengths(std::span<const std::int32_t> indptr, std::span<const std::int32_t> last_page_len,
@@ -78,7 +95,11 @@ void plan_decode_work(std::span<const std::int32_t> lengths, const DecodePlanLim
             std::to_string(INT32_MAX / l.tile_tokens * l.tile_tokens) + " (2^31 - 1 rounded down to its tile of " +
             std::to_string(l.tile_tokens) + " tokens)");
   std::int64_t chunk_tiles = max_tiles;
-  if (batch < wave) {
+  if (l.kv_split.mode == KvSplit::Mode::fixed) {
+    // The same chunk edges for every request whatever the batch (longer than every request:
+    // whole requests, which are the same items).
+    chunk_tiles = std::min(max_tiles, l.kv_split.chunk_for(l.tile_tokens) / l.tile_tokens);
+  } else if (l.kv_split.mode == KvSplit::Mode::adaptive && batch < wave) {
     std::int64_t lo = 1, hi = max_tiles;  // items(max_tiles) = batch fits; find the smallest that fits
     while (lo < hi) {
       const std::int64_t mid = (lo + hi) / 2;
@@ -108,9 +129,9 @@ void plan_decode_work(std::span<const std::int32_t> lengths, const DecodePlanLim
     plan.merge_indptr.push_back(std::int32_t(plan.request.size()));
   }
   plan.num_work = std::int32_t(plan.request.size());
-  if (graph && plan.num_work > l.graph_work)
-    invalid("internal: a CUDA-graph plan produced " + std::to_string(plan.num_work) + " items for a grid of " +
-            std::to_string(l.graph_work));
+  if (graph && plan.num_work > l.graph_work)  // only a fixed split can: its grid is sized by max_kv_len
+    invalid("a CUDA-graph plan holds at most " + std::to_string(l.graph_work) + " work items; this batch's requests in chunks of " +
+            std::to_string(chunk) + " keys need " + std::to_string(plan.num_work) + " (a request is longer than max_kv_len)");
   plan.padded_work = graph ? l.graph_work : plan.num_work;
   plan.request.resize(plan.padded_work, 0);
   plan.kv_begin.resize(plan.padded_work, 0);

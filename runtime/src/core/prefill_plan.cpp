@@ -18,6 +18,8 @@ void check_limits(const PrefillPlanLimits& l) {
             ", tiles " + std::to_string(l.large.rows) + "x" + std::to_string(l.large.ctas_per_sm) + " and " +
             std::to_string(l.small.rows) + "x" + std::to_string(l.small.ctas_per_sm) + ", kv_tile_tokens " +
             std::to_string(l.kv_tile_tokens) + ")");
+  if (l.kv_split.mode == KvSplit::Mode::fixed && l.kv_split.tokens < 1)
+    invalid("a fixed KV split needs a chunk of >= 1 tokens, got " + std::to_string(l.kv_split.tokens));
 }
 
 // Work items that fill the GPU once with `tile`'s kernel.
@@ -50,13 +52,14 @@ class Divider {
 
 // The keys of the tile of packed rows [row, row + tile_rows) of a request with qo queries (packed
 // rows in all) and kv keys: all of them, or under a causal mask those its last token t =
-// (last row) / group sees, 0 .. kv - qo + t (never beyond the request's keys: t < qo).
+// (last row) / group sees, 0 .. kv - qo + t (never beyond the request's keys: t < qo; none when
+// kv - qo + t < 0, a query placed before the request's first key).
 struct TileExtent {
   bool causal;
   std::uint32_t tile_rows;
   Divider by_group;
   std::int32_t operator()(std::int32_t qo, std::int32_t kv, std::uint32_t packed, std::uint32_t row) const {
-    return causal ? kv - qo + std::int32_t(by_group(std::min(row + tile_rows, packed) - 1)) + 1 : kv;
+    return causal ? std::max(0, kv - qo + std::int32_t(by_group(std::min(row + tile_rows, packed) - 1)) + 1) : kv;
   }
 };
 
@@ -77,24 +80,41 @@ void whole_tile_items(std::span<const std::int32_t> qo_indptr, std::span<const s
 
 }  // namespace
 
-PrefillCapacity prefill_capacity(std::int64_t max_total_q, std::int32_t max_batch, const PrefillPlanLimits& l) {
+PrefillCapacity prefill_capacity(std::int64_t max_total_q, std::int32_t max_batch, const PrefillPlanLimits& l,
+                                 std::int64_t max_kv_len) {
   check_limits(l);
   // No plan holds 2^31 query tokens (or a negative count); beyond that the sizes below overflow.
   if (max_total_q < 0 || max_total_q > INT32_MAX || max_batch < 0)
     invalid("prefill capacity: max_total_q must be in 0..2^31-1 and max_batch >= 0 (got max_total_q " +
             std::to_string(max_total_q) + ", max_batch " + std::to_string(max_batch) + ")");
+  const bool fixed = l.kv_split.mode == KvSplit::Mode::fixed;
+  if (fixed && max_kv_len < 1)
+    invalid("prefill capacity: a fixed KV split sizes its workspace by the longest request: give max_kv_len >= 1, got " +
+            std::to_string(max_kv_len));
   const std::int64_t group = l.num_qo_heads / l.num_kv_heads;
   PrefillCapacity c;
   const bool graph = l.graph_work > 0;
   for (const PrefillTile* tile : {&l.large, &l.small}) {
-    if (graph && tile == &l.small) break;  // graph plans use the large tile only
+    if ((graph || l.kv_split.invariant()) && tile == &l.small) break;  // these plans use the large tile only
     const std::int64_t wave = wave_items(l, *tile);
-    // Unsplit: a request's last tile may be partial, so one extra tile per request. Split plans
-    // exist only when the tiles fit in a wave, and each item holds at most `rows` rows per head.
+    // Unsplit: a request's last tile may be partial, so one extra tile per request.
     const std::int64_t unsplit = ceil_div(max_total_q * group, tile->rows) + max_batch;
-    c.work = std::max({c.work, unsplit, wave});
-    c.states = std::max(c.states, wave * tile->rows * l.num_kv_heads);
+    if (fixed) {
+      // Every tile in up to `chunks` items; a split tile's rows take a state per chunk and KV
+      // head, and the rows of all tiles are max_total_q * group per KV head.
+      const std::int64_t chunks = std::max<std::int64_t>(1, ceil_div(max_kv_len, l.kv_split.chunk_for(l.kv_tile_tokens)));
+      c.work = std::max(c.work, unsplit * chunks);
+      c.states = std::max(c.states, chunks > 1 ? max_total_q * l.num_qo_heads * chunks : 0);
+    } else if (l.kv_split.mode == KvSplit::Mode::none) {
+      c.work = std::max(c.work, unsplit);
+    } else {
+      // Split plans exist only when the tiles fit in a wave, and each item holds at most `rows`
+      // rows per head.
+      c.work = std::max({c.work, unsplit, wave});
+      c.states = std::max(c.states, wave * tile->rows * l.num_kv_heads);
+    }
   }
+  if (c.work > INT32_MAX) invalid("prefill capacity: more than 2^31 work items");
   c.outputs = std::min(c.states, max_total_q * l.num_qo_heads);
   return c;
 }
@@ -167,9 +187,6 @@ void plan_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int
   for (std::int32_t i = 0; i < batch; ++i) {
     const std::int32_t qo = qo_indptr[i + 1] - qo_indptr[i], kv = kv_lengths[i];
     if (kv < 0) invalid("request " + std::to_string(i) + " has a negative KV length, " + std::to_string(kv));
-    if (l.causal && qo > kv)
-      invalid("request " + std::to_string(i) + " has " + std::to_string(qo) + " query tokens but " + std::to_string(kv) +
-              " keys; a causal mask places the queries at the end of the KV, so qo_len must be <= kv_len");
     packed_total += std::int64_t(qo) * group;
     if (qo > 0) longest = std::max(longest, kv);
   }
@@ -177,7 +194,9 @@ void plan_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int
 
   // 1. The tile.
   const bool graph = l.graph_work > 0;
-  plan.large_tile = graph || batch == 0 || packed_total > std::int64_t(l.small.rows) * batch;
+  // (Batch-invariant plans: the tile's kernel decides a row's arithmetic, so it must not follow
+  // the batch.)
+  plan.large_tile = graph || l.kv_split.invariant() || batch == 0 || packed_total > std::int64_t(l.small.rows) * batch;
   const PrefillTile& tile = plan.large_tile ? l.large : l.small;
   plan.tile_rows = tile.rows;
   const std::uint32_t tile_rows = std::uint32_t(tile.rows);
@@ -210,7 +229,10 @@ void plan_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int
     return items;
   };
   std::int64_t chunk_tiles = max_chunk_tiles;
-  if (num_tiles < wave) {
+  if (l.kv_split.mode == KvSplit::Mode::fixed) {
+    // The same chunk edges for every request whatever the batch (past every extent: no split).
+    chunk_tiles = std::min(max_chunk_tiles, l.kv_split.chunk_for(l.kv_tile_tokens) / l.kv_tile_tokens);
+  } else if (l.kv_split.mode == KvSplit::Mode::adaptive && num_tiles < wave) {
     std::int64_t lo = 1, hi = max_chunk_tiles;
     while (lo < hi) {
       const std::int64_t mid = (lo + hi) / 2;
@@ -294,7 +316,8 @@ void plan_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int
   plan.num_work = std::int32_t(num_work);
   if (graph && plan.num_work > l.graph_work)
     invalid("this batch needs " + std::to_string(plan.num_work) + " work items; the CUDA-graph grid holds " +
-            std::to_string(l.graph_work) + " (raise max_total_q or max_batch)");
+            std::to_string(l.graph_work) + " (raise max_total_q or max_batch; with a fixed KV split, max_kv_len)");
+  if (num_states > INT32_MAX) invalid("the batch needs more than 2^31 split states");
   plan.padded_work = graph ? l.graph_work : plan.num_work;
   plan.num_states = std::int32_t(num_states);
   plan.merge_outputs = std::int32_t(num_outputs);

@@ -1,7 +1,8 @@
 /* Parameters of the batch_decode family (templates/batch_decode.cuh): one query token per
  * request attends to the request's paged KV cache (paged_kv.h).
  *
- *   q   [batch, num_qo_heads, head_dim]  dtype_q
+ *   q   [batch, num_qo_heads, head_dim]  dtype_q, request i at q + i * q_stride_token (a slice of
+ *                                        a fused qkv tensor; num_qo_heads * head_dim when dense)
  *   o   [batch, num_qo_heads, head_dim]  dtype_o
  *   lse [batch, num_qo_heads]            float, natural log; may be NULL
  * Query head h reads KV head h / (num_qo_heads / num_kv_heads) (GQA; any group size 1..64).
@@ -46,6 +47,7 @@
 
 typedef struct aotinfer_batch_decode_params {
   const void* q;
+  int64_t q_stride_token; /* elements between requests' q rows, a multiple of 8 */
   aotinfer_paged_kv kv;
   void* o;
   float* lse;

@@ -2,7 +2,9 @@
  * request attends to the request's KV, paged (batch_prefill_paged, paged_kv.h) or ragged
  * (batch_prefill_ragged, ragged below). Requests are ragged along tokens:
  *
- *   q   [total_q, num_qo_heads, head_dim]  dtype_q, request i owns rows qo_indptr[i] .. [i+1]
+ *   q   [total_q, num_qo_heads, head_dim]  dtype_q, request i owns rows qo_indptr[i] .. [i+1];
+ *                                          token t at q + t * q_stride_token (a slice of a fused
+ *                                          qkv tensor; num_qo_heads * head_dim when dense)
  *   o   [total_q, num_qo_heads, head_dim]  dtype_o
  *   lse [total_q, num_qo_heads]            float, natural log; may be NULL
  * Query head h reads KV head h / group, group = num_qo_heads / num_kv_heads (GQA, run time).
@@ -18,8 +20,8 @@
  * accumulation and softmax are fp32. With sinks given, each row's softmax also holds the logit
  * sinks[h] of its query head (units of s, no soft cap) with a zero value row: it adds
  * e^sinks[h] to the denominator (and to e^lse); of a split tile, the chunk at key 0 holds it.
- * A row that keeps no key gets o = 0, lse = -inf (with sinks, sinks[h]). Causal plans with
- * qo_len > kv_len are rejected by the planner.
+ * A row that keeps no key gets o = 0, lse = -inf (with sinks, sinks[h]): under a causal mask,
+ * the first qo_len - kv_len queries of a request with more queries than keys.
  *
  * GQA rows are packed: the CTA for KV head kh works on "packed rows" R = t * group + g of a
  * request (query token t, query head kh * group + g), so the group shares every K/V tile.
@@ -68,6 +70,7 @@ typedef struct aotinfer_ragged_kv {
 
 typedef struct aotinfer_batch_prefill_params {
   const void* q;
+  int64_t q_stride_token;    /* elements between q's tokens, a multiple of 8 */
   const int32_t* qo_indptr;  /* [batch + 1] */
   aotinfer_paged_kv paged;   /* batch_prefill_paged reads this */
   aotinfer_ragged_kv ragged; /* batch_prefill_ragged reads this */
