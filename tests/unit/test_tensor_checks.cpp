@@ -121,7 +121,13 @@ TEST_CASE("each kind of bad decode tensor is refused, naming it", "[tensor_check
   }
   SECTION("a transposed q") {
     std::swap(c.t.q.strides[1], c.t.q.strides[2]);
-    CHECK_THAT(c.error(), Contains("q: must be contiguous"));
+    CHECK_THAT(c.error(), Contains("q: must be contiguous past its first dimension"));
+  }
+  SECTION("a token-strided q (a slice of a fused qkv tensor) is read in place; overlapping rows are not") {
+    c.t.q.strides[0] = 48 * 128;
+    CHECK(detail::decode_run_args(c.config, c.plan, c.t, c.scalars).q_stride == 48 * 128);
+    c.t.q.strides[0] = 31 * 128;
+    CHECK_THAT(c.error(), Contains("q: rows overlap"));
   }
   SECTION("a misaligned q") {
     c.t.q.data = static_cast<char*>(c.t.q.data) + 2;
@@ -189,6 +195,14 @@ TEST_CASE("prefill tensors: ragged K/V may be views of a fused tensor, q and o n
   PrefillRunArgs a = detail::prefill_run_args(config, plan, t, scalars);
   CHECK(a.kv_stride == 48 * 128);
   CHECK(a.total_q == 100);
+  CHECK(a.q_stride == 32 * 128);  // dense rows
+  // q a slice of the same fused tensor: its tokens 48 rows of 128 apart, read in place.
+  t.q.strides[0] = 48 * 128;
+  CHECK(detail::prefill_run_args(config, plan, t, scalars).q_stride == 48 * 128);
+  t.q.strides[0] = 48 * 128 + 4;  // rows 8 bytes off the 16-byte grid
+  CHECK_THAT(error_of([&] { detail::prefill_run_args(config, plan, t, scalars); }).what(),
+             Contains("q: the first dimension's stride must be a multiple of 16 bytes"));
+  t.q.strides[0] = 32 * 128;
   CHECK(a.sinks == nullptr);
   t.sinks = tensor(AOTINFER_F32, {32});
   CHECK(detail::prefill_run_args(config, plan, t, scalars).sinks == t.sinks.data);
