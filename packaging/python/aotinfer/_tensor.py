@@ -1,8 +1,8 @@
 """Describing tensors of any framework to the runtime (aotinfer/tensor.h). Internal.
 
-The per-call path is in C (_ext.c): PyTorch GPU tensors are read there directly once
-bind_torch() has run; everything else comes here: PyTorch tensors that are not on the GPU, and
-any object exposing DLPack or __cuda_array_interface__ (CuPy, NumPy, ...). Only the pointer,
+The per-call path is in C (_ext.c): PyTorch GPU tensors (and plan()'s CPU int32 metadata) are
+read there directly once bind_torch() has run; everything else comes here: other PyTorch tensors,
+and any object exposing DLPack or __cuda_array_interface__ (CuPy, NumPy, ...). Only the pointer,
 dtype, device, shape and strides (in elements) are read; nothing is copied or kept."""
 import ctypes
 import sys
@@ -144,14 +144,6 @@ def describe(x, name):
         return _describe_cai(cai)
     raise TypeError(f"{name}: expected a tensor exposing __dlpack__ or __cuda_array_interface__ "
                     f"(PyTorch, CuPy, ...), got {type(x).__name__}")
-
-
-def stream_of(stream, like):
-    """stream as a handle; None means the current PyTorch stream of like's device when like is a
-    PyTorch GPU tensor (the stream run() then uses too), else the default stream."""
-    if stream is None and _is_torch(like) and like.is_cuda:
-        return sys.modules["torch"].cuda.current_stream(like.device).cuda_stream
-    return stream_handle(stream)
 
 
 def stream_handle(stream):

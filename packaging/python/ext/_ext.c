@@ -8,14 +8,20 @@
  * fast path once aotinfer._tensor has handed over torch's types (bind_torch): DLPack's C exchange
  * API (`__dlpack_c_exchange_api__`, PyTorch 2.10+), which fills a DLTensor and names the current
  * stream without allocating, or else five attribute reads per tensor. Any other object is
- * described by aotinfer._tensor.describe (DLPack, __cuda_array_interface__). */
+ * described by aotinfer._tensor.describe (DLPack, __cuda_array_interface__).
+ *
+ * plan() comes here too (bind_plan): its host metadata is read in place from PyTorch CPU int32
+ * tensors and copied from lists of ints without a Python object per entry, its workspaces are
+ * described as run()'s tensors are, so a plan costs about what the runtime's planner does.
+ * Other metadata goes through aotinfer._host_int32 (NumPy arrays, int64 tensors, ...). */
 #define Py_LIMITED_API 0x030A0000
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "aotinfer/tensor.h"
+#include "aotinfer/aotinfer.h"
 
 /* describe_all fills a tensors struct as an array of its aotinfer_tensor members. */
 _Static_assert(sizeof(aotinfer_batch_decode_tensors) == 10 * sizeof(aotinfer_tensor), "decode tensors are 10 tensors");
@@ -27,6 +33,10 @@ typedef int (*decode_fn)(const void*, const aotinfer_batch_decode_tensors*, cons
 typedef int (*prefill_fn)(const void*, const aotinfer_batch_prefill_tensors*, const aotinfer_attention_scalars*, void*);
 typedef int (*merge_fn)(const void*, const aotinfer_merge_state_tensors*, void*);
 typedef int (*append_fn)(const void*, const aotinfer_append_paged_kv_tensors*, const char*, void*);
+/* The plan entries' types come from the header: a change of their arguments fails to compile. */
+typedef __typeof__(aotinfer_batch_decode_plan)* decode_plan_fn;
+typedef __typeof__(aotinfer_batch_prefill_plan_paged)* prefill_paged_fn;
+typedef __typeof__(aotinfer_batch_prefill_plan_ragged)* prefill_ragged_fn;
 
 /* DLPack's C exchange API (DLPack 1.x), declared as the DLPack specification lays it out. */
 typedef struct { uint32_t major, minor; } dl_version;
@@ -50,7 +60,7 @@ typedef struct {
   int (*dltensor_from_py_object_no_sync)(void* py_object, dl_tensor* out); /* may be NULL */
   int (*current_work_stream)(int32_t device_type, int32_t device_id, void** out_stream);
 } dl_exchange_api;
-enum { DL_CUDA = 2 };
+enum { DL_CPU = 1, DL_CUDA = 2, DL_CUDA_HOST = 3 };
 
 static struct {
   decode_fn decode;
@@ -65,9 +75,29 @@ static struct {
   PyObject* torch_stream;  /* torch's current raw stream of a device index */
   PyObject* exchange_capsule;      /* torch.Tensor.__dlpack_c_exchange_api__, when usable */
   const dl_exchange_api* exchange; /* its table */
+  decode_plan_fn decode_plan;
+  prefill_paged_fn prefill_paged;
+  prefill_ragged_fn prefill_ragged;
+  PyObject* host_int32;    /* aotinfer._host_int32(obj, name) -> (address, count, keepalive) */
 } S;
 
-static PyObject *s_is_cuda, *s_data_ptr, *s_dtype, *s_shape, *s_stride, *s_get_device;
+static PyObject *s_is_cuda, *s_is_cpu, *s_data_ptr, *s_dtype, *s_shape, *s_stride, *s_get_device;
+
+/* Raises aotinfer.InvalidArgument(message, 1), the status the runtime's own refusals carry
+ * (AOTINFER_INVALID_ARGUMENT). Returns -1. */
+static int invalid(const char* format, ...) {
+  va_list args;
+  va_start(args, format);
+  PyObject* message = PyUnicode_FromFormatV(format, args);
+  va_end(args);
+  PyObject* error = message ? PyObject_CallFunction(S.invalid, "Oi", message, 1) : NULL;
+  if (error) {
+    PyErr_SetObject((PyObject*)Py_TYPE(error), error);
+    Py_DECREF(error);
+  }
+  Py_XDECREF(message);
+  return -1;
+}
 
 /* Describes one argument. *torch_device is set to a torch GPU tensor's device index. Returns
  * -1 with a Python exception set. */
@@ -88,14 +118,9 @@ static int int64s(PyObject* seq, int64_t* out, int n) {
 static int set_dims(const char* name, PyObject* shape, PyObject* strides, aotinfer_tensor* t) {
   const Py_ssize_t ndim = PySequence_Size(shape);
   if (ndim < 0) return -1;
-  if (ndim > AOTINFER_TENSOR_MAX_DIMS) {
-    PyErr_Format(S.invalid, "%s: has %zd dimensions; aotinfer takes at most %d", name, ndim, AOTINFER_TENSOR_MAX_DIMS);
-    return -1;
-  }
-  if (PySequence_Size(strides) != ndim) {
-    PyErr_Format(S.invalid, "%s: its strides and shape differ in length", name);
-    return -1;
-  }
+  if (ndim > AOTINFER_TENSOR_MAX_DIMS)
+    return invalid("%s: has %zd dimensions; aotinfer takes at most %d", name, ndim, AOTINFER_TENSOR_MAX_DIMS);
+  if (PySequence_Size(strides) != ndim) return invalid("%s: its strides and shape differ in length", name);
   t->ndim = (int32_t)ndim;
   return int64s(shape, t->shape, (int)ndim) || int64s(strides, t->strides, (int)ndim) ? -1 : 0;
 }
@@ -111,24 +136,34 @@ static void set_dtype_name(PyObject* dtype, aotinfer_tensor* t) {
   PyErr_Clear();
 }
 
-/* A torch tensor on a GPU: 1 when described, 0 when it is something else, -1 on error. */
-static int describe_torch(PyObject* obj, const char* name, aotinfer_tensor* t, int* torch_device) {
+/* A torch tensor on a GPU, or with host_too also one in CPU memory: 1 when described, 0 when it
+ * is something else, -1 on error. */
+static int describe_torch(PyObject* obj, const char* name, aotinfer_tensor* t, int* torch_device, int host_too) {
   PyObject* is_cuda = PyObject_GetAttr(obj, s_is_cuda);
   if (!is_cuda) return -1;
   const int cuda = is_cuda == Py_True;
   Py_DECREF(is_cuda);
-  if (!cuda) return 0;
+  if (!cuda) {
+    if (!host_too) return 0;
+    PyObject* is_cpu = PyObject_GetAttr(obj, s_is_cpu);
+    if (!is_cpu) return -1;
+    const int cpu = is_cpu == Py_True;
+    Py_DECREF(is_cpu);
+    if (!cpu) return 0; /* meta, another accelerator: the slow path names it */
+  }
 
   PyObject* ptr = PyObject_CallMethodObjArgs(obj, s_data_ptr, NULL);
   if (!ptr) return -1;
   t->data = PyLong_AsVoidPtr(ptr);
   Py_DECREF(ptr);
-  PyObject* device = PyObject_CallMethodObjArgs(obj, s_get_device, NULL);
-  if (!device) return -1;
-  t->device_type = AOTINFER_DEVICE_CUDA;
-  t->device_id = (int32_t)PyLong_AsLong(device);
-  Py_DECREF(device);
-  *torch_device = t->device_id;
+  t->device_type = cuda ? AOTINFER_DEVICE_CUDA : AOTINFER_DEVICE_CPU; /* pinned or not: plan() reads either */
+  if (cuda) {
+    PyObject* device = PyObject_CallMethodObjArgs(obj, s_get_device, NULL);
+    if (!device) return -1;
+    t->device_id = (int32_t)PyLong_AsLong(device);
+    Py_DECREF(device);
+    *torch_device = t->device_id;
+  }
 
   PyObject* dtype = PyObject_GetAttr(obj, s_dtype);
   if (!dtype) return -1;
@@ -160,21 +195,20 @@ static int32_t dtype_of(dl_dtype d) {
   return AOTINFER_DTYPE_OTHER;
 }
 
-/* A torch tensor on a GPU through DLPack's exchange API: 1 when described, 0 when it is
- * something the slower paths describe better (another device, an unknown dtype: they name it),
- * -1 on error. */
-static int describe_exchange(PyObject* obj, const char* name, aotinfer_tensor* t, int* torch_device) {
+/* A torch tensor on a GPU (or with host_too in host memory) through DLPack's exchange API: 1
+ * when described, 0 when it is something the slower paths describe better (another device, an
+ * unknown dtype: they name it), -1 on error. */
+static int describe_exchange(PyObject* obj, const char* name, aotinfer_tensor* t, int* torch_device, int host_too) {
   dl_tensor d;
   if (S.exchange->dltensor_from_py_object_no_sync(obj, &d) != 0) return -1;
-  if (d.device.device_type != DL_CUDA) return 0;
+  const int32_t kind = d.device.device_type;
+  if (kind != DL_CUDA && !(host_too && (kind == DL_CPU || kind == DL_CUDA_HOST))) return 0;
   t->dtype = dtype_of(d.dtype);
   if (t->dtype == AOTINFER_DTYPE_OTHER) return 0;
-  if (d.ndim > AOTINFER_TENSOR_MAX_DIMS) {
-    PyErr_Format(S.invalid, "%s: has %d dimensions; aotinfer takes at most %d", name, (int)d.ndim, AOTINFER_TENSOR_MAX_DIMS);
-    return -1;
-  }
+  if (d.ndim > AOTINFER_TENSOR_MAX_DIMS)
+    return invalid("%s: has %d dimensions; aotinfer takes at most %d", name, (int)d.ndim, AOTINFER_TENSOR_MAX_DIMS);
   t->data = (char*)d.data + d.byte_offset;
-  t->device_type = AOTINFER_DEVICE_CUDA;
+  t->device_type = kind; /* aotinfer_device_type takes DLPack's numbers */
   t->device_id = d.device.device_id;
   t->ndim = d.ndim;
   int64_t step = 1;
@@ -183,7 +217,7 @@ static int describe_exchange(PyObject* obj, const char* name, aotinfer_tensor* t
     t->strides[i] = d.strides ? d.strides[i] : step;
     step *= d.shape[i];
   }
-  *torch_device = t->device_id;
+  if (kind == DL_CUDA) *torch_device = t->device_id;
   return 1;
 }
 
@@ -191,7 +225,7 @@ static int describe(PyObject* obj, const char* name, aotinfer_tensor* t, int* to
   memset(t, 0, sizeof *t);
   if (obj == Py_None) return 0;
   if (S.torch_tensor && PyObject_TypeCheck(obj, (PyTypeObject*)S.torch_tensor)) {
-    const int done = S.exchange ? describe_exchange(obj, name, t, torch_device) : describe_torch(obj, name, t, torch_device);
+    const int done = S.exchange ? describe_exchange(obj, name, t, torch_device, 0) : describe_torch(obj, name, t, torch_device, 0);
     if (done != 0) return done < 0 ? -1 : 0;
     memset(t, 0, sizeof *t);
   }
@@ -326,6 +360,210 @@ static PyObject* append_paged_kv(PyObject* Py_UNUSED(self), PyObject* const* arg
   return PyLong_FromLong(S.append(package, &t, layout, stream));
 }
 
+/* --- plan() ------------------------------------------------------------------------------- */
+
+/* One array of plan()'s host metadata: read in place (a PyTorch CPU int32 tensor), copied (a list
+ * or tuple of ints: inline up to batch 128's indptr, else on the heap) or held by what
+ * aotinfer._host_int32 returned (anything else). */
+enum { INLINE_INTS = 136 };
+typedef struct {
+  const int32_t* data;
+  Py_ssize_t n;
+  PyObject* keep;
+  int32_t* heap;
+  int32_t inline_ints[INLINE_INTS];
+} host_ints;
+
+static int gpu_metadata(const char* name) {
+  return invalid("%s: plan() reads host metadata: pass a CPU tensor, array or list (run() takes the GPU copies)", name);
+}
+
+/* A list or tuple of ints into h: 1 when copied, 0 when an entry is no int (NumPy integers, ...:
+ * the slow path converts them), -1 on error. */
+static int copy_ints(PyObject* seq, const char* name, host_ints* h) {
+  const int list = PyList_Check(seq);
+  const Py_ssize_t n = list ? PyList_Size(seq) : PyTuple_Size(seq);
+  int32_t* out = n <= INLINE_INTS ? h->inline_ints : (h->heap = PyMem_Malloc((size_t)n * sizeof(int32_t)));
+  if (!out) {
+    PyErr_NoMemory();
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* item = list ? PyList_GetItem(seq, i) : PyTuple_GetItem(seq, i); /* borrowed */
+    if (!item) return -1;
+    if (!PyLong_Check(item)) return 0;
+    int overflow;
+    const long long v = PyLong_AsLongLongAndOverflow(item, &overflow);
+    if (overflow || v < INT32_MIN || v > INT32_MAX) return invalid("%s: entry %zd is %S, outside int32", name, i, item);
+    out[i] = (int32_t)v;
+  }
+  h->data = out;
+  h->n = n;
+  return 1;
+}
+
+/* A PyTorch tensor in host memory that is 1-D, int32 and dense: 1 when read in place, 0 when
+ * the slow path converts (or refuses) it, -1 on error (a GPU tensor is refused by name). */
+static int torch_ints(PyObject* obj, const char* name, host_ints* h) {
+  aotinfer_tensor t;
+  int torch_device = -1;
+  memset(&t, 0, sizeof t);
+  const int done = S.exchange ? describe_exchange(obj, name, &t, &torch_device, 1) : describe_torch(obj, name, &t, &torch_device, 1);
+  if (done <= 0) return done;
+  if (t.device_type == AOTINFER_DEVICE_CUDA) return gpu_metadata(name);
+  if (t.dtype != AOTINFER_I32 || t.ndim != 1 || (t.shape[0] > 1 && t.strides[0] != 1)) return 0;
+  h->data = t.data;
+  h->n = (Py_ssize_t)t.shape[0];
+  return 1;
+}
+
+/* obj (None: NULL, 0) into h, which release_ints frees, also after an error. */
+static int read_ints(PyObject* obj, const char* name, host_ints* h) {
+  int done = 0;
+  if (obj == Py_None) return 0;
+  if (PyList_Check(obj) || PyTuple_Check(obj)) done = copy_ints(obj, name, h);
+  else if (S.torch_tensor && PyObject_TypeCheck(obj, (PyTypeObject*)S.torch_tensor)) done = torch_ints(obj, name, h);
+  if (done < 0) return -1;
+  if (done == 0) {
+    PyObject *address, *kept;
+    PyMem_Free(h->heap);
+    h->heap = NULL;
+    h->keep = PyObject_CallFunction(S.host_int32, "Os", obj, name); /* (address, count, keepalive) */
+    if (!h->keep || !PyArg_ParseTuple(h->keep, "OnO", &address, &h->n, &kept)) return -1;
+    h->data = PyLong_AsVoidPtr(address);
+    if (PyErr_Occurred()) return -1;
+  }
+  /* The runtime takes int32 counts. */
+  return h->n > INT32_MAX ? invalid("%s: has %zd entries; at most 2^31 - 1 are served", name, h->n) : 0;
+}
+
+static int read_all_ints(PyObject* const* args, const char* const* names, int count, host_ints* h) {
+  for (int i = 0; i < count; ++i) {
+    h[i].data = NULL, h[i].n = 0, h[i].keep = NULL, h[i].heap = NULL;
+  }
+  for (int i = 0; i < count; ++i)
+    if (read_ints(args[i], names[i], &h[i]) < 0) return -1;
+  return 0;
+}
+
+static void release_ints(host_ints* h, int count) {
+  for (int i = 0; i < count; ++i) {
+    Py_XDECREF(h[i].keep);
+    PyMem_Free(h[i].heap);
+  }
+}
+
+/* A plan's device workspace: a dense GPU tensor as (pointer, bytes). */
+static int workspace_arg(PyObject* obj, const char* name, void** data, size_t* bytes, int* torch_device) {
+  static const size_t sizes[] = {[AOTINFER_F16] = 2, [AOTINFER_BF16] = 2, [AOTINFER_E4M3] = 1, [AOTINFER_E5M2] = 1,
+                                 [AOTINFER_F32] = 4, [AOTINFER_I32] = 4, [AOTINFER_U8] = 1};
+  aotinfer_tensor t;
+  if (obj == Py_None) return invalid("%s: expected a GPU tensor, got None", name);
+  if (describe(obj, name, &t, torch_device) < 0) return -1;
+  if (t.device_type != AOTINFER_DEVICE_CUDA && t.device_type != AOTINFER_DEVICE_CUDA_MANAGED)
+    return invalid("%s: the workspace must be GPU memory, got a tensor in %s", name,
+                   t.device_type == AOTINFER_DEVICE_CPU ? "the CPU" : "host memory");
+  int64_t numel = 1;
+  int dense = 1;
+  for (int i = t.ndim - 1; i >= 0; --i) {
+    dense &= t.shape[i] == 1 || t.strides[i] == numel;
+    numel *= t.shape[i];
+  }
+  if (!dense && numel > 1) return invalid("%s: the workspace must be contiguous", name);
+  *data = t.data;
+  /* An unknown dtype counts one byte an element: never more than the buffer holds. */
+  *bytes = (size_t)numel * ((size_t)t.dtype < sizeof sizes / sizeof sizes[0] ? sizes[t.dtype] : 1);
+  return 0;
+}
+
+/* (float_workspace, int_workspace, stream): None is the current PyTorch stream of the int
+ * workspace's device, where the plan's copy goes. */
+static int workspaces_arg(PyObject* const* args, void** ws, size_t* bytes, void** stream) {
+  int float_device = -1, int_device = -1;
+  if (workspace_arg(args[0], "float_workspace", &ws[0], &bytes[0], &float_device) < 0 ||
+      workspace_arg(args[1], "int_workspace", &ws[1], &bytes[1], &int_device) < 0)
+    return -1;
+  return stream_arg(args[2], int_device, stream);
+}
+
+/* An int the runtime takes as int32_t. */
+static int int32_arg(PyObject* obj, const char* name, int32_t* out) {
+  const long long v = PyLong_AsLongLong(obj);
+  if (v == -1 && PyErr_Occurred()) return -1;
+  if (v < INT32_MIN || v > INT32_MAX) return invalid("%s: %lld is outside int32", name, v);
+  *out = (int32_t)v;
+  return 0;
+}
+
+/* The runtime takes pointers: the lengths it cannot see are checked here. */
+static int decode_lengths(const host_ints* h) {
+  if (h[0].n < 1) return invalid("batch_decode: kv_indptr must have batch + 1 entries, got an empty array");
+  if (h[1].n != h[0].n - 1)
+    return invalid("batch_decode: kv_last_page_len has %zd entries, the batch is %zd", h[1].n, h[0].n - 1);
+  return 0;
+}
+
+static int prefill_lengths(const host_ints* h, int paged, PyObject* last) {
+  if (h[0].n < 1) return invalid("batch_prefill: qo_indptr must have batch + 1 entries, got an empty array");
+  if (h[1].n != h[0].n)
+    return invalid("batch_prefill: qo_indptr has %zd entries, kv_indptr %zd; both need batch + 1", h[0].n, h[1].n);
+  if (paged && last == Py_None) return invalid("batch_prefill: paged KV needs kv_last_page_len");
+  if (paged && h[2].n != h[0].n - 1)
+    return invalid("batch_prefill: kv_last_page_len has %zd entries, the batch is %zd", h[2].n, h[0].n - 1);
+  return 0;
+}
+
+/* decode_plan(handle, kv_indptr, kv_last_page_len, kv_indices, num_pages, float_workspace,
+ *             int_workspace, stream) -> (status, batch) */
+static PyObject* decode_plan(PyObject* Py_UNUSED(self), PyObject* const* args, Py_ssize_t nargs) {
+  static const char* const names[] = {"kv_indptr", "kv_last_page_len", "kv_indices"};
+  host_ints h[3];
+  void *ws[2], *stream;
+  size_t bytes[2];
+  int32_t num_pages = 0;
+  PyObject* result = NULL;
+  if (check_nargs("decode_plan", nargs, 8) || unbound((void*)S.decode_plan)) return NULL;
+  void* handle = PyLong_AsVoidPtr(args[0]);
+  if (PyErr_Occurred() || int32_arg(args[4], "num_pages", &num_pages) < 0) return NULL;
+  if (read_all_ints(args + 1, names, 3, h) == 0 && decode_lengths(h) == 0 &&
+      workspaces_arg(args + 5, ws, bytes, &stream) == 0) {
+    const int32_t batch = (int32_t)(h[0].n - 1);
+    const int status = S.decode_plan(handle, h[0].data, batch, h[1].data, h[2].data, (int32_t)h[2].n, num_pages, ws[0],
+                                     bytes[0], ws[1], bytes[1], stream);
+    result = Py_BuildValue("(ii)", status, batch);
+  }
+  release_ints(h, 3);
+  return result;
+}
+
+/* prefill_plan(handle, paged, qo_indptr, kv_indptr, kv_last_page_len, kv_indices, num_pages,
+ *              float_workspace, int_workspace, stream) -> (status, batch, total_q); a ragged
+ * plan reads neither kv_last_page_len nor kv_indices. */
+static PyObject* prefill_plan(PyObject* Py_UNUSED(self), PyObject* const* args, Py_ssize_t nargs) {
+  static const char* const names[] = {"qo_indptr", "kv_indptr", "kv_last_page_len", "kv_indices"};
+  host_ints h[4];
+  void *ws[2], *stream;
+  size_t bytes[2];
+  int32_t num_pages = 0;
+  PyObject* result = NULL;
+  if (check_nargs("prefill_plan", nargs, 10) || unbound((void*)S.prefill_paged)) return NULL;
+  void* handle = PyLong_AsVoidPtr(args[0]);
+  const int paged = PyObject_IsTrue(args[1]);
+  if (paged < 0 || PyErr_Occurred() || int32_arg(args[6], "num_pages", &num_pages) < 0) return NULL;
+  const int arrays = paged ? 4 : 2;
+  if (read_all_ints(args + 2, names, arrays, h) == 0 && prefill_lengths(h, paged, args[4]) == 0 &&
+      workspaces_arg(args + 7, ws, bytes, &stream) == 0) {
+    const int32_t batch = (int32_t)(h[0].n - 1);
+    const int status =
+        paged ? S.prefill_paged(handle, h[0].data, h[1].data, batch, h[2].data, h[3].data, (int32_t)h[3].n, num_pages,
+                                ws[0], bytes[0], ws[1], bytes[1], stream)
+              : S.prefill_ragged(handle, h[0].data, h[1].data, batch, ws[0], bytes[0], ws[1], bytes[1], stream);
+    result = Py_BuildValue("(iii)", status, batch, h[0].data[batch]);
+  }
+  release_ints(h, arrays);
+  return result;
+}
+
 /* tensor(obj, name) -> (data, dtype, device_type, device_id, shape, strides, dtype_name): what
  * the runtime would be told, for tests. */
 static PyObject* tensor(PyObject* Py_UNUSED(self), PyObject* args) {
@@ -367,6 +605,19 @@ static PyObject* bind(PyObject* Py_UNUSED(self), PyObject* args) {
   Py_RETURN_NONE;
 }
 
+/* bind_plan(decode_plan, prefill_plan_paged, prefill_plan_ragged, host_int32): the runtime's
+ * plan entry points (addresses) and plan()'s converter of other host metadata. */
+static PyObject* bind_plan(PyObject* Py_UNUSED(self), PyObject* args) {
+  PyObject *decode, *paged, *ragged, *host_int32;
+  if (!PyArg_ParseTuple(args, "OOOO", &decode, &paged, &ragged, &host_int32)) return NULL;
+  S.decode_plan = (decode_plan_fn)PyLong_AsVoidPtr(decode);
+  S.prefill_paged = (prefill_paged_fn)PyLong_AsVoidPtr(paged);
+  S.prefill_ragged = (prefill_ragged_fn)PyLong_AsVoidPtr(ragged);
+  if (PyErr_Occurred()) return NULL;
+  replace(&S.host_int32, host_int32);
+  Py_RETURN_NONE;
+}
+
 /* bind_torch(torch.Tensor, {torch.dtype: aotinfer_dtype}, current_raw_stream(device_index),
  *            torch.Tensor.__dlpack_c_exchange_api__ or None) */
 static PyObject* bind_torch(PyObject* Py_UNUSED(self), PyObject* args) {
@@ -403,8 +654,11 @@ static PyMethodDef methods[] = {
     {"prefill_run", (PyCFunction)(void (*)(void))prefill_run, METH_FASTCALL, "BatchPrefill.run's checked launch."},
     {"merge_state", (PyCFunction)(void (*)(void))merge_state, METH_FASTCALL, "merge_state's checked launch."},
     {"append_paged_kv", (PyCFunction)(void (*)(void))append_paged_kv, METH_FASTCALL, "append_paged_kv's checked launch."},
+    {"decode_plan", (PyCFunction)(void (*)(void))decode_plan, METH_FASTCALL, "BatchDecode.plan's call."},
+    {"prefill_plan", (PyCFunction)(void (*)(void))prefill_plan, METH_FASTCALL, "BatchPrefill.plan's call."},
     {"tensor", tensor, METH_VARARGS, "How a tensor argument is described to the runtime."},
     {"bind", bind, METH_VARARGS, "Binds the runtime's entry points and the Python helpers."},
+    {"bind_plan", bind_plan, METH_VARARGS, "Binds the runtime's plan entry points."},
     {"bind_torch", bind_torch, METH_VARARGS, "Enables the PyTorch fast path."},
     {"torch_path", torch_path, METH_NOARGS, "How PyTorch GPU tensors are read (\"\" until bound)."},
     {NULL, NULL, 0, NULL}};
@@ -413,11 +667,12 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_ext", "aotinfer's p
 
 PyMODINIT_FUNC PyInit__ext(void) {
   s_is_cuda = PyUnicode_InternFromString("is_cuda");
+  s_is_cpu = PyUnicode_InternFromString("is_cpu");
   s_data_ptr = PyUnicode_InternFromString("data_ptr");
   s_dtype = PyUnicode_InternFromString("dtype");
   s_shape = PyUnicode_InternFromString("shape");
   s_stride = PyUnicode_InternFromString("stride");
   s_get_device = PyUnicode_InternFromString("get_device");
-  if (!s_is_cuda || !s_data_ptr || !s_dtype || !s_shape || !s_stride || !s_get_device) return NULL;
+  if (!s_is_cuda || !s_is_cpu || !s_data_ptr || !s_dtype || !s_shape || !s_stride || !s_get_device) return NULL;
   return PyModule_Create(&module);
 }

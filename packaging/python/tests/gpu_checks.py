@@ -133,6 +133,35 @@ run(sinks=sinks)
 torch.cuda.synchronize()
 close("decode with sinks", o, decode_reference(sinks), 1e-2)
 
+
+# plan(): host metadata as lists (above), CPU int32 tensors (read in place) or int64 tensors
+# (converted); what the runtime cannot check itself (it takes pointers) is refused by name.
+def plan(**changes):
+    args = dict(kv_indptr=indptr, kv_last_page_len=last, float_workspace=fws, int_workspace=iws, kv_indices=indices,
+                num_pages=num_pages)
+    args.update(changes)
+    decode.plan(**args)
+
+
+refused("plan: metadata on the GPU", lambda: plan(kv_indptr=d_indptr), "kv_indptr:", "host metadata")
+refused("plan: int32 metadata on the GPU", lambda: plan(kv_indices=d_indices), "kv_indices:", "host metadata")
+refused("plan: a workspace on the CPU", lambda: plan(int_workspace=iws.cpu()), "int_workspace:", "GPU memory")
+refused("plan: a strided workspace", lambda: plan(float_workspace=fws[::2]), "float_workspace:", "contiguous")
+refused("plan: kv_last_page_len of another batch", lambda: plan(kv_last_page_len=last[:-1]), "kv_last_page_len",
+        f"the batch is {batch}")
+refused("plan: an entry outside int32", lambda: plan(kv_indices=indices[:-1] + [2**31]), "kv_indices:", "int32")
+host = lambda xs, dtype=torch.int32: torch.tensor(xs, dtype=dtype)  # noqa: E731
+for name, changes in (("CPU int32 tensors", dict(kv_indptr=host(indptr), kv_last_page_len=host(last),
+                                                  kv_indices=host(indices))),
+                      ("CPU int64 tensors", dict(kv_indptr=host(indptr, torch.int64),
+                                                 kv_last_page_len=host(last, torch.int64))),
+                      ("pinned int32 tensors", dict(kv_indptr=host(indptr).pin_memory(), kv_indices=host(indices)[:]))):
+    plan(**changes)
+    o.fill_(float("nan"))
+    run()
+    torch.cuda.synchronize()
+    close(f"decode planned from {name}", o, decode_reference(), 1e-2)
+
 # --- prefill, ragged: K and V are token-strided views of a fused QKV tensor --------------------
 qo_lens = [random.randint(1, 300) for _ in range(3)]
 kv_lens = [n + random.randint(0, 200) for n in qo_lens]

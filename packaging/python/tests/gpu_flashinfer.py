@@ -7,6 +7,8 @@ on freshly drawn shapes. Run on a GPU machine with PyTorch after `pip install ao
 Prints the seed, one ok/FAIL line per check, and exits nonzero on any failure. Outputs are
 poisoned with NaN before every run, and so are the cache slots no request owns (a kernel that
 reads past a request's last token fails). LSE values are compared in FlashInfer's base 2."""
+import bisect
+import functools
 import math
 import random
 import sys
@@ -537,10 +539,214 @@ def page_cases():
         guarded(f"append {i}", lambda: append_case(layout, form, dtype, page, dim))
 
 
+# --- MultiLevelCascadeAttentionWrapper, the shared-prefix wrappers, fast_decode_plan --------------
+
+def cascade_bounds(batch, levels):
+    """Request boundaries per level: a tree of uneven groups (level 0 one to three groups, each next
+    level cuts them further), the last level one group per request."""
+    bounds = [sorted({0, batch} | set(random.sample(range(1, batch), min(batch - 1, random.randint(0, 2)))))]
+    for _ in range(levels - 2):
+        bounds.append(sorted(set(bounds[-1]) | set(random.sample(range(1, batch), random.randint(0, batch - 1)))))
+    return (bounds if levels > 1 else []) + [list(range(batch + 1))]
+
+
+def cascade_lens(bounds, qo):
+    """KV lengths per level and group; a request's own keys (the last level) are at least its queries."""
+    upper = [[random.randint(1, 300) for _ in level[1:]] for level in bounds[:-1]]
+    return upper + [[random.randint(m, 300) for m in qo]]
+
+
+def level_cache(level_lens, page, kv_heads, dim, num_pages=None):
+    """One paged pool (NHD, one [pages, 2, ...] tensor) holding every level's groups, and each level's
+    (kv_indptr, kv_indices, kv_last_page_len) into it."""
+    cache = Paged([n for lens in level_lens for n in lens], page, kv_heads, dim, "NHD", "single", "bf16", num_pages)
+    metas, first = [], 0
+    for lens in level_lens:
+        end = first + len(lens)
+        a, b = int(cache.indptr[first]), int(cache.indptr[end])
+        metas.append((cache.indptr[first:end + 1] - a, cache.indices[a:b], cache.last[first:end]))
+        first = end
+    return cache, metas
+
+
+def cascade_reference(q, qo, bounds, level_lens, cache, causal):
+    """Each request against the concatenation of its groups' keys, top level first: a causal mask
+    aligned to the end of that concatenation lets every query see all upper levels."""
+    tok, out = [0] + list(itertools_accumulate(qo)), []
+    offsets = [0] + list(itertools_accumulate(len(lens) for lens in level_lens))
+    for r in range(len(qo)):
+        kv = [cache.get(offsets[i] + g, level_lens[i][g]) for i, g in
+              enumerate(bisect.bisect_right(level, r) - 1 for level in bounds)]
+        out.append(attention(q[tok[r]:tok[r + 1]], torch.cat([k for k, _ in kv]), torch.cat([v for _, v in kv]),
+                             causal=causal)[0])
+    return torch.cat(out)
+
+
+def multilevel_case(levels, causal, append):
+    kv_heads, group, dim, page = random.choice([1, 2, 4]), random.choice([1, 4, 8]), 128, random.choice([1, 16])
+    heads, batch = kv_heads * group, random.randint(2, 7)
+    qo = [random.randint(1, 8) if append else 1 for _ in range(batch)]
+    bounds = cascade_bounds(batch, levels)
+    level_lens = cascade_lens(bounds, qo)
+    cache, metas = level_cache(level_lens, page, kv_heads, dim)
+    tok = [0] + list(itertools_accumulate(qo))
+    wrapper = flashinfer.MultiLevelCascadeAttentionWrapper(levels, WORKSPACE, "NHD")
+    wrapper.plan([torch.tensor([tok[b] for b in level], dtype=torch.int32) for level in bounds],
+                 *(list(m) for m in zip(*metas)), heads, kv_heads, dim, page, causal=causal, q_data_type=torch.bfloat16)
+    q = torch.randn(sum(qo), heads, dim, device=DEV).to(torch.bfloat16)
+    out = wrapper.run(q, cache.cache)
+    torch.cuda.synchronize()
+    groups = "/".join(str(len(level) - 1) for level in bounds)
+    check(f"cascade {levels} levels [groups {groups} page {page} group {group} qo {sum(qo)} "
+          f"{'causal' if causal else 'non-causal'}] o", out, cascade_reference(q, qo, bounds, level_lens, cache,
+                                                                               causal), 1e-2)
+
+
+def multilevel_graph():
+    """CUDA-graph mode: each level's own buffers; one capture, replays after plans with new KV."""
+    levels, batch, kv_heads, group, dim, page = 3, 5, 2, 4, 128, 16
+    heads, qo = kv_heads * group, [random.randint(1, 4) for _ in range(batch)]
+    bounds = cascade_bounds(batch, levels)
+    tok = [0] + list(itertools_accumulate(qo))
+    sizes = [len(level) - 1 for level in bounds]
+    empty = functools.partial(torch.empty, dtype=torch.int32, device=DEV)
+    bufs = dict(qo_indptr_buf_arr=[empty(n + 1) for n in sizes], paged_kv_indptr_buf_arr=[empty(n + 1) for n in sizes],
+                paged_kv_indices_buf_arr=[empty(1024) for _ in sizes],
+                paged_kv_last_page_len_buf_arr=[empty(n) for n in sizes])
+    wrapper = flashinfer.MultiLevelCascadeAttentionWrapper(levels, WORKSPACE, "NHD", True, **bufs)
+    q = torch.empty(sum(qo), heads, dim, dtype=torch.bfloat16, device=DEV)
+    graph = pool = out = None
+    for step in range(3):
+        level_lens = cascade_lens(bounds, qo)
+        cache, metas = level_cache(level_lens, page, kv_heads, dim, num_pages=1024)
+        pool = cache.cache if step == 0 else pool_again(pool, cache)
+        wrapper.plan([torch.tensor([tok[b] for b in level], dtype=torch.int32) for level in bounds],
+                     *(list(m) for m in zip(*metas)), heads, kv_heads, dim, page, causal=True,
+                     q_data_type=torch.bfloat16)
+        q.copy_(torch.randn(q.shape, device=DEV))
+        if graph is None:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                wrapper.run(q, pool)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                out = wrapper.run(q, pool)
+        out.fill_(NAN)
+        graph.replay()
+        torch.cuda.synchronize()
+        check(f"cascade cuda graph replay {step} [groups {'/'.join(map(str, sizes))}] o", out,
+              cascade_reference(q, qo, bounds, level_lens, cache, True), 1e-2)
+
+
+def multilevel_cases():
+    for levels in (1, 2, 3):
+        for causal, append in ((False, False), (True, True), (False, True)):
+            guarded(f"cascade {levels} levels", lambda: multilevel_case(levels, causal, append))
+
+
+def shared_prefix_case(stage, layout, dim):
+    """The older cascade wrappers (float16, their plan's default): a dense shared prefix and paged
+    own keys; two layers' prefixes on one plan, and in append both masks."""
+    kv_heads, group, page = random.choice([1, 2, 4]), random.choice([1, 4]), random.choice([1, 16])
+    heads, batch, prefix = kv_heads * group, random.randint(2, 9), random.randint(1, 700)
+    qo = [1] * batch if stage == "decode" else [random.randint(1, 16) for _ in range(batch)]
+    lens = [random.randint(m, 300) for m in qo]
+    cache = Paged(lens, page, kv_heads, dim, layout, "single", "f16")
+    q = torch.randn(sum(qo), heads, dim, device=DEV).to(torch.float16)
+    tok = [0] + list(itertools_accumulate(qo))
+    if stage == "decode":
+        wrapper = flashinfer.BatchDecodeWithSharedPrefixPagedKVCacheWrapper(WORKSPACE, layout)
+        wrapper.begin_forward(cache.indptr, cache.indices, cache.last, heads, kv_heads, dim, page)
+    else:
+        wrapper = flashinfer.BatchPrefillWithSharedPrefixPagedKVCacheWrapper(WORKSPACE, layout)
+        wrapper.begin_forward(indptr_of(qo), cache.indptr, cache.indices, cache.last, heads, kv_heads, dim, page)
+    for layer, causal in enumerate([False, False] + ([True] if stage == "append" else [])):
+        pk, pv = (torch.randn(prefix, kv_heads, dim, device=DEV).to(torch.float16) for _ in range(2))
+        shared = (pk, pv) if layout == "NHD" else (pk.transpose(0, 1).contiguous(), pv.transpose(0, 1).contiguous())
+        kw = dict(causal=causal) if stage == "append" else {}
+        out = wrapper.forward(q, *shared, cache.cache, **kw)
+        ref = torch.cat([attention(q[tok[r]:tok[r + 1]], torch.cat([pk, cache.get(r, n)[0]]),
+                                   torch.cat([pv, cache.get(r, n)[1]]), causal=causal)[0] for r, n in enumerate(lens)])
+        torch.cuda.synchronize()
+        check(f"shared-prefix {stage} layer {layer} [{layout} hd{dim} page {page} prefix {prefix} qo {sum(qo)} "
+              f"{'causal' if causal else 'non-causal'}] o", out, ref, 1e-2)
+
+
+def shared_prefix_cases():
+    for stage, layout, dim in (("decode", "NHD", 128), ("decode", "HND", 64), ("append", "NHD", 128),
+                               ("append", "HND", 256)):
+        guarded(f"shared-prefix {stage}", lambda: shared_prefix_case(stage, layout, dim))
+
+
+def fast_decode_plan_case(page):
+    """fast_decode_plan gives plan()'s bytes: on plain wrappers, and on CUDA-graph wrappers whose
+    buffers the engine fills on the GPU (one capture, replays after fast plans)."""
+    batch, kv_heads, group, dim = 6, 2, 4, 128
+    heads = kv_heads * group
+    q = torch.randn(batch, heads, dim, device=DEV).to(torch.bfloat16)
+    lens = [random.randint(1, 2000) for _ in range(batch)]
+    cache = Paged(lens, page, kv_heads, dim, "NHD", "single", "bf16")
+    ref = torch.cat([attention(q[r:r + 1], *cache.get(r, n))[0] for r, n in enumerate(lens)])
+    args = (heads, kv_heads, dim, page)
+    planned = flashinfer.BatchDecodeWithPagedKVCacheWrapper(WORKSPACE, "NHD")
+    planned.plan(cache.indptr, cache.indices, cache.last, *args, q_data_type=torch.bfloat16)
+    want = planned.run(q, cache.cache)
+    fast = flashinfer.BatchDecodeWithPagedKVCacheWrapper(WORKSPACE, "NHD")
+    fast.plan = functools.partial(flashinfer.fast_decode_plan, fast)
+    fast.plan(cache.indptr, cache.indices, cache.last, *args, q_data_type=torch.bfloat16,
+              global_override_indptr_cpu=cache.indptr.cpu())
+    got = fast.run(q, cache.cache)
+    torch.cuda.synchronize()
+    check_equal(f"fast_decode_plan page {page} [batch {batch} max_kv {max(lens)}] = plan()", got.view(torch.uint8),
+                want.view(torch.uint8))
+    check(f"fast_decode_plan page {page} o", got, ref, 1e-2)
+
+    empty = functools.partial(torch.empty, dtype=torch.int32, device=DEV)
+    num_pages = batch * math.ceil(2000 / page) + 8
+    graph_bufs = [(empty(batch + 1), empty(num_pages), empty(batch)) for _ in range(2)]
+    planned, fast = (flashinfer.CUDAGraphBatchDecodeWithPagedKVCacheWrapper(WORKSPACE, *b) for b in graph_bufs)
+    fast.begin_forward = functools.partial(flashinfer.decode.fast_decode_plan, fast)
+    graph = pool = out = None
+    for step in range(3):
+        lens = [random.randint(1, 2000) for _ in range(batch)]
+        cache = Paged(lens, page, kv_heads, dim, "NHD", "single", "bf16", num_pages=num_pages)
+        pool = cache.cache if step == 0 else pool_again(pool, cache)
+        indptr, indices, last = graph_bufs[1]
+        indptr.copy_(cache.indptr), indices[:len(cache.indices)].copy_(cache.indices), last.copy_(cache.last)
+        fast.begin_forward(indptr, indices[:len(cache.indices)], last, *args, data_type=torch.bfloat16,
+                           global_override_indptr_cpu=cache.indptr.cpu())
+        planned.plan(cache.indptr, cache.indices, cache.last, *args, q_data_type=torch.bfloat16)
+        if graph is None:
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                fast.run(q, pool)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                out = fast.run(q, pool)
+        out.fill_(NAN)
+        graph.replay()
+        want = planned.run(q, pool)
+        torch.cuda.synchronize()
+        label = f"fast_decode_plan CUDA-graph wrapper page {page} replay {step} [max_kv {max(lens)}]"
+        check_equal(label + " = plan()", out.view(torch.uint8), want.view(torch.uint8))
+        check(label + " o", out, torch.cat([attention(q[r:r + 1], *cache.get(r, n))[0] for r, n in enumerate(lens)]),
+              1e-2)
+
+
+def fast_decode_plan_cases():
+    for page in (1, 16):
+        guarded(f"fast_decode_plan page {page}", lambda: fast_decode_plan_case(page))
+
+
 def main():
     start = time.time()
     for section in (decode_cases, decode_graph, paged_prefill_cases, paged_prefill_graph, ragged_cases, merge_cases,
-                    cascade_case, page_cases):
+                    cascade_case, page_cases, multilevel_cases, multilevel_graph, shared_prefix_cases,
+                    fast_decode_plan_cases):
         guarded(section.__name__, section)
     print(f"{len(failures)} failures; {time.time() - start:.1f} s; seed {SEED}")
     if failures:

@@ -5,7 +5,7 @@ import ctypes
 import unittest
 
 import aotinfer
-from aotinfer import _capi, _tensor
+from aotinfer import _capi, _ext, _tensor
 
 
 class FakeCudaArray:
@@ -127,10 +127,21 @@ class FrontEndTest(unittest.TestCase):
                     run(FakeCudaArray((8,), "<f4"))
                 self.assertIn(f"{name} must not be NULL", str(e.exception))
 
-    def test_plan_reads_host_metadata_only(self):
-        with self.assertRaises(aotinfer.InvalidArgument) as e:
-            aotinfer._int32_array(FakeCudaArray((5,), "<i4"), "kv_indptr")
-        self.assertIn("kv_indptr: plan() reads host metadata", str(e.exception))
+    def test_plan_reaches_the_runtime(self):
+        """plan()'s arguments get as far as the runtime's handle check (a NULL handle stands in)."""
+        ws = FakeCudaArray((1024,), "|u1")
+        decode, prefill = object.__new__(aotinfer.BatchDecode), object.__new__(aotinfer.BatchPrefill)
+        decode._address = prefill._address = 0
+        plans = {"decode": lambda: decode.plan([0, 2], [5], ws, ws, kv_indices=[3, 4], num_pages=8),
+                 "prefill": lambda: prefill.plan([0, 4], [0, 2], ws, ws, kv_last_page_len=[5])}
+        for kv_storage in ("paged", "ragged"):
+            prefill.kv_storage = kv_storage
+            for name, plan in plans.items():
+                with self.subTest(name=name, kv_storage=kv_storage):
+                    with self.assertRaises(aotinfer.InvalidArgument) as e:
+                        plan()
+                    self.assertIn(f"{name} must not be NULL", str(e.exception))
+                    self.assertEqual(e.exception.status, 1)
 
     def test_without_a_driver_the_error_is_clear(self):
         if _has_driver():
@@ -164,6 +175,104 @@ class FrontEndTest(unittest.TestCase):
                     aotinfer.BatchPrefill(pkg, 8, 2, 128, kv_storage=kv_storage)
                 self.assertIn("libcuda", str(e.exception))
                 self.assertEqual(e.exception.status, 4)
+
+
+_I32P = ctypes.POINTER(ctypes.c_int32)
+_WORKSPACES = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)
+
+
+class PlanTest(unittest.TestCase):
+    """plan() through _ext, with recording stand-ins bound in place of the runtime's plan entries:
+    what reaches them, and the checks the runtime cannot make (it takes pointers)."""
+
+    def setUp(self):
+        self.calls = []
+
+        def ints(p, n):
+            return [p[i] for i in range(n)] if p else None
+
+        def decode(_, indptr, batch, last, indices, count, num_pages, fw, fb, iw, ib, stream):
+            self.calls.append((ints(indptr, batch + 1), ints(last, batch), ints(indices, count), num_pages,
+                               fw, fb, iw, ib, stream))
+            return 0
+
+        def paged(_, qo, kv, batch, last, indices, count, num_pages, fw, fb, iw, ib, stream):
+            self.calls.append((ints(qo, batch + 1), ints(kv, batch + 1), ints(last, batch), ints(indices, count),
+                               num_pages))
+            return 0
+
+        def ragged(_, qo, kv, batch, fw, fb, iw, ib, stream):
+            self.calls.append((ints(qo, batch + 1), ints(kv, batch + 1)))
+            return 0
+
+        head = (ctypes.c_int, ctypes.c_void_p, _I32P)
+        self.entries = [ctypes.CFUNCTYPE(*head, ctypes.c_int32, _I32P, _I32P, ctypes.c_int32, ctypes.c_int32,
+                                         *_WORKSPACES)(decode),
+                        ctypes.CFUNCTYPE(*head, _I32P, ctypes.c_int32, _I32P, _I32P, ctypes.c_int32, ctypes.c_int32,
+                                         *_WORKSPACES)(paged),
+                        ctypes.CFUNCTYPE(*head, _I32P, ctypes.c_int32, *_WORKSPACES)(ragged)]
+        _ext.bind_plan(*(ctypes.cast(e, ctypes.c_void_p).value for e in self.entries), aotinfer._host_int32)
+        self.addCleanup(_ext.bind_plan, _capi.entry_address("aotinfer_batch_decode_plan"),
+                        _capi.entry_address("aotinfer_batch_prefill_plan_paged"),
+                        _capi.entry_address("aotinfer_batch_prefill_plan_ragged"), aotinfer._host_int32)
+        self.decode, self.prefill = object.__new__(aotinfer.BatchDecode), object.__new__(aotinfer.BatchPrefill)
+        self.decode._address = self.prefill._address = 0
+        self.prefill.kv_storage = "paged"
+        self.fw = FakeCudaArray((1024,), "|u1", 0x7000_0000_0000)
+        self.iw = FakeCudaArray((64,), "<f4", 0x7100_0000_0000)
+
+    def refused(self, plan, message):
+        with self.assertRaises(aotinfer.InvalidArgument) as e:
+            plan()
+        self.assertIn(message, str(e.exception))
+        self.assertEqual(e.exception.status, 1)
+        self.assertEqual(self.calls, [])
+
+    def test_decode_gets_lists_tuples_and_other_ints(self):
+        class Number:  # neither an int nor an array: converted by aotinfer._host_int32
+            def __int__(self):
+                return 7
+        indices = list(range(300))  # longer than _ext's inline buffer
+        self.decode.plan([0, 2, 300], (5, Number()), self.fw, self.iw, kv_indices=indices, num_pages=300, stream=5)
+        self.assertEqual(self.calls, [([0, 2, 300], [5, 7], indices, 300, 0x7000_0000_0000, 1024, 0x7100_0000_0000,
+                                       256, 5)])
+        self.assertEqual(self.decode._batch, 2)
+
+    def test_prefill_reads_what_its_storage_needs(self):
+        self.prefill.plan([0, 3, 7], [0, 1, 2], self.fw, self.iw, kv_last_page_len=[4, 5], kv_indices=[1, 0])
+        self.prefill.kv_storage = "ragged"  # kv_last_page_len and kv_indices are not read
+        self.prefill.plan((0, 3, 7), (0, 9, 20), self.fw, self.iw, kv_last_page_len="unread", kv_indices="unread")
+        self.assertEqual(self.calls, [([0, 3, 7], [0, 1, 2], [4, 5], [1, 0], 0), ([0, 3, 7], [0, 9, 20])])
+        self.assertEqual((self.prefill._batch, self.prefill._total_q), (2, 7))
+
+    def test_lengths_the_runtime_cannot_see(self):
+        d, p, fw, iw = self.decode, self.prefill, self.fw, self.iw
+        cases = [(lambda: d.plan([], [], fw, iw), "batch_decode: kv_indptr must have batch + 1 entries"),
+                 (lambda: d.plan([0, 1, 2], [1], fw, iw), "kv_last_page_len has 1 entries, the batch is 2"),
+                 (lambda: p.plan([], [], fw, iw), "batch_prefill: qo_indptr must have batch + 1 entries"),
+                 (lambda: p.plan([0, 1], [0, 1, 2], fw, iw), "qo_indptr has 2 entries, kv_indptr 3"),
+                 (lambda: p.plan([0, 1], [0, 1], fw, iw), "batch_prefill: paged KV needs kv_last_page_len"),
+                 (lambda: p.plan([0, 1], [0, 1], fw, iw, kv_last_page_len=[]), "kv_last_page_len has 0 entries")]
+        for plan, message in cases:
+            with self.subTest(message=message):
+                self.refused(plan, message)
+
+    def test_what_plan_refuses_by_name(self):
+        class Big:
+            def __int__(self):
+                return 2**40
+        d, fw, iw = self.decode, self.fw, self.iw
+        strided = FakeCudaArray((64,), "|u1")
+        strided.__cuda_array_interface__["strides"] = (2,)
+        cases = [(lambda: d.plan([0, 2**31], [1], fw, iw), "kv_indptr: entry 1 is 2147483648, outside int32"),
+                 (lambda: d.plan([0, 1], [Big()], fw, iw), "kv_last_page_len: an entry is outside int32"),
+                 (lambda: d.plan(FakeCudaArray((2,), "<i4"), [1], fw, iw), "kv_indptr: plan() reads host metadata"),
+                 (lambda: d.plan([0, 1], [1], None, iw), "float_workspace: expected a GPU tensor, got None"),
+                 (lambda: d.plan([0, 1], [1], fw, strided), "int_workspace: the workspace must be contiguous"),
+                 (lambda: d.plan([0, 1], [1], fw, iw, num_pages=2**32), "num_pages: 4294967296 is outside int32")]
+        for plan, message in cases:
+            with self.subTest(message=message):
+                self.refused(plan, message)
 
 
 def _has_driver():

@@ -137,6 +137,48 @@ FLASHINFER_0_7 = {
     "get_batch_indices_positions": positional(("append_indptr", R), ("seq_lens", R), ("nnz", R),
                                               ("batch_indices", None), ("positions", None)),
     "get_seq_lens": positional(("kv_indptr", R), ("kv_last_page_len", R), ("page_size", R)),
+    # cascade.py's wrappers and decode.py's CUDA-graph helpers
+    "MultiLevelCascadeAttentionWrapper.__init__": positional(
+        ("num_levels", R), ("float_workspace_buffer", R), ("kv_layout", "NHD"), ("use_cuda_graph", False),
+        ("qo_indptr_buf_arr", None), ("paged_kv_indptr_buf_arr", None), ("paged_kv_indices_buf_arr", None),
+        ("paged_kv_last_page_len_buf_arr", None)),
+    "MultiLevelCascadeAttentionWrapper.plan": positional(
+        ("qo_indptr_arr", R), ("paged_kv_indptr_arr", R), ("paged_kv_indices_arr", R), ("paged_kv_last_page_len", R),
+        ("num_qo_heads", R), ("num_kv_heads", R), ("head_dim", R), ("page_size", R), ("causal", False),
+        ("pos_encoding_mode", "NONE"), ("use_fp16_qk_reduction", False), ("sm_scale", None), ("window_left", -1),
+        ("logits_soft_cap", None), ("rope_scale", None), ("rope_theta", None), ("q_data_type", "float16"),
+        ("kv_data_type", None)),
+    "MultiLevelCascadeAttentionWrapper.run": positional(("q", R), ("paged_kv_cache", R)),
+    "MultiLevelCascadeAttentionWrapper.reset_workspace_buffer": positional(("float_workspace_buffer", R),
+                                                                           ("int_workspace_buffers", R)),
+    "BatchDecodeWithSharedPrefixPagedKVCacheWrapper.__init__": positional(("float_workspace_buffer", R),
+                                                                          ("kv_layout", "NHD")),
+    "BatchDecodeWithSharedPrefixPagedKVCacheWrapper.begin_forward": positional(
+        ("unique_kv_indptr", R), ("unique_kv_indices", R), ("unique_kv_last_page_len", R), ("num_qo_heads", R),
+        ("num_kv_heads", R), ("head_dim", R), ("page_size", R), ("data_type", "float16")),
+    "BatchDecodeWithSharedPrefixPagedKVCacheWrapper.forward": positional(
+        ("q", R), ("k_shared", R), ("v_shared", R), ("unique_kv_cache", R)),
+    "BatchDecodeWithSharedPrefixPagedKVCacheWrapper.reset_workspace_buffer": positional(
+        ("float_workspace_buffer", R), ("int_workspace_buffer", R)),
+    "BatchPrefillWithSharedPrefixPagedKVCacheWrapper.__init__": positional(("float_workspace_buffer", R),
+                                                                           ("kv_layout", "NHD")),
+    "BatchPrefillWithSharedPrefixPagedKVCacheWrapper.begin_forward": positional(
+        ("qo_indptr", R), ("paged_kv_indptr", R), ("paged_kv_indices", R), ("paged_kv_last_page_len", R),
+        ("num_qo_heads", R), ("num_kv_heads", R), ("head_dim", R), ("page_size", R)),
+    "BatchPrefillWithSharedPrefixPagedKVCacheWrapper.forward": positional(
+        ("q", R), ("k_shared", R), ("v_shared", R), ("unique_kv_cache", R), ("causal", False),
+        ("use_fp16_qk_reduction", False), ("sm_scale", None), ("rope_scale", None), ("rope_theta", None)),
+    "BatchPrefillWithSharedPrefixPagedKVCacheWrapper.reset_workspace_buffer": positional(
+        ("float_workspace_buffer", R), ("int_workspace_buffer", R)),
+    "CUDAGraphBatchDecodeWithPagedKVCacheWrapper.__init__": positional(
+        ("workspace_buffer", R), ("indptr_buffer", R), ("indices_buffer", R), ("last_page_len_buffer", R),
+        ("kv_layout", "NHD"), ("use_tensor_cores", False)),
+    "fast_decode_plan": positional(
+        ("indptr", R), ("indices", R), ("last_page_len", R), ("num_qo_heads", R), ("num_kv_heads", R),
+        ("head_dim", R), ("page_size", R), ("pos_encoding_mode", "NONE"), ("window_left", -1),
+        ("logits_soft_cap", None), ("q_data_type", None), ("kv_data_type", None), ("data_type", None),
+        ("sm_scale", None), ("rope_scale", None), ("rope_theta", None), ("non_blocking", True),
+        ("fixed_split_size", None), ("disable_split_kv", False), ("global_override_indptr_cpu", None)),
 }
 
 DECODE_ARGS = ([0, 1], [0], [1], 32, 8, 128, 16)  # indptr, indices, last_page_len, heads, kv heads, dim, page
@@ -211,7 +253,7 @@ class MappingTest(unittest.TestCase):
         config, features, scalars = _args.decode_plan(32, 8, 128, 16)
         self.assertEqual(config, dict(num_qo_heads=32, num_kv_heads=8, head_dim=128, page_size=16, dtype_q="f16",
                                       dtype_kv="f16", dtype_o="f16", pos_encoding="none", sliding_window=False,
-                                      soft_cap=False))
+                                      soft_cap=False, kv_split="adaptive"))
         self.assertEqual(features, ("none", False, False))
         self.assertEqual(scalars, (1 / math.sqrt(128), 0.0, 1.0, 1e4, -1))
 
@@ -239,10 +281,29 @@ class MappingTest(unittest.TestCase):
             logits_soft_cap=50.0, q_data_type="bfloat16", o_data_type="float16")
         self.assertEqual(config, dict(num_qo_heads=32, num_kv_heads=8, head_dim=128, dtype_q="bf16", dtype_kv="bf16",
                                       dtype_o="f16", mask="causal", pos_encoding="rope_llama", sliding_window=True,
-                                      soft_cap=True))
+                                      soft_cap=True, kv_split="adaptive"))
         self.assertEqual(features, ("rope_llama", True, True, "causal"))
         self.assertEqual(scalars[1:], (50.0, 1.0, 1e4, 0))
         self.assertEqual(_args.prefill_plan("p", 8, 8, 64)[0]["mask"], "none")
+
+    def test_batch_invariant_options(self):
+        """FlashInfer's fixed_split_size (pages of a paged cache, tokens of ragged K/V) and
+        disable_split_kv become the core's kv_split; disable_split_kv wins, as in FlashInfer."""
+        split = lambda config: {k: v for k, v in config.items() if k.startswith("kv_split")}
+        self.assertEqual(split(_args.decode_plan(32, 8, 128, 16, fixed_split_size=128)[0]),
+                         dict(kv_split="fixed", kv_split_tokens=2048))
+        self.assertEqual(split(_args.decode_plan(32, 8, 128, 16, disable_split_kv=True, fixed_split_size=128)[0]),
+                         dict(kv_split="none"))
+        for unset in (None, 0, -1):
+            self.assertEqual(split(_args.decode_plan(32, 8, 128, 16, fixed_split_size=unset)[0]),
+                             dict(kv_split="adaptive"))
+        self.assertEqual(split(_args.prefill_plan("p", 32, 8, 128, fixed_split_size=4096)[0]),
+                         dict(kv_split="fixed", kv_split_tokens=4096))
+        self.assertEqual(split(_args.prefill_plan("p", 32, 8, 128, fixed_split_size=256, keys_per_split_unit=16)[0]),
+                         dict(kv_split="fixed", kv_split_tokens=4096))
+        with self.assertRaises(NotImplementedError) as e:
+            _args.decode_plan(32, 8, 128, 16, fixed_split_size=2.5)
+        self.assertIn("fixed_split_size=2.5", str(e.exception))
 
     def test_configurations_name_variants_of_the_package(self):
         """The FlashInfer arguments an engine passes for bf16 / head_dim 128 resolve to variants the
@@ -305,8 +366,6 @@ class RefusalTest(unittest.TestCase):
             (dict(window_right=4), "window_right=4"),
             (dict(block_tables=Stand()), "block_tables=<Stand>"),
             (dict(seq_lens=Stand()), "seq_lens=<Stand>"),
-            (dict(fixed_split_size=32), "fixed_split_size=32"),
-            (dict(disable_split_kv=True), "disable_split_kv=True"),
             (dict(pos_encoding_mode="ROPE_LLAMA_INTERLEAVED"), "pos_encoding_mode='ROPE_LLAMA_INTERLEAVED'"),
             (dict(window_left=-2), "window_left=-2"),
             (dict(q_data_type="float32"), "q_data_type='float32'"),
@@ -334,8 +393,6 @@ class RefusalTest(unittest.TestCase):
             (dict(max_item_len_ptr=Stand()), "max_item_len_ptr"),
             (dict(seq_lens=Stand()), "seq_lens=<Stand>"),
             (dict(seq_lens_q=Stand()), "seq_lens_q=<Stand>"),
-            (dict(fixed_split_size=16), "fixed_split_size=16"),
-            (dict(disable_split_kv=True), "disable_split_kv=True"),
             (dict(kv_data_type="float8_e4m3fn"), "kv_data_type='float8_e4m3fn'"),
             (dict(q_data_type="float8_e4m3fn"), "q_data_type='float8_e4m3fn'"),
         ]
@@ -412,6 +469,211 @@ class CudaGraphBuffersTest(unittest.TestCase):
         self.assertIn("int64", str(e.exception))
 
 
+CASCADE_CLASSES = ("MultiLevelCascadeAttentionWrapper", "BatchDecodeWithSharedPrefixPagedKVCacheWrapper",
+                   "BatchPrefillWithSharedPrefixPagedKVCacheWrapper")
+
+
+def level_arrays(levels):
+    """plan()'s per-level arrays for `levels` levels: a shared prefix of 4 pages, one page each."""
+    return ([[0, 4]] * levels, [[0, 4]] * levels, [[0, 1, 2, 3]] * levels, [[16]] * levels)
+
+
+class CascadeApiTest(unittest.TestCase):
+    def test_names_live_where_flashinfer_has_them(self):
+        for name in CASCADE_CLASSES:
+            self.assertIs(getattr(flashinfer, name), getattr(flashinfer.cascade, name))
+        self.assertIs(flashinfer.fast_decode_plan, flashinfer.decode.fast_decode_plan)
+        self.assertIs(flashinfer.CUDAGraphBatchDecodeWithPagedKVCacheWrapper,
+                      flashinfer.decode.CUDAGraphBatchDecodeWithPagedKVCacheWrapper)
+        self.assertTrue(issubclass(flashinfer.CUDAGraphBatchDecodeWithPagedKVCacheWrapper,
+                                   flashinfer.BatchDecodeWithPagedKVCacheWrapper))
+
+    def test_aliases_and_package_keyword(self):
+        cls = flashinfer.MultiLevelCascadeAttentionWrapper
+        self.assertIs(cls.begin_forward, cls.plan)
+        self.assertIs(cls.forward, cls.run)
+        for name in CASCADE_CLASSES + ("CUDAGraphBatchDecodeWithPagedKVCacheWrapper",):
+            p = inspect.signature(getattr(flashinfer, name).__init__).parameters["package"]
+            self.assertEqual((p.kind, p.default), (p.KEYWORD_ONLY, None), name)
+
+
+class MultiLevelCascadeTest(unittest.TestCase):
+    """Construction, level counts and refusals, all before PyTorch or a GPU is needed."""
+
+    def refused(self, call, *words):
+        with self.assertRaises(NotImplementedError) as e:
+            call()
+        for word in words:
+            self.assertIn(word, str(e.exception))
+
+    def test_one_paged_prefill_wrapper_per_level(self):
+        pkg = aotinfer.Package()
+        w = flashinfer.MultiLevelCascadeAttentionWrapper(3, Stand(), "HND", package=pkg)
+        levels = w._batch_prefill_wrappers
+        self.assertEqual(len(levels), 3)
+        self.assertEqual(len({id(level) for level in levels}), 3)  # each its own int workspace and plan
+        for level in levels:
+            self.assertIsInstance(level, flashinfer.BatchPrefillWithPagedKVCacheWrapper)
+            self.assertEqual((level._kv_layout, level._package, level.is_cuda_graph_enabled), ("HND", pkg, False))
+        self.assertFalse(w.is_cuda_graph_enabled)
+
+    def test_num_levels(self):
+        for bad in (0, -1, 2.0, True, "2", None):
+            with self.subTest(num_levels=bad), self.assertRaises(ValueError) as e:
+                flashinfer.MultiLevelCascadeAttentionWrapper(bad, Stand())
+            self.assertIn("num_levels", str(e.exception))
+
+    def test_layout_refusal_names_the_wrapper(self):
+        self.refused(lambda: flashinfer.MultiLevelCascadeAttentionWrapper(2, Stand(), "NDH"),
+                     "MultiLevelCascadeAttentionWrapper", "kv_layout", "'NDH'")
+
+    def test_cuda_graph_buffers_per_level(self):
+        w = flashinfer.MultiLevelCascadeAttentionWrapper(
+            2, Stand(), use_cuda_graph=True, qo_indptr_buf_arr=[Stand((2,)), Stand((9,))],
+            paged_kv_indptr_buf_arr=[Stand((2,)), Stand((9,))], paged_kv_indices_buf_arr=[Stand((64,))] * 2,
+            paged_kv_last_page_len_buf_arr=[Stand((1,)), Stand((8,))])
+        self.assertTrue(w.is_cuda_graph_enabled)
+        self.assertEqual([level._fixed_batch_size for level in w._batch_prefill_wrappers], [1, 8])
+        self.assertTrue(all(level.is_cuda_graph_enabled for level in w._batch_prefill_wrappers))
+
+    def test_cuda_graph_buffer_lists_are_checked(self):
+        good = dict(qo_indptr_buf_arr=[Stand((5,))] * 2, paged_kv_indptr_buf_arr=[Stand((5,))] * 2,
+                    paged_kv_indices_buf_arr=[Stand((64,))] * 2, paged_kv_last_page_len_buf_arr=[Stand((4,))] * 2)
+        cases = [(dict(paged_kv_indices_buf_arr=None), ValueError, "paged_kv_indices_buf_arr must be a list"),
+                 (dict(qo_indptr_buf_arr=[Stand((5,))]), ValueError, "qo_indptr_buf_arr has 1 entries for 2 levels"),
+                 (dict(paged_kv_indptr_buf_arr=[Stand((5,)), Stand((6,))]), ValueError, "paged_kv_indptr_buf"),
+                 (dict(qo_indptr_buf_arr=[Stand((5,)), Stand((5,), "torch.int64")]), NotImplementedError,
+                  "qo_indptr_buf.dtype")]
+        for change, error, words in cases:
+            with self.subTest(words), self.assertRaises(error) as e:
+                flashinfer.MultiLevelCascadeAttentionWrapper(2, Stand(), use_cuda_graph=True, **dict(good, **change))
+            self.assertIn(words, str(e.exception))
+
+    def test_plan_level_counts(self):
+        w = flashinfer.MultiLevelCascadeAttentionWrapper(2, Stand())
+        qo, kv_indptr, kv_indices, last = level_arrays(2)
+        heads = (32, 8, 128, 16)
+        for args, words in [((qo[:1], kv_indptr, kv_indices, last), "qo_indptr_arr has 1 entries for 2 levels"),
+                            ((qo, kv_indptr, kv_indices * 2, last), "paged_kv_indices_arr has 4 entries"),
+                            ((qo, kv_indptr, kv_indices, Stand()), "paged_kv_last_page_len must be a list of 2")]:
+            with self.subTest(words), self.assertRaises(ValueError) as e:
+                w.plan(*args, *heads)
+            self.assertIn(words, str(e.exception))
+
+    def test_plan_refusals_name_the_wrapper(self):
+        w = flashinfer.MultiLevelCascadeAttentionWrapper(2, Stand())
+        args = level_arrays(2) + (32, 8, 128, 16)
+        for kwargs, words in [(dict(pos_encoding_mode="ALIBI"), "pos_encoding_mode='ALIBI'"),
+                              (dict(use_fp16_qk_reduction=True), "use_fp16_qk_reduction=True"),
+                              (dict(window_left=-2), "window_left=-2"),
+                              (dict(q_data_type="float8_e4m3fn"), "q_data_type='float8_e4m3fn'"),
+                              (dict(kv_data_type="float8_e5m2"), "kv_data_type='float8_e5m2'")]:
+            with self.subTest(**{k: str(v) for k, v in kwargs.items()}):
+                self.refused(lambda: w.plan(*args, **kwargs), "MultiLevelCascadeAttentionWrapper.plan", words)
+
+    def test_run_needs_a_plan(self):
+        w = flashinfer.MultiLevelCascadeAttentionWrapper(1, Stand())
+        with self.assertRaises(RuntimeError) as e:
+            w.run(Stand((4, 32, 128), "torch.float16"), Stand())
+        self.assertIn("plan() first", str(e.exception))
+
+    def test_reset_workspace_buffer(self):
+        w = flashinfer.MultiLevelCascadeAttentionWrapper(2, Stand())
+        with self.assertRaises(ValueError) as e:
+            w.reset_workspace_buffer(Stand(), [Stand()])
+        self.assertIn("int_workspace_buffers has 1 entries for 2 levels", str(e.exception))
+        shared = Stand()
+        with self.assertRaises(ValueError) as e:
+            w.reset_workspace_buffer(Stand(), [shared, shared])
+        self.assertIn("own int workspace", str(e.exception))
+        floats, ints = Stand(), [Stand(), None]
+        w.reset_workspace_buffer(floats, ints)
+        self.assertEqual([(level._float_workspace_buffer, level._int_workspace_buffer)
+                          for level in w._batch_prefill_wrappers], [(floats, ints[0]), (floats, None)])
+
+
+class SharedPrefixTest(unittest.TestCase):
+    def test_composition(self):
+        d = flashinfer.BatchDecodeWithSharedPrefixPagedKVCacheWrapper(Stand(), "HND")
+        self.assertIsInstance(d._batch_decode_wrapper, flashinfer.BatchDecodeWithPagedKVCacheWrapper)
+        p = flashinfer.BatchPrefillWithSharedPrefixPagedKVCacheWrapper(Stand())
+        self.assertIsInstance(p._batch_prefill_wrapper, flashinfer.BatchPrefillWithPagedKVCacheWrapper)
+        for name in CASCADE_CLASSES[1:]:
+            with self.assertRaises(NotImplementedError) as e:
+                getattr(flashinfer, name)(Stand(), "NDH")
+            self.assertIn(name, str(e.exception))
+
+    def test_forward_needs_begin_forward(self):
+        q, shared, cache = Stand((4, 32, 128), "torch.float16"), Stand((64, 8, 128), "torch.float16"), Stand()
+        for call in (lambda: flashinfer.BatchDecodeWithSharedPrefixPagedKVCacheWrapper(Stand()).forward(
+                         q, shared, shared, cache),
+                     lambda: flashinfer.BatchPrefillWithSharedPrefixPagedKVCacheWrapper(Stand()).forward(
+                         q, shared, shared, cache, causal=True)):
+            with self.assertRaises(RuntimeError) as e:
+                call()
+            self.assertIn("begin_forward() first", str(e.exception))
+
+    def test_refusals(self):
+        p = flashinfer.BatchPrefillWithSharedPrefixPagedKVCacheWrapper(Stand())
+        with self.assertRaises(NotImplementedError) as e:
+            p.forward(Stand(), Stand(), Stand(), Stand(), use_fp16_qk_reduction=True)
+        self.assertIn("BatchPrefillWithSharedPrefixPagedKVCacheWrapper.forward: use_fp16_qk_reduction=True",
+                      str(e.exception))
+        d = flashinfer.BatchDecodeWithSharedPrefixPagedKVCacheWrapper(Stand())
+        with self.assertRaises(NotImplementedError) as e:
+            d.begin_forward(*DECODE_ARGS, data_type="float32")
+        self.assertIn("float32", str(e.exception))
+
+
+class RecordingDecode(flashinfer.BatchDecodeWithPagedKVCacheWrapper):
+    """Keeps what plan() is called with instead of planning."""
+
+    def plan(self, *args, **kwargs):
+        self.seen = args, kwargs
+
+
+class DecodeGraphTest(unittest.TestCase):
+    def test_cuda_graph_wrapper_is_the_decode_wrapper_in_graph_mode(self):
+        w = flashinfer.CUDAGraphBatchDecodeWithPagedKVCacheWrapper(Stand(), Stand((9,)), Stand((64,)), Stand((8,)),
+                                                                   "HND", True)
+        self.assertEqual((w.is_cuda_graph_enabled, w._fixed_batch_size, w.use_tensor_cores, w._kv_layout),
+                         (True, 8, True, "HND"))
+        with self.assertRaises(ValueError) as e:
+            flashinfer.CUDAGraphBatchDecodeWithPagedKVCacheWrapper(Stand(), Stand((9,)), None, Stand((8,)))
+        self.assertIn("paged_kv_indices_buffer", str(e.exception))
+        with self.assertRaises(NotImplementedError):
+            flashinfer.CUDAGraphBatchDecodeWithPagedKVCacheWrapper(Stand(), Stand((9,), "torch.int64"), Stand((64,)),
+                                                                   Stand((8,)))
+
+    def test_fast_decode_plan_is_plan(self):
+        """Installed as the instance's plan (as engines do) it calls the class's plan, with the
+        CPU indptr in place of the GPU one, FlashInfer's dtype defaults and the split options."""
+        import functools
+        w = RecordingDecode(Stand())
+        w.plan = w.begin_forward = functools.partial(flashinfer.fast_decode_plan, w)
+        w.plan([0, 2, 5], [0, 1, 2, 3, 4], [3, 1], 32, 8, 128, 16, data_type="bfloat16", non_blocking=False,
+               global_override_indptr_cpu=[0, 2, 5, 7, 7], fixed_split_size=4, disable_split_kv=True)
+        args, kwargs = w.seen
+        self.assertEqual(args, ([0, 2, 5], [0, 1, 2, 3, 4], [3, 1], 32, 8, 128, 16))
+        self.assertEqual((kwargs["q_data_type"], kwargs["kv_data_type"], kwargs["non_blocking"]),
+                         ("bfloat16", "bfloat16", False))
+        self.assertEqual((kwargs["fixed_split_size"], kwargs["disable_split_kv"]), (4, True))
+        w.begin_forward([0, 2], [0, 1], [5], 32, 8, 128, 16)
+        self.assertEqual((w.seen[0][0], w.seen[1]["q_data_type"], w.seen[1]["kv_data_type"]),
+                         ([0, 2], "float16", None))
+        w.begin_forward([0, 2], [0, 1], [5], 32, 8, 128, 16, q_data_type="bfloat16", data_type="float8_e4m3fn")
+        self.assertEqual((w.seen[1]["q_data_type"], w.seen[1]["kv_data_type"]), ("bfloat16", "float8_e4m3fn"))
+
+    def test_fast_decode_plan_refuses_as_plan(self):
+        w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(Stand())
+        with self.assertRaises(NotImplementedError) as e:
+            flashinfer.fast_decode_plan(w, *DECODE_ARGS, pos_encoding_mode="ROPE_LLAMA_INTERLEAVED")
+        self.assertIn("pos_encoding_mode='ROPE_LLAMA_INTERLEAVED'", str(e.exception))
+        with self.assertRaises(TypeError) as e:
+            flashinfer.fast_decode_plan(flashinfer.BatchPrefillWithPagedKVCacheWrapper(Stand()), *DECODE_ARGS)
+        self.assertIn("BatchDecodeWithPagedKVCacheWrapper", str(e.exception))
+
+
 class WithoutTorchTest(unittest.TestCase):
     def setUp(self):
         if has_torch():
@@ -436,6 +698,25 @@ class WithoutTorchTest(unittest.TestCase):
         for call in (lambda: flashinfer.merge_state(Stand(), Stand(), Stand(), Stand()),
                      lambda: flashinfer.get_seq_lens(Stand(), Stand(), 16),
                      lambda: flashinfer.append_paged_kv_cache(*([Stand()] * 8))):
+            with self.assertRaises(ImportError):
+                call()
+
+    def test_served_cascade_and_fast_plans_reach_torch(self):
+        """Served arguments pass every check and stop only at PyTorch: the cascade's levels (one
+        causal last level), the shared-prefix plans, fast_decode_plan with FlashInfer's dtype
+        defaults, the split options and page_size 1."""
+        multi = flashinfer.MultiLevelCascadeAttentionWrapper(3, Stand())
+        decode = flashinfer.BatchDecodeWithPagedKVCacheWrapper(Stand())
+        page_1 = ([0, 1], [0], [1], 32, 8, 128, 1)
+        for call in (lambda: multi.plan(*level_arrays(3), 32, 8, 128, 16, causal=True, q_data_type="bfloat16"),
+                     lambda: flashinfer.BatchDecodeWithSharedPrefixPagedKVCacheWrapper(Stand()).begin_forward(
+                         *DECODE_ARGS),
+                     lambda: flashinfer.BatchPrefillWithSharedPrefixPagedKVCacheWrapper(Stand()).begin_forward(
+                         *paged_args()),
+                     lambda: flashinfer.fast_decode_plan(decode, *DECODE_ARGS, global_override_indptr_cpu=[0, 1]),
+                     lambda: flashinfer.fast_decode_plan(decode, *DECODE_ARGS, fixed_split_size=8),
+                     lambda: flashinfer.fast_decode_plan(decode, *DECODE_ARGS, disable_split_kv=True),
+                     lambda: flashinfer.fast_decode_plan(decode, *page_1)):
             with self.assertRaises(ImportError):
                 call()
 

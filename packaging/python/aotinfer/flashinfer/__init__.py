@@ -12,14 +12,17 @@ argument, its value and what is served. A served configuration whose variant the
 lacks raises aotinfer.NotFound naming the spec entry that adds it. LSE values are base 2, as
 FlashInfer's. Importing needs no PyTorch; plan(), run() and the functions do.
 
-Modules as FlashInfer's: decode, prefill, cascade, page; _args holds the argument checks, _base
-what the wrappers share.
+Modules as FlashInfer's: decode (with decode_graph's CUDA-graph helpers), prefill, cascade, page;
+_args holds the argument checks, _base what the wrappers share.
 """
-from .cascade import merge_state, merge_state_in_place
-from .decode import BatchDecodeWithPagedKVCacheWrapper
+from .cascade import (BatchDecodeWithSharedPrefixPagedKVCacheWrapper, BatchPrefillWithSharedPrefixPagedKVCacheWrapper,
+                      MultiLevelCascadeAttentionWrapper, merge_state, merge_state_in_place)
+from .decode import BatchDecodeWithPagedKVCacheWrapper, CUDAGraphBatchDecodeWithPagedKVCacheWrapper, fast_decode_plan
 from .page import append_paged_kv_cache, get_batch_indices_positions, get_seq_lens
 from .prefill import BatchPrefillWithPagedKVCacheWrapper, BatchPrefillWithRaggedKVCacheWrapper
 
 __all__ = ["BatchDecodeWithPagedKVCacheWrapper", "BatchPrefillWithPagedKVCacheWrapper",
            "BatchPrefillWithRaggedKVCacheWrapper", "merge_state", "merge_state_in_place", "append_paged_kv_cache",
-           "get_batch_indices_positions", "get_seq_lens"]
+           "get_batch_indices_positions", "get_seq_lens", "MultiLevelCascadeAttentionWrapper",
+           "BatchDecodeWithSharedPrefixPagedKVCacheWrapper", "BatchPrefillWithSharedPrefixPagedKVCacheWrapper",
+           "CUDAGraphBatchDecodeWithPagedKVCacheWrapper", "fast_decode_plan"]

@@ -11,7 +11,6 @@ LAYOUTS = {"NHD": "nhd", "HND": "hnd"}
 BACKENDS = ("auto", "fa2", "fa3")  # accepted and ignored: aotinfer runs its own kernels for all three
 DECODE_POSITIONS = {"NONE": "none", "ROPE_LLAMA": "rope_llama", "ALIBI": "alibi"}
 PREFILL_POSITIONS = {"NONE": "none", "ROPE_LLAMA": "rope_llama"}
-_SPLIT = "aotinfer's planner chooses the KV split itself"
 _ITEMS = "multi-item scoring is not served"
 _PREBUILT = "aotinfer serves the variants of its prebuilt kernel package"
 
@@ -98,6 +97,20 @@ def features(where, pos_encoding_mode, window_left, logits_soft_cap, positions):
     return (positions[pos_encoding_mode], window_left >= 0, cap > 0), (cap, window_left)
 
 
+def kv_split(where, fixed_split_size, disable_split_kv, keys_per_unit):
+    """FlashInfer's batch-invariant options as aotinfer.BatchDecode / BatchPrefill keywords:
+    disable_split_kv keeps each request's keys in one work item; fixed_split_size > 0 cuts them
+    every fixed_split_size units (pages for a paged cache, tokens for ragged K/V); otherwise the
+    planner splits to fill the GPU."""
+    if disable_split_kv:
+        return dict(kv_split="none")
+    if fixed_split_size is None or (isinstance(fixed_split_size, int) and fixed_split_size <= 0):
+        return dict(kv_split="adaptive")
+    if isinstance(fixed_split_size, bool) or not isinstance(fixed_split_size, int):
+        refuse(where, "fixed_split_size", fixed_split_size, "served: None, or an int (pages; tokens for ragged K/V)")
+    return dict(kv_split="fixed", kv_split_tokens=min(int(fixed_split_size) * keys_per_unit, 2**31 - 1))
+
+
 def scalars(head_dim, sm_scale, rope_scale, rope_theta, cap, window_left):
     """The run arguments FlashInfer fixes at plan time: (sm_scale, cap, rope_scale, rope_theta, window_left)."""
     return (1.0 / math.sqrt(head_dim) if sm_scale is None else float(sm_scale), cap,
@@ -115,8 +128,6 @@ def decode_plan(num_qo_heads, num_kv_heads, head_dim, page_size, pos_encoding_mo
     defaults_only(where, [
         ("block_tables", block_tables, None, "pages come from indptr/indices/last_page_len"),
         ("seq_lens", seq_lens, None, "KV lengths come from indptr and last_page_len"),
-        ("fixed_split_size", fixed_split_size, None, _SPLIT),
-        ("disable_split_kv", disable_split_kv, False, _SPLIT),
         ("q_len_per_req", q_len_per_req, 1,
          "decode serves one query token per request "
          "(BatchPrefillWithPagedKVCacheWrapper with causal=True serves more)"),
@@ -133,7 +144,8 @@ def decode_plan(num_qo_heads, num_kv_heads, head_dim, page_size, pos_encoding_mo
     feats, (cap, window) = features(where, pos_encoding_mode, window_left, logits_soft_cap, DECODE_POSITIONS)
     config = dict(num_qo_heads=int(num_qo_heads), num_kv_heads=int(num_kv_heads), head_dim=int(head_dim),
                   page_size=int(page_size), dtype_q=q, dtype_kv=kv, dtype_o=o, pos_encoding=feats[0],
-                  sliding_window=feats[1], soft_cap=feats[2])
+                  sliding_window=feats[1], soft_cap=feats[2],
+                  **kv_split(where, fixed_split_size, disable_split_kv, int(page_size)))
     return config, feats, scalars(head_dim, sm_scale, rope_scale, rope_theta, cap, window)
 
 
@@ -143,10 +155,11 @@ def prefill_plan(where, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo=Non
                  q_data_type="float16", kv_data_type=None, o_data_type=None, prefix_len_ptr=None,
                  token_pos_in_items_ptr=None, token_pos_in_items_len=0, max_item_len_ptr=None, seq_lens=None,
                  seq_lens_q=None, block_tables=None, fixed_split_size=None, disable_split_kv=False, v_indptr=None,
-                 o_indptr=None):
+                 o_indptr=None, keys_per_split_unit=1):
     """The prefill wrappers' plan arguments -> (aotinfer.BatchPrefill keyword arguments, variant
     features, run scalars). The wrappers take FlashInfer's hints (max_token_per_sequence,
-    max_sequence_kv, uniform_q_len) and ignore them, as FlashInfer's fa2/fa3 backends do."""
+    max_sequence_kv, uniform_q_len) and ignore them, as FlashInfer's fa2/fa3 backends do.
+    keys_per_split_unit: fixed_split_size's unit in keys (the page size for a paged cache)."""
     if head_dim_vo is not None and head_dim_vo != head_dim_qk:
         refuse(where, "head_dim_vo", head_dim_vo, f"V and O have head_dim_qk ({head_dim_qk}) dimensions")
     defaults_only(where, [
@@ -160,8 +173,6 @@ def prefill_plan(where, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo=Non
         ("seq_lens", seq_lens, None, "KV lengths come from the indptr arrays"),
         ("seq_lens_q", seq_lens_q, None, "query lengths come from qo_indptr"),
         ("block_tables", block_tables, None, "pages come from the CSR arrays"),
-        ("fixed_split_size", fixed_split_size, None, _SPLIT),
-        ("disable_split_kv", disable_split_kv, False, _SPLIT),
         ("v_indptr", v_indptr, None, "V shares kv_indptr"),
         ("o_indptr", o_indptr, None, "the output shares qo_indptr"),
     ])
@@ -172,7 +183,7 @@ def prefill_plan(where, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo=Non
     feats += ("causal" if causal else "none",)
     config = dict(num_qo_heads=int(num_qo_heads), num_kv_heads=int(num_kv_heads), head_dim=int(head_dim_qk),
                   dtype_q=q, dtype_kv=kv, dtype_o=o, mask=feats[3], pos_encoding=feats[0], sliding_window=feats[1],
-                  soft_cap=feats[2])
+                  soft_cap=feats[2], **kv_split(where, fixed_split_size, disable_split_kv, keys_per_split_unit))
     return config, feats, scalars(head_dim_qk, sm_scale, rope_scale, rope_theta, cap, window)
 
 

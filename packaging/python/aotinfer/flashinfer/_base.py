@@ -33,11 +33,17 @@ def shared_package():
 def call(op_name, core_function, target, *args, **kwargs):
     """core_function(target, *args, **kwargs): the core's eager call, or inside torch.compile the
     aotinfer.torch_ops function of the same signature, whose custom op traces without a graph
-    break. target is the planned object or the package."""
+    break. target is the planned object or the package. (The run() methods make the same choice
+    inline: forwarding *args costs as much as their own work.)"""
     if torch.compiler.is_compiling():
-        from .. import torch_ops
-        core_function = getattr(torch_ops, op_name)
+        core_function = traced(op_name)
     core_function(target, *args, **kwargs)
+
+
+def traced(op_name):
+    """The aotinfer.torch_ops function that stands for a core call while torch.compile traces."""
+    from .. import torch_ops
+    return getattr(torch_ops, op_name)
 
 
 def split_cache(cache, kv_layout):
@@ -52,6 +58,16 @@ def split_cache(cache, kv_layout):
     return cache.unbind(1)
 
 
+def token_strided(q):
+    """q as the kernels read it: itself when only its tokens are strided (a slice of a fused qkv
+    tensor: heads and dimensions dense, rows 16-byte aligned), else a dense copy."""
+    heads, dim = q.shape[-2], q.shape[-1]
+    if (q.dim() == 3 and q.stride(2) == 1 and q.stride(1) == dim and q.stride(0) >= heads * dim
+            and (q.stride(0) * q.element_size()) % 16 == 0 and q.data_ptr() % 16 == 0):
+        return q
+    return q.contiguous()
+
+
 def host_int32(x):
     """A CPU int32 tensor of x (a tensor anywhere, or a list), for the planner."""
     if isinstance(x, torch.Tensor):
@@ -64,6 +80,37 @@ def device_int32(x, device, non_blocking):
     if isinstance(x, torch.Tensor):
         return x.to(device=device, dtype=torch.int32, non_blocking=non_blocking)
     return torch.tensor(x, dtype=torch.int32, device=device)
+
+
+def device_int32s(xs, device, non_blocking):
+    """device_int32 of each x; when all are on the host (CPU tensors, lists), with one copy: their
+    concatenation in pinned memory goes over, and they are views of it. A plan copies two to four
+    arrays, and each copy from pageable memory waits for its own staging."""
+    if device.type != "cuda" or any(isinstance(x, torch.Tensor) and not x.is_cpu for x in xs):
+        return [device_int32(x, device, non_blocking) for x in xs]
+    host = [x.to(torch.int32) if isinstance(x, torch.Tensor) else torch.as_tensor(x, dtype=torch.int32) for x in xs]
+    packed = torch.cat(host).pin_memory().to(device, non_blocking=non_blocking)
+    return packed.split([h.shape[0] for h in host])  # the runtime reads int32 metadata 4-byte aligned
+
+
+def longest_request(config, indptr_host, keys_per_entry):
+    """An upper bound on the keys of the plan's longest request (indptr in pages or tokens), which
+    sizes a fixed KV split's workspace; 0 for the other splits, which need none."""
+    if config.get("kv_split") != "fixed" or indptr_host.shape[0] < 2:
+        return 0
+    return int((indptr_host[1:] - indptr_host[:-1]).max()) * keys_per_entry
+
+
+def graph_max_kv_len(float_workspace, rows, chunk, bytes_per_row_chunk, where):
+    """CUDA-graph mode with a fixed KV split: the longest request the fixed grid serves, as long
+    as the caller's float workspace holds every chunk's partial state: rows (requests, or query
+    tokens) x chunks x bytes_per_row_chunk."""
+    usable = float_workspace.numel() * float_workspace.element_size() - 1024  # the core aligns its arrays
+    chunks = max(usable, 0) // (max(rows, 1) * bytes_per_row_chunk)
+    if chunks < 1:
+        raise ValueError(f"aotinfer.flashinfer {where}: the float workspace cannot hold one KV chunk per row in "
+                         "cudagraph mode with fixed_split_size; give a larger one")
+    return min(chunks * chunk, 2**31 - 1)
 
 
 def copy_into(where, name, buffer, x, non_blocking):

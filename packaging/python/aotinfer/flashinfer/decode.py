@@ -58,13 +58,15 @@ class BatchDecodeWithPagedKVCacheWrapper(_base.Wrapper):
                                     ("paged_kv_indices_buffer", self._paged_kv_indices_buf, indices)):
                 _base.copy_into(_PLAN, name, buffer, x, non_blocking)
             config.update(cuda_graph=True, max_batch=self._fixed_batch_size)
+            if config["kv_split"] == "fixed":  # the grid holds what the float workspace holds
+                config["max_kv_len"] = _base.graph_max_kv_len(
+                    self._float_workspace_buffer, self._fixed_batch_size, config["kv_split_tokens"],
+                    num_qo_heads * head_dim * 4 + num_qo_heads * 4, _PLAN)
         else:
-            device = self.device
-            self._paged_kv_indptr_buf = _base.device_int32(indptr, device, non_blocking)
-            self._paged_kv_indices_buf = _base.device_int32(indices, device, non_blocking)
-            self._paged_kv_last_page_len_buf = _base.device_int32(last_page_len, device, non_blocking)
+            self._paged_kv_indptr_buf, self._paged_kv_indices_buf, self._paged_kv_last_page_len_buf = \
+                _base.device_int32s((indptr, indices, last_page_len), self.device, non_blocking)
         core = self._core_for(BatchDecode, config)
-        _, int_bytes = core.workspace_sizes(max(batch, 1))
+        _, int_bytes = core.workspace_sizes(max(batch, 1), _base.longest_request(config, indptr_host, page_size))
         core.plan(indptr_host, last_host, self._float_workspace_buffer, self._int_workspace(int_bytes))
         self._batch_size = batch
         self._keep(core, config, features, scalars)
@@ -82,21 +84,24 @@ class BatchDecodeWithPagedKVCacheWrapper(_base.Wrapper):
                            skip_softmax_threshold_scale_factor=skip_softmax_threshold_scale_factor)
         if q_len_per_req not in (None, 1):
             _args.refuse(_RUN, "q_len_per_req", q_len_per_req, "decode serves one query token per request")
-        self._planned(_RUN, window_left)
+        if self._core is None or window_left is not None:
+            self._planned(_RUN, window_left)
         k, v = _base.split_cache(paged_kv_cache, self._kv_layout)
-        if not q.is_contiguous():  # a slice of a fused qkv: the kernel reads q densely
-            q = q.contiguous()
-        o, lse_rows, _ = self._outputs(_RUN, q, out, lse, return_lse, "NH")
-        self._launch(q, k, v, o, lse_rows, self._sm_scale if q_scale is None else self._sm_scale * float(q_scale),
-                     1.0 if k_scale is None else float(k_scale), 1.0 if v_scale is None else float(v_scale), sinks)
-        return self._deliver(o, out, lse_rows, return_lse)
-
-    def _launch(self, q, k, v, o, lse, sm_scale, k_scale, v_scale, sinks):
-        """The call into the core (its custom op inside torch.compile)."""
+        if not q.is_contiguous():
+            q = _base.token_strided(q)
+        if out is not None and lse is None and not return_lse and out.is_contiguous():
+            o, lse_rows = out, None  # the common case, without _outputs' call; the core checks out
+        else:
+            o, lse_rows, _ = self._outputs(_RUN, q, out, lse, return_lse, "NH")
+        # The call into the core (its custom op inside torch.compile), written out: this is the
+        # per-layer path, where each Python call costs a tenth of a microsecond.
         s = self._scalars
-        _base.call("batch_decode_run", BatchDecode.run, self._core, q, k, v, self._paged_kv_indptr_buf,
-                   self._paged_kv_indices_buf, self._paged_kv_last_page_len_buf, o, lse, None, sm_scale, s[1], s[2],
-                   s[3], k_scale, v_scale, s[4], sinks=sinks)
+        run = _base.traced("batch_decode_run") if _base.torch.compiler.is_compiling() else BatchDecode.run
+        run(self._core, q, k, v, self._paged_kv_indptr_buf, self._paged_kv_indices_buf,
+            self._paged_kv_last_page_len_buf, o, lse_rows, None, s[0] if q_scale is None else s[0] * float(q_scale),
+            s[1], s[2], s[3], 1.0 if k_scale is None else float(k_scale), 1.0 if v_scale is None else float(v_scale),
+            s[4], sinks=sinks)
+        return o if o is out and lse_rows is None else self._deliver(o, out, lse_rows, return_lse)
 
     run_return_lse = functools.partialmethod(run, return_lse=True)
 
@@ -116,3 +121,7 @@ class BatchDecodeWithPagedKVCacheWrapper(_base.Wrapper):
         features, (cap, window) = _args.features(_FORWARD, pos_encoding_mode, window_left, logits_soft_cap,
                                                  _args.DECODE_POSITIONS)
         self._override(_FORWARD, features, sm_scale, rope_scale, rope_theta, cap, window)
+
+
+# FlashInfer's flashinfer.decode also holds its CUDA-graph helpers (decode_graph.py).
+from .decode_graph import CUDAGraphBatchDecodeWithPagedKVCacheWrapper, fast_decode_plan  # noqa: E402,F401

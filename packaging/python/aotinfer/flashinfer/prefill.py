@@ -38,11 +38,18 @@ class _Prefill(_base.Wrapper):
             for name, x in metadata:
                 _base.copy_into(where, name, getattr(self, "_" + name), x, non_blocking)
             config.update(cuda_graph=True, max_batch=batch, max_total_q=max(self._max_total_num_rows, 1))
+            if config["kv_split"] == "fixed":  # the grids hold what the float workspace holds
+                config["max_kv_len"] = _base.graph_max_kv_len(
+                    self._float_workspace_buffer, config["max_total_q"] * config["num_qo_heads"],
+                    config["kv_split_tokens"], config["head_dim"] * 4 + 4, where)
         else:
-            for name, x in metadata:
-                setattr(self, "_" + name, _base.device_int32(x, self.device, non_blocking))
+            copies = _base.device_int32s([x for _, x in metadata], self.device, non_blocking)
+            for (name, _), copy in zip(metadata, copies):
+                setattr(self, "_" + name, copy)
         core = self._core_for(BatchPrefill, config)
-        _, int_bytes = core.workspace_sizes(max(total_q, 1), max(batch, 1))
+        keys_per_entry = config.get("page_size", 1) if config["kv_storage"] == "paged" else 1
+        _, int_bytes = core.workspace_sizes(max(total_q, 1), max(batch, 1),
+                                            _base.longest_request(config, kv_host, keys_per_entry))
         paged = {k: _base.host_int32(x) for k, x in paged.items()}
         core.plan(qo_host, kv_host, self._float_workspace_buffer, self._int_workspace(int_bytes), **paged)
         self._qo_indptr_last = total_q
@@ -53,12 +60,17 @@ class _Prefill(_base.Wrapper):
         if q.shape[0] != self._qo_indptr_last:
             raise ValueError(f"aotinfer.flashinfer {where}: q has {q.shape[0]} tokens, qo_indptr[-1] is "
                              f"{self._qo_indptr_last}")
-        if not q.is_contiguous():  # a slice of a fused qkv: the kernel reads q densely
-            q = q.contiguous()
-        o, lse_rows, lse_dest = self._outputs(where, q, out, lse, return_lse, lse_layout)
+        if not q.is_contiguous():
+            q = _base.token_strided(q)
+        if out is not None and lse is None and not return_lse and out.is_contiguous():
+            o, lse_rows, lse_dest = out, None, None  # the common case, without _outputs' call; the core checks out
+        else:
+            o, lse_rows, lse_dest = self._outputs(where, q, out, lse, return_lse, lse_layout)
         self._launch(q, k, v, o, lse_rows, sm_scale, sinks)
         if v_scale is not None and not (isinstance(v_scale, float) and v_scale == 1.0):
             o.mul_(v_scale)  # as FlashInfer: after the kernel, the LSE unchanged
+        if o is out and lse_rows is None:
+            return o
         return self._deliver(o, out, lse_rows, return_lse, lse_base, lse_layout, lse_dest)
 
     def _forward(self, where, causal, pos_encoding_mode, use_fp16_qk_reduction, window_left, logits_soft_cap,
@@ -103,7 +115,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_Prefill):
             causal, pos_encoding_mode, use_fp16_qk_reduction, sm_scale, window_left, logits_soft_cap, rope_scale,
             rope_theta, q_data_type, kv_data_type, o_data_type, prefix_len_ptr, token_pos_in_items_ptr,
             token_pos_in_items_len, max_item_len_ptr, seq_lens, seq_lens_q, block_tables, fixed_split_size,
-            disable_split_kv)
+            disable_split_kv, keys_per_split_unit=int(page_size))
         config.update(kv_storage="paged", page_size=int(page_size), layout=self._layout)
         _base.need_torch()
         self._plan_on_device(config, features, scalars, qo_indptr, paged_kv_indptr,
@@ -126,10 +138,11 @@ class BatchPrefillWithPagedKVCacheWrapper(_Prefill):
                            skip_softmax_threshold_scale_factor=skip_softmax_threshold_scale_factor)
         if lse_base != "log2" or lse_layout != "NH":
             _args.lse_options(where, lse_base, lse_layout)
-        self._planned(where, window_left)
+        if self._core is None or window_left is not None:
+            self._planned(where, window_left)
         k, v = _base.split_cache(paged_kv_cache, self._kv_layout)
-        return self._attend(where, q, k, v, self._sm(q_scale, k_scale), v_scale, out, lse, return_lse, lse_base,
-                            lse_layout, sinks)
+        sm_scale = self._sm_scale if q_scale is None and k_scale is None else self._sm(q_scale, k_scale)
+        return self._attend(where, q, k, v, sm_scale, v_scale, out, lse, return_lse, lse_base, lse_layout, sinks)
 
     def _sm(self, q_scale, k_scale):
         sm = self._sm_scale
@@ -142,9 +155,9 @@ class BatchPrefillWithPagedKVCacheWrapper(_Prefill):
     def _launch(self, q, k, v, o, lse, sm_scale, sinks):
         """The call into the core (its custom op inside torch.compile)."""
         s = self._scalars
-        _base.call("batch_prefill_run", BatchPrefill.run, self._core, q, k, v, self._qo_indptr_buf,
-                   self._paged_kv_indptr_buf, o, self._paged_kv_indices_buf, self._paged_kv_last_page_len_buf, lse,
-                   sm_scale, s[1], s[2], s[3], s[4], sinks=sinks)
+        run = _base.traced("batch_prefill_run") if _base.torch.compiler.is_compiling() else BatchPrefill.run
+        run(self._core, q, k, v, self._qo_indptr_buf, self._paged_kv_indptr_buf, o, self._paged_kv_indices_buf,
+            self._paged_kv_last_page_len_buf, lse, sm_scale, s[1], s[2], s[3], s[4], sinks=sinks)
 
     run_return_lse = functools.partialmethod(run, return_lse=True)
 
@@ -209,14 +222,16 @@ class BatchPrefillWithRaggedKVCacheWrapper(_Prefill):
             _args.unserved(where, args, kv_cache_sf=kv_cache_sf)
         if lse_base != "log2" or lse_layout != "NH":
             _args.lse_options(where, lse_base, lse_layout)
-        self._planned(where, None)  # k, v may be token-strided views (of a fused qkv): the core reads them so
+        if self._core is None:  # k, v may be token-strided views (of a fused qkv): the core reads them so
+            self._planned(where, None)
         return self._attend(where, q, k, v, self._sm_scale, None, out, lse, return_lse, lse_base, lse_layout, None)
 
     def _launch(self, q, k, v, o, lse, sm_scale, sinks):
         """The call into the core (its custom op inside torch.compile)."""
         s = self._scalars
-        _base.call("batch_prefill_run", BatchPrefill.run, self._core, q, k, v, self._qo_indptr_buf, self._kv_indptr_buf,
-                   o, None, None, lse, sm_scale, s[1], s[2], s[3], s[4], sinks=sinks)
+        run = _base.traced("batch_prefill_run") if _base.torch.compiler.is_compiling() else BatchPrefill.run
+        run(self._core, q, k, v, self._qo_indptr_buf, self._kv_indptr_buf, o, None, None, lse, sm_scale, s[1], s[2],
+            s[3], s[4], sinks=sinks)
 
     run_return_lse = functools.partialmethod(run, return_lse=True)
 
