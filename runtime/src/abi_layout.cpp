@@ -59,28 +59,30 @@ std::string decode_config() {
   using T = aotinfer_batch_decode_config;
   return AOTINFER_STRUCT(aotinfer_batch_decode_config, F(dtype_q), F(dtype_kv), F(dtype_o), F(head_dim), F(num_qo_heads),
                          F(num_kv_heads), F(page_size), F(layout), F(pos_encoding), F(sliding_window), F(soft_cap),
-                         F(cuda_graph), F(max_batch));
+                         F(cuda_graph), F(max_batch), F(kv_split), F(kv_split_tokens), F(max_kv_len));
 }
 
 std::string prefill_config() {
   using T = aotinfer_batch_prefill_config;
   return AOTINFER_STRUCT(aotinfer_batch_prefill_config, F(dtype_q), F(dtype_kv), F(dtype_o), F(head_dim), F(num_qo_heads),
                          F(num_kv_heads), F(kv_storage), F(page_size), F(layout), F(mask), F(pos_encoding),
-                         F(sliding_window), F(soft_cap), F(cuda_graph), F(max_batch), F(max_total_q));
+                         F(sliding_window), F(soft_cap), F(cuda_graph), F(max_batch), F(max_total_q), F(kv_split),
+                         F(kv_split_tokens), F(max_kv_len));
 }
 
 std::string decode_run_args() {
   using T = aotinfer_batch_decode_run_args;
   return AOTINFER_STRUCT(aotinfer_batch_decode_run_args, F(batch), F(q), F(k_pages), F(v_pages), F(kv_indptr),
                          F(kv_indices), F(kv_last_page_len), F(o), F(lse), F(q_positions), F(sinks), F(sm_scale),
-                         F(logits_soft_cap), F(rope_scale), F(rope_theta), F(k_scale), F(v_scale), F(window_left));
+                         F(logits_soft_cap), F(rope_scale), F(rope_theta), F(k_scale), F(v_scale), F(window_left),
+                         F(q_stride_token));
 }
 
 std::string prefill_run_args() {
   using T = aotinfer_batch_prefill_run_args;
   return AOTINFER_STRUCT(aotinfer_batch_prefill_run_args, F(batch), F(total_q), F(q), F(qo_indptr), F(k), F(v),
                          F(kv_indptr), F(kv_indices), F(kv_last_page_len), F(o), F(lse), F(sinks), F(sm_scale),
-                         F(logits_soft_cap), F(rope_scale), F(rope_theta), F(window_left));
+                         F(logits_soft_cap), F(rope_scale), F(rope_theta), F(window_left), F(q_stride_token));
 }
 
 std::string merge_params() {
@@ -100,6 +102,25 @@ std::string append_params() {
                          F(batch_indices), F(positions), F(kv), F(nnz));
 }
 
+// Cascade: the config (its level is aotinfer_batch_prefill_config, reported above), the raw run
+// arguments and the described tensors.
+std::string cascade_config() {
+  using T = aotinfer_cascade_config;
+  return AOTINFER_STRUCT(aotinfer_cascade_config, F(level), F(num_levels));
+}
+
+std::string cascade_run_args() {
+  using T = aotinfer_cascade_run_args;
+  return AOTINFER_STRUCT(aotinfer_cascade_run_args, F(total_q), F(q), F(k_pages), F(v_pages), F(qo_indptr), F(kv_indptr),
+                         F(kv_indices), F(kv_last_page_len), F(o), F(lse), F(sinks), F(sm_scale), F(logits_soft_cap));
+}
+
+std::string cascade_tensors() {
+  using T = aotinfer_cascade_tensors;
+  return AOTINFER_STRUCT(aotinfer_cascade_tensors, F(q), F(k_pages), F(v_pages), F(o), F(lse), F(sinks), F(qo_indptr),
+                         F(kv_indptr), F(kv_indices), F(kv_last_page_len));
+}
+
 #undef F
 
 }  // namespace
@@ -111,7 +132,7 @@ extern "C" const char* aotinfer_abi_layout(void) {
     static const std::string layout =
         "{" + join({tensor(), scalars(), decode_tensors(), prefill_tensors(), merge_tensors(), append_tensors(),
                     decode_config(), prefill_config(), decode_run_args(), prefill_run_args(), merge_params(), paged_kv(),
-                    append_params()}) +
+                    append_params(), cascade_config(), cascade_run_args(), cascade_tensors()}) +
         "}";
     return layout.c_str();
   } catch (...) {

@@ -14,6 +14,7 @@
 #include "aotinfer/append_paged_kv.hpp"
 #include "aotinfer/batch_decode.hpp"
 #include "aotinfer/batch_prefill.hpp"
+#include "aotinfer/cascade.hpp"
 #include "aotinfer/log.hpp"
 #include "aotinfer/merge_state.hpp"
 #include "aotinfer/package.hpp"
@@ -210,6 +211,17 @@ aotinfer::KvLayout layout_arg(const char* name) {
   if (layout != "nhd" && layout != "hnd")
     throw Error(ErrorCode::invalid_argument, "layout must be \"nhd\" or \"hnd\", got \"" + layout + "\"");
   return layout == "nhd" ? aotinfer::KvLayout::nhd : aotinfer::KvLayout::hnd;
+}
+
+aotinfer::KvSplit kv_split_arg(const char* name, std::int32_t tokens) {
+  const std::string mode = name ? name : "adaptive";
+  aotinfer::KvSplit split;
+  split.tokens = tokens;
+  if (mode == "adaptive") split.mode = aotinfer::KvSplit::Mode::adaptive;
+  else if (mode == "fixed") split.mode = aotinfer::KvSplit::Mode::fixed;
+  else if (mode == "none") split.mode = aotinfer::KvSplit::Mode::none;
+  else throw Error(ErrorCode::invalid_argument, "kv_split must be \"adaptive\", \"fixed\" or \"none\", got \"" + mode + "\"");
+  return split;
 }
 
 // Workspaces of a plan: device memory, 16-byte aligned (the plan lays out float4 rows in them).
@@ -412,6 +424,8 @@ aotinfer_status aotinfer_batch_decode_create(const aotinfer_package* package, co
     config.soft_cap = c->soft_cap != 0;
     config.cuda_graph = c->cuda_graph != 0;
     config.max_batch = c->max_batch;
+    config.kv_split = kv_split_arg(c->kv_split, c->kv_split_tokens);
+    config.max_kv_len = c->max_kv_len;
     a.handle(package, "package", kPackageTag, kPackageMaker);
     *out = new aotinfer_batch_decode{kDecodeTag, aotinfer::BatchDecode(package->package, config)};
   });
@@ -422,14 +436,15 @@ void aotinfer_batch_decode_destroy(aotinfer_batch_decode* decode) {
 }
 
 aotinfer_status aotinfer_batch_decode_workspace_sizes(const aotinfer_batch_decode* decode, int32_t max_batch,
-                                                      size_t* float_bytes, size_t* int_bytes) {
+                                                      int64_t max_kv_len, size_t* float_bytes, size_t* int_bytes) {
   return guarded([&] {
     const Args a{"aotinfer_batch_decode_workspace_sizes"};
     a.at_least(max_batch, 0, "max_batch");
+    a.at_least(max_kv_len, 0, "max_kv_len");
     a.pointer(float_bytes, "float_bytes", "where to store the float workspace's size");
     a.pointer(int_bytes, "int_bytes", "where to store the int workspace's size");
     a.handle(decode, "decode", kDecodeTag, kDecodeMaker);
-    auto sizes = decode->decode.workspace_sizes(max_batch);
+    auto sizes = decode->decode.workspace_sizes(max_batch, max_kv_len);
     *float_bytes = sizes.float_bytes;
     *int_bytes = sizes.int_bytes;
   });
@@ -480,6 +495,7 @@ aotinfer_status aotinfer_batch_decode_run(const aotinfer_batch_decode* decode, c
     args.k_scale = in->k_scale != 0 ? in->k_scale : 1.f;
     args.v_scale = in->v_scale != 0 ? in->v_scale : 1.f;
     args.window_left = in->window_left;
+    args.q_stride = in->q_stride_token;
     decode->decode.run(args, static_cast<aotinfer::Stream>(stream));
   });
 }
@@ -538,6 +554,8 @@ aotinfer_status aotinfer_batch_prefill_create(const aotinfer_package* package, c
     config.cuda_graph = c->cuda_graph != 0;
     config.max_batch = c->max_batch;
     config.max_total_q = c->max_total_q;
+    config.kv_split = kv_split_arg(c->kv_split, c->kv_split_tokens);
+    config.max_kv_len = c->max_kv_len;
     a.handle(package, "package", kPackageTag, kPackageMaker);
     *out = new aotinfer_batch_prefill{kPrefillTag, aotinfer::BatchPrefill(package->package, config)};
   });
@@ -548,15 +566,17 @@ void aotinfer_batch_prefill_destroy(aotinfer_batch_prefill* prefill) {
 }
 
 aotinfer_status aotinfer_batch_prefill_workspace_sizes(const aotinfer_batch_prefill* prefill, int64_t max_total_q,
-                                                       int32_t max_batch, size_t* float_bytes, size_t* int_bytes) {
+                                                       int32_t max_batch, int64_t max_kv_len, size_t* float_bytes,
+                                                       size_t* int_bytes) {
   return guarded([&] {
     const Args a{"aotinfer_batch_prefill_workspace_sizes"};
     a.at_least(max_total_q, 0, "max_total_q");
     a.at_least(max_batch, 0, "max_batch");
+    a.at_least(max_kv_len, 0, "max_kv_len");
     a.pointer(float_bytes, "float_bytes", "where to store the float workspace's size");
     a.pointer(int_bytes, "int_bytes", "where to store the int workspace's size");
     a.handle(prefill, "prefill", kPrefillTag, kPrefillMaker);
-    auto sizes = prefill->prefill.workspace_sizes(max_total_q, max_batch);
+    auto sizes = prefill->prefill.workspace_sizes(max_total_q, max_batch, max_kv_len);
     *float_bytes = sizes.float_bytes;
     *int_bytes = sizes.int_bytes;
   });
@@ -628,6 +648,7 @@ aotinfer_status aotinfer_batch_prefill_run(const aotinfer_batch_prefill* prefill
     args.rope_scale = in->rope_scale != 0 ? in->rope_scale : 1.f;
     args.rope_theta = in->rope_theta != 0 ? in->rope_theta : 1e4f;
     args.window_left = in->window_left;
+    args.q_stride = in->q_stride_token;
     prefill->prefill.run(args, static_cast<aotinfer::Stream>(stream));
   });
 }
@@ -641,6 +662,180 @@ aotinfer_status aotinfer_batch_prefill_tensors_run(const aotinfer_batch_prefill*
     a.pointer(scalars, "scalars", "an aotinfer_attention_scalars");
     a.handle(prefill, "prefill", kPrefillTag, kPrefillMaker);
     prefill->prefill.run(*tensors, *scalars, static_cast<aotinfer::Stream>(stream));
+  });
+}
+
+}  // extern "C"
+
+// ---- Cascade (aotinfer/cascade.hpp) -------------------------------------------------------
+
+namespace {
+constexpr std::uint64_t kCascadeTag = 0x4341'4353'4e49'544fULL;  // "OTINSCAC"
+constexpr const char* kCascadeMaker = "aotinfer_cascade_create";
+}  // namespace
+
+struct aotinfer_cascade {
+  std::uint64_t tag = kCascadeTag;
+  aotinfer::Cascade cascade;
+};
+
+namespace {
+
+// The levels' prefill config from its C form, refusing what a cascade cannot take (ragged KV,
+// RoPE, a window: they need one KV or positions that run on across levels) by field name.
+aotinfer::BatchPrefillConfig cascade_level_arg(const Args& a, const aotinfer_batch_prefill_config& c) {
+  a.at_least(c.head_dim, 1, "config->level.head_dim");
+  a.at_least(c.num_qo_heads, 1, "config->level.num_qo_heads");
+  a.at_least(c.num_kv_heads, 1, "config->level.num_kv_heads");
+  a.at_least(c.page_size, 1, "config->level.page_size");
+  if (c.cuda_graph) {
+    a.at_least(c.max_batch, 1, "config->level.max_batch (CUDA-graph mode: the most groups of a level)");
+    a.at_least(c.max_total_q, 1, "config->level.max_total_q (CUDA-graph mode)");
+  }
+  auto named = [](const char* s, const char* fallback) { return std::string(s ? s : fallback); };
+  if (named(c.kv_storage, "paged") != "paged")
+    a.fail("config->level.kv_storage: expected \"paged\" or NULL (the levels share one page pool), got \"" + named(c.kv_storage, "") + "\"");
+  if (named(c.pos_encoding, "none") != "none")
+    a.fail("config->level.pos_encoding: expected \"none\" or NULL (positions restart in each level: rotate q and K before), got \"" +
+           named(c.pos_encoding, "") + "\"");
+  if (c.sliding_window) a.fail("config->level.sliding_window: expected 0 (a window counts positions, which restart in each level)");
+  const std::string mask = named(c.mask, "causal");
+  if (mask != "none" && mask != "causal") a.fail("config->level.mask: expected \"none\" or \"causal\", got \"" + mask + "\"");
+  aotinfer::BatchPrefillConfig config;
+  config.dtype_q = dtype_arg(c.dtype_q, "dtype_q");
+  config.dtype_kv = c.dtype_kv ? dtype_arg(c.dtype_kv, "dtype_kv") : config.dtype_q;
+  config.dtype_o = c.dtype_o ? dtype_arg(c.dtype_o, "dtype_o") : config.dtype_q;
+  config.head_dim = c.head_dim;
+  config.num_qo_heads = c.num_qo_heads;
+  config.num_kv_heads = c.num_kv_heads;
+  config.kv_storage = aotinfer::KvStorage::paged;
+  config.page_size = c.page_size;
+  config.layout = layout_arg(c.layout);
+  config.mask = mask == "causal" ? aotinfer::MaskMode::causal : aotinfer::MaskMode::none;
+  config.soft_cap = c.soft_cap != 0;
+  config.cuda_graph = c.cuda_graph != 0;
+  config.max_batch = c.max_batch;
+  config.max_total_q = c.max_total_q;
+  config.kv_split = kv_split_arg(c.kv_split, c.kv_split_tokens);
+  config.max_kv_len = c.max_kv_len;
+  return config;
+}
+
+std::string level_name(const char* array, std::int32_t l) { return std::string(array) + "[" + std::to_string(l) + "]"; }
+
+}  // namespace
+
+extern "C" {
+
+aotinfer_status aotinfer_cascade_create(const aotinfer_package* package, const aotinfer_cascade_config* c,
+                                        aotinfer_cascade** out) {
+  return guarded([&] {
+    const Args a{"aotinfer_cascade_create"};
+    a.pointer(out, "out", "where to store the cascade handle");
+    *out = nullptr;
+    a.pointer(c, "config", "an aotinfer_cascade_config");
+    a.at_least(c->num_levels, 1, "config->num_levels");
+    aotinfer::CascadeConfig config{cascade_level_arg(a, c->level), c->num_levels};
+    a.handle(package, "package", kPackageTag, kPackageMaker);
+    *out = new aotinfer_cascade{kCascadeTag, aotinfer::Cascade(package->package, config)};
+  });
+}
+
+void aotinfer_cascade_destroy(aotinfer_cascade* cascade) {
+  destroy(cascade, "aotinfer_cascade_destroy", "cascade", kCascadeTag, kCascadeMaker);
+}
+
+aotinfer_status aotinfer_cascade_workspace_sizes(const aotinfer_cascade* cascade, int64_t max_total_q, int32_t max_groups,
+                                                 int64_t max_kv_len, size_t* float_bytes, size_t* int_bytes) {
+  return guarded([&] {
+    const Args a{"aotinfer_cascade_workspace_sizes"};
+    a.at_least(max_total_q, 0, "max_total_q");
+    a.at_least(max_groups, 0, "max_groups");
+    a.at_least(max_kv_len, 0, "max_kv_len");
+    a.pointer(float_bytes, "float_bytes", "where to store the float workspace's size");
+    a.pointer(int_bytes, "int_bytes", "where to store the int workspace's size");
+    a.handle(cascade, "cascade", kCascadeTag, kCascadeMaker);
+    auto sizes = cascade->cascade.workspace_sizes(max_total_q, max_groups, max_kv_len);
+    *float_bytes = sizes.float_bytes;
+    *int_bytes = sizes.int_bytes;
+  });
+}
+
+aotinfer_status aotinfer_cascade_plan(aotinfer_cascade* cascade, int32_t num_levels, const int32_t* num_groups,
+                                      const int32_t* const* qo_indptr, const int32_t* const* kv_indptr,
+                                      const int32_t* const* kv_last_page_len, const int32_t* const* kv_indices,
+                                      const int32_t* num_indices, int32_t num_pages, void* float_workspace,
+                                      size_t float_bytes, void* int_workspace, size_t int_bytes, void* stream) {
+  return guarded([&] {
+    const Args a{"aotinfer_cascade_plan"};
+    a.at_least(num_levels, 1, "num_levels");
+    a.pointer(num_groups, "num_groups", "num_levels group counts");
+    a.pointer(qo_indptr, "qo_indptr", "num_levels host arrays");
+    a.pointer(kv_indptr, "kv_indptr", "num_levels host arrays");
+    a.pointer(kv_last_page_len, "kv_last_page_len", "num_levels host arrays");
+    if (kv_indices) a.pointer(num_indices, "num_indices", "num_levels counts (kv_indices is given)");
+    std::vector<aotinfer::CascadeLevel> levels(static_cast<std::size_t>(num_levels));
+    for (std::int32_t l = 0; l < num_levels; ++l) {
+      const std::int32_t groups = num_groups[l];
+      a.at_least(groups, 0, level_name("num_groups", l).c_str());
+      a.array(qo_indptr[l], std::int64_t(groups) + 1, level_name("qo_indptr", l).c_str(), "num_groups + 1 token offsets");
+      a.array(kv_indptr[l], std::int64_t(groups) + 1, level_name("kv_indptr", l).c_str(), "num_groups + 1 page offsets");
+      a.array(kv_last_page_len[l], groups, level_name("kv_last_page_len", l).c_str(), "num_groups lengths");
+      aotinfer::CascadeLevel& level = levels[std::size_t(l)];
+      level.qo_indptr = {qo_indptr[l], std::size_t(groups) + 1};
+      level.kv_indptr = {kv_indptr[l], std::size_t(groups) + 1};
+      level.kv_last_page_len = {kv_last_page_len[l], std::size_t(groups)};
+      if (!kv_indices) continue;
+      a.at_least(num_indices[l], 0, level_name("num_indices", l).c_str());
+      a.array(kv_indices[l], num_indices[l], level_name("kv_indices", l).c_str(), "num_indices page ids (or NULL with 0)");
+      level.kv_indices = {kv_indices[l], kv_indices[l] ? std::size_t(num_indices[l]) : 0};
+    }
+    a.at_least(num_pages, 0, "num_pages");
+    workspace_args(a, float_workspace, float_bytes, int_workspace, int_bytes);
+    a.handle(cascade, "cascade", kCascadeTag, kCascadeMaker);
+    cascade->cascade.plan(levels, num_pages, {float_workspace, float_bytes, int_workspace, int_bytes},
+                          static_cast<aotinfer::Stream>(stream));
+  });
+}
+
+aotinfer_status aotinfer_cascade_run(const aotinfer_cascade* cascade, const aotinfer_cascade_run_args* in, void* stream) {
+  return guarded([&] {
+    const Args a{"aotinfer_cascade_run"};
+    a.pointer(in, "args", "an aotinfer_cascade_run_args");
+    for (auto [name, arrays] : {std::pair{"args->qo_indptr", in->qo_indptr}, {"args->kv_indptr", in->kv_indptr},
+                                {"args->kv_indices", in->kv_indices}, {"args->kv_last_page_len", in->kv_last_page_len}})
+      a.pointer(arrays, name, "a host array of num_levels device pointers");
+    a.handle(cascade, "cascade", kCascadeTag, kCascadeMaker);
+    std::vector<aotinfer::CascadeLevelArrays> levels(std::size_t(cascade->cascade.config().num_levels));
+    for (std::size_t l = 0; l < levels.size(); ++l)
+      levels[l] = {in->qo_indptr[l], in->kv_indptr[l], in->kv_indices[l], in->kv_last_page_len[l]};
+    aotinfer::CascadeRunArgs args;
+    args.total_q = in->total_q;
+    args.q = in->q;
+    args.k_pages = in->k_pages;
+    args.v_pages = in->v_pages;
+    args.levels = levels;
+    args.o = in->o;
+    args.lse = in->lse;
+    args.sinks = in->sinks;
+    args.sm_scale = in->sm_scale;
+    args.logits_soft_cap = in->logits_soft_cap;
+    cascade->cascade.run(args, static_cast<aotinfer::Stream>(stream));
+  });
+}
+
+aotinfer_status aotinfer_cascade_tensors_run(const aotinfer_cascade* cascade, const aotinfer_cascade_tensors* tensors,
+                                             const aotinfer_attention_scalars* scalars, void* stream) {
+  return guarded([&] {
+    const Args a{"aotinfer_cascade_tensors_run"};
+    a.pointer(tensors, "tensors", "an aotinfer_cascade_tensors");
+    a.pointer(scalars, "scalars", "an aotinfer_attention_scalars");
+    for (auto [name, arrays] : {std::pair{"tensors->qo_indptr", tensors->qo_indptr}, {"tensors->kv_indptr", tensors->kv_indptr},
+                                {"tensors->kv_indices", tensors->kv_indices},
+                                {"tensors->kv_last_page_len", tensors->kv_last_page_len}})
+      a.pointer(arrays, name, "num_levels tensors");
+    a.handle(cascade, "cascade", kCascadeTag, kCascadeMaker);
+    cascade->cascade.run(*tensors, *scalars, static_cast<aotinfer::Stream>(stream));
   });
 }
 

@@ -11,7 +11,7 @@ for arg in "$@"; do
     *) scripts+=("$arg") ;;
   esac
 done
-[ ${#scripts[@]} -gt 0 ] || scripts=(gpu_torch.py gpu_checks.py gpu_flashinfer.py gpu_torch_ops.py gpu_transformers.py)
+[ ${#scripts[@]} -gt 0 ] || scripts=(gpu_torch.py gpu_checks.py gpu_flashinfer.py gpu_torch_ops.py gpu_transformers.py gpu_cascade.py)
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out=${OUT:-$root/build-gpu/out}
 mkdir -p "$out"

@@ -180,7 +180,7 @@ TEST_CASE("C API: package calls refuse NULL, misaligned and foreign handles", "[
   // A handle of another type is foreign too.
   const auto* other = reinterpret_cast<const aotinfer_batch_decode*>(fake.pkg);
   size_t f = 0, i = 0;
-  refused(aotinfer_batch_decode_workspace_sizes(other, 1, &f, &i),
+  refused(aotinfer_batch_decode_workspace_sizes(other, 1, 0, &f, &i),
           {"aotinfer_batch_decode_workspace_sizes: decode: expected a handle from aotinfer_batch_decode_create, got a pointer to something else"});
 
   // Out of range is refused, in range answers and leaves the last error alone.
@@ -388,7 +388,7 @@ TEST_CASE("C API: decode calls check every argument before using the handle", "[
   size_t f = 0, i = 0;
 
   auto sizes = [&](const aotinfer_batch_decode* d, int32_t max_batch, size_t* fb, size_t* ib) {
-    return aotinfer_batch_decode_workspace_sizes(d, max_batch, fb, ib);
+    return aotinfer_batch_decode_workspace_sizes(d, max_batch, 0, fb, ib);
   };
   refused(sizes(fake, -1, &f, &i), {"aotinfer_batch_decode_workspace_sizes: max_batch: expected >= 0, got -1"});
   refused(sizes(fake, 4, nullptr, &i), {"float_bytes must not be NULL"});
@@ -453,12 +453,12 @@ TEST_CASE("C API: prefill calls check every argument before using the handle", "
   const std::string not_handle = "prefill: expected a handle from aotinfer_batch_prefill_create, got a pointer to something else";
   size_t f = 0, i = 0;
   const char* sfn = "aotinfer_batch_prefill_workspace_sizes: ";
-  refused(aotinfer_batch_prefill_workspace_sizes(fake, -1, 4, &f, &i), {sfn, "max_total_q: expected >= 0, got -1"});
-  refused(aotinfer_batch_prefill_workspace_sizes(fake, 64, -4, &f, &i), {sfn, "max_batch: expected >= 0, got -4"});
-  refused(aotinfer_batch_prefill_workspace_sizes(fake, 64, 4, nullptr, &i), {sfn, "float_bytes must not be NULL"});
-  refused(aotinfer_batch_prefill_workspace_sizes(fake, 64, 4, &f, misaligned<size_t>()), {sfn, "int_bytes: expected a pointer aligned to 8 bytes"});
-  refused(aotinfer_batch_prefill_workspace_sizes(nullptr, 64, 4, &f, &i), {sfn, "prefill must not be NULL"});
-  refused(aotinfer_batch_prefill_workspace_sizes(fake, 64, 4, &f, &i), {sfn, not_handle});
+  refused(aotinfer_batch_prefill_workspace_sizes(fake, -1, 4, 0, &f, &i), {sfn, "max_total_q: expected >= 0, got -1"});
+  refused(aotinfer_batch_prefill_workspace_sizes(fake, 64, -4, 0, &f, &i), {sfn, "max_batch: expected >= 0, got -4"});
+  refused(aotinfer_batch_prefill_workspace_sizes(fake, 64, 4, 0, nullptr, &i), {sfn, "float_bytes must not be NULL"});
+  refused(aotinfer_batch_prefill_workspace_sizes(fake, 64, 4, 0, &f, misaligned<size_t>()), {sfn, "int_bytes: expected a pointer aligned to 8 bytes"});
+  refused(aotinfer_batch_prefill_workspace_sizes(nullptr, 64, 4, 0, &f, &i), {sfn, "prefill must not be NULL"});
+  refused(aotinfer_batch_prefill_workspace_sizes(fake, 64, 4, 0, &f, &i), {sfn, not_handle});
 
   const int32_t qo[3] = {0, 4, 9}, kv[3] = {0, 1, 3}, last[2] = {1, 1}, indices[3] = {0, 1, 2};
   auto paged = [&](aotinfer_batch_prefill* p, const int32_t* q, const int32_t* k, int32_t batch, const int32_t* lp,

@@ -16,6 +16,7 @@ compiler nor PyTorch; running kernels needs the NVIDIA driver.
 The FlashInfer-compatible API is aotinfer.flashinfer; PyTorch custom ops (torch.compile, CUDA
 graphs) are in aotinfer.torch_ops.
 """
+import array
 import ctypes
 
 from . import _capi, _ext, _tensor
@@ -158,34 +159,32 @@ def append_paged_kv(package, k, v, batch_indices, positions, k_pages, v_pages, k
         _raise(status)
 
 
-def _int32_array(values, name):
-    """Host metadata as (pointer-like, length, keepalive): a contiguous int32 CPU tensor or array
-    is passed as it is; lists and other sequences are copied."""
-    if values is None:
-        return None, 0, None
+def _host_int32(values, name):
+    """plan()'s host metadata that _ext does not read itself (PyTorch CPU int32 tensors and lists
+    of ints it does): NumPy arrays, int64 tensors, NumPy integers, ... as (address, count,
+    keepalive) of the array itself when it is int32 and dense, else of an int32 copy."""
     if hasattr(values, "__dlpack__") or hasattr(values, "__cuda_array_interface__"):
         t = _tensor.tensor(values, name)
-        if t.on_gpu:
+        if t.device_type not in (_tensor.CPU, _tensor.CUDA_HOST):
             raise InvalidArgument(f"{name}: plan() reads host metadata: pass a CPU tensor, array or list "
                                   f"(run() takes the GPU copies)", 1)
         if len(t.shape) != 1:
             raise InvalidArgument(f"{name}: expected a 1-D array, got shape {list(t.shape)}", 1)
         if t.dtype == _tensor.I32 and (t.shape[0] <= 1 or t.strides[0] == 1):
-            return ctypes.cast(t.ptr, _capi.c_int32_p), t.shape[0], values
+            return t.ptr, t.shape[0], values
         values = values.tolist()
-    values = [int(x) for x in values]
-    return (ctypes.c_int32 * max(1, len(values)))(*values), len(values), None
+    try:
+        copy = array.array("i", [int(x) for x in values])  # C int: int32_t on every platform served
+    except OverflowError:
+        raise InvalidArgument(f"{name}: an entry is outside int32", 1) from None
+    return copy.buffer_info()[0], len(copy), copy
 
 
-def _workspace(buffer, name):
-    """(pointer, bytes) of a device workspace buffer."""
-    t = _tensor.tensor(buffer, name)
-    if not t.on_gpu:
-        raise InvalidArgument(f"{name}: the workspace must be GPU memory, got a tensor in "
-                              f"{'the CPU' if t.device_type == _tensor.CPU else 'host memory'}", 1)
-    if t.strides != _tensor.contiguous_strides(t.shape) and _tensor._numel(t.shape) > 1:
-        raise InvalidArgument(f"{name}: the workspace must be contiguous", 1)
-    return t.ptr, t.nbytes
+# plan() goes through _ext too: its host metadata is read without a Python object per entry.
+_ext.bind_plan(_capi.entry_address("aotinfer_batch_decode_plan"),
+               _capi.entry_address("aotinfer_batch_prefill_plan_paged"),
+               _capi.entry_address("aotinfer_batch_prefill_plan_ragged"), _host_int32)
+_decode_plan, _prefill_plan = _ext.decode_plan, _ext.prefill_plan
 
 
 def _text(value, name, allowed):
@@ -195,6 +194,9 @@ def _text(value, name, allowed):
 
 
 _DTYPES = ("f16", "bf16", "e4m3", "e5m2")
+# How plans cut each request's keys: "adaptive" (fills the GPU), or batch-invariant "fixed"
+# (kv_split_tokens per chunk) and "none" (aotinfer/attention.hpp: KvSplit).
+_KV_SPLITS = ("adaptive", "fixed", "none")
 
 
 class BatchDecode:
@@ -202,14 +204,15 @@ class BatchDecode:
 
     def __init__(self, package, num_qo_heads, num_kv_heads, head_dim, page_size, dtype_q="bf16", dtype_kv=None,
                  dtype_o=None, layout="nhd", pos_encoding="none", sliding_window=False, soft_cap=False,
-                 cuda_graph=False, max_batch=0):
+                 cuda_graph=False, max_batch=0, kv_split="adaptive", kv_split_tokens=0, max_kv_len=0):
         self.package, self.layout, self.page_size = package, layout, page_size
         self.num_qo_heads, self.num_kv_heads, self.head_dim = num_qo_heads, num_kv_heads, head_dim
         config = _capi.DecodeConfig(_text(dtype_q, "dtype_q", _DTYPES[:2]), _text(dtype_kv or dtype_q, "dtype_kv", _DTYPES),
                                     _text(dtype_o, "dtype_o", _DTYPES[:2]) if dtype_o else None,
                                     head_dim, num_qo_heads, num_kv_heads, page_size, _text(layout, "layout", ("nhd", "hnd")),
                                     _text(pos_encoding, "pos_encoding", ("none", "rope_llama", "alibi")),
-                                    int(sliding_window), int(soft_cap), int(cuda_graph), max_batch)
+                                    int(sliding_window), int(soft_cap), int(cuda_graph), max_batch,
+                                    _text(kv_split, "kv_split", _KV_SPLITS), kv_split_tokens, max_kv_len)
         handle = ctypes.c_void_p()
         _check(_capi.lib.aotinfer_batch_decode_create(package._handle, ctypes.byref(config), ctypes.byref(handle)))
         self._handle, self._address, self._batch = handle, handle.value, None
@@ -219,28 +222,27 @@ class BatchDecode:
             _capi.lib.aotinfer_batch_decode_destroy(self._handle)
             self._handle = self._address = None
 
-    def workspace_sizes(self, max_batch):
-        """(float_bytes, int_bytes) of device workspace for plans of up to max_batch requests."""
+    def workspace_sizes(self, max_batch, max_kv_len=0):
+        """(float_bytes, int_bytes) of device workspace for plans of up to max_batch requests;
+        kv_split="fixed" also needs the longest request's keys, max_kv_len."""
         f, i = ctypes.c_size_t(), ctypes.c_size_t()
-        _check(_capi.lib.aotinfer_batch_decode_workspace_sizes(self._handle, max_batch, ctypes.byref(f), ctypes.byref(i)))
+        _check(_capi.lib.aotinfer_batch_decode_workspace_sizes(self._handle, max_batch, max_kv_len, ctypes.byref(f),
+                                                               ctypes.byref(i)))
         return f.value, i.value
 
     def plan(self, kv_indptr, kv_last_page_len, float_workspace, int_workspace, kv_indices=None, num_pages=0,
              stream=None):
-        """Host metadata (lists, numpy arrays or CPU tensors; int32 ones are read in place);
-        workspaces are device buffers (uint8 tensors), kept alive by this object until the next
-        plan. stream=None: the current PyTorch stream, as run(). With kv_indices and num_pages, page ids are checked and run() checks that the pools
-        hold num_pages pages."""
-        indptr, n, _keep1 = _int32_array(kv_indptr, "kv_indptr")
-        last, _, _keep2 = _int32_array(kv_last_page_len, "kv_last_page_len")
-        indices, count, _keep3 = _int32_array(kv_indices, "kv_indices")
-        if n < 1:
-            raise InvalidArgument("batch_decode: kv_indptr must have batch + 1 entries, got an empty array", 1)
-        fw, iw = _workspace(float_workspace, "float_workspace"), _workspace(int_workspace, "int_workspace")
-        _check(_capi.lib.aotinfer_batch_decode_plan(self._handle, indptr, n - 1, last, indices, count, num_pages, *fw, *iw,
-                                                    _tensor.stream_of(stream, int_workspace)))
+        """Host metadata: kv_indptr [batch + 1], kv_last_page_len [batch] (lists, numpy arrays or
+        CPU tensors; int32 ones are read in place); workspaces are device buffers (uint8
+        tensors), kept alive by this object until the next plan. stream=None: the current
+        PyTorch stream, as run(). With kv_indices and num_pages, page ids are checked and run()
+        checks that the pools hold num_pages pages."""
+        status, batch = _decode_plan(self._address, kv_indptr, kv_last_page_len, kv_indices, num_pages,
+                                     float_workspace, int_workspace, stream)
+        if status:
+            _raise(status)
         # run() reads the plan from these buffers: they live as long as the plan.
-        self._batch, self._workspaces = n - 1, (float_workspace, int_workspace)
+        self._batch, self._workspaces = batch, (float_workspace, int_workspace)
 
     def run(self, q, k_pages, v_pages, kv_indptr, kv_indices, kv_last_page_len, o, lse=None, q_positions=None,
             sm_scale=0.0, logits_soft_cap=0.0, rope_scale=1.0, rope_theta=1e4, k_scale=1.0, v_scale=1.0,
@@ -266,7 +268,8 @@ class BatchPrefill:
 
     def __init__(self, package, num_qo_heads, num_kv_heads, head_dim, kv_storage="paged", page_size=16,
                  dtype_q="bf16", dtype_kv=None, dtype_o=None, layout="nhd", mask="causal", pos_encoding="none",
-                 sliding_window=False, soft_cap=False, cuda_graph=False, max_batch=0, max_total_q=0):
+                 sliding_window=False, soft_cap=False, cuda_graph=False, max_batch=0, max_total_q=0,
+                 kv_split="adaptive", kv_split_tokens=0, max_kv_len=0):
         self.package, self.kv_storage, self.layout, self.page_size = package, kv_storage, layout, page_size
         self.num_qo_heads, self.num_kv_heads, self.head_dim = num_qo_heads, num_kv_heads, head_dim
         config = _capi.PrefillConfig(_text(dtype_q, "dtype_q", _DTYPES[:2]),
@@ -276,7 +279,8 @@ class BatchPrefill:
                                      page_size, _text(layout, "layout", ("nhd", "hnd")),
                                      _text(mask, "mask", ("none", "causal")),
                                      _text(pos_encoding, "pos_encoding", ("none", "rope_llama")), int(sliding_window),
-                                     int(soft_cap), int(cuda_graph), max_batch, max_total_q)
+                                     int(soft_cap), int(cuda_graph), max_batch, max_total_q,
+                                     _text(kv_split, "kv_split", _KV_SPLITS), kv_split_tokens, max_kv_len)
         handle = ctypes.c_void_p()
         _check(_capi.lib.aotinfer_batch_prefill_create(package._handle, ctypes.byref(config), ctypes.byref(handle)))
         self._handle, self._address, self._batch, self._total_q = handle, handle.value, None, None
@@ -286,12 +290,13 @@ class BatchPrefill:
             _capi.lib.aotinfer_batch_prefill_destroy(self._handle)
             self._handle = self._address = None
 
-    def workspace_sizes(self, max_total_q, max_batch):
+    def workspace_sizes(self, max_total_q, max_batch, max_kv_len=0):
         """(float_bytes, int_bytes) of device workspace for plans of up to max_total_q query tokens
-        in max_batch requests (the config's bounds in CUDA-graph mode)."""
+        in max_batch requests (the config's bounds in CUDA-graph mode); kv_split="fixed" also
+        needs the longest request's keys, max_kv_len."""
         f, i = ctypes.c_size_t(), ctypes.c_size_t()
-        _check(_capi.lib.aotinfer_batch_prefill_workspace_sizes(self._handle, max_total_q, max_batch, ctypes.byref(f),
-                                                                ctypes.byref(i)))
+        _check(_capi.lib.aotinfer_batch_prefill_workspace_sizes(self._handle, max_total_q, max_batch, max_kv_len,
+                                                                ctypes.byref(f), ctypes.byref(i)))
         return f.value, i.value
 
     def plan(self, qo_indptr, kv_indptr, float_workspace, int_workspace, kv_last_page_len=None, kv_indices=None,
@@ -302,27 +307,13 @@ class BatchPrefill:
         tokens (ragged); workspaces are device buffers (uint8 tensors), kept alive by this object
         until the next plan. stream=None: the current PyTorch stream, as run()."""
         self._batch = self._total_q = None
-        qo, n, _keep1 = _int32_array(qo_indptr, "qo_indptr")
-        kv, n_kv, _keep2 = _int32_array(kv_indptr, "kv_indptr")
-        if n < 1:
-            raise InvalidArgument("batch_prefill: qo_indptr must have batch + 1 entries, got an empty array", 1)
-        if n_kv != n:
-            raise InvalidArgument(f"batch_prefill: qo_indptr has {n} entries, kv_indptr {n_kv}; both need batch + 1", 1)
-        ws = (*_workspace(float_workspace, "float_workspace"), *_workspace(int_workspace, "int_workspace"))
-        if self.kv_storage == "paged":
-            if kv_last_page_len is None:
-                raise InvalidArgument("batch_prefill: paged KV needs kv_last_page_len", 1)
-            last, n_last, _keep3 = _int32_array(kv_last_page_len, "kv_last_page_len")
-            if n_last != n - 1:
-                raise InvalidArgument(f"batch_prefill: kv_last_page_len has {n_last} entries, the batch is {n - 1}", 1)
-            indices, count, _keep4 = _int32_array(kv_indices, "kv_indices")
-            _check(_capi.lib.aotinfer_batch_prefill_plan_paged(self._handle, qo, kv, n - 1, last, indices, count,
-                                                               num_pages, *ws, _tensor.stream_of(stream, int_workspace)))
-        else:
-            _check(_capi.lib.aotinfer_batch_prefill_plan_ragged(self._handle, qo, kv, n - 1, *ws,
-                                                                _tensor.stream_of(stream, int_workspace)))
+        status, batch, total_q = _prefill_plan(self._address, self.kv_storage == "paged", qo_indptr, kv_indptr,
+                                               kv_last_page_len, kv_indices, num_pages, float_workspace, int_workspace,
+                                               stream)
+        if status:
+            _raise(status)
         # run() reads the plan from these buffers: they live as long as the plan.
-        self._batch, self._total_q, self._workspaces = n - 1, qo[n - 1], (float_workspace, int_workspace)
+        self._batch, self._total_q, self._workspaces = batch, total_q, (float_workspace, int_workspace)
 
     def run(self, q, k, v, qo_indptr, kv_indptr, o, kv_indices=None, kv_last_page_len=None, lse=None, sm_scale=0.0,
             logits_soft_cap=0.0, rope_scale=1.0, rope_theta=1e4, window_left=-1, stream=None, sinks=None):
@@ -337,3 +328,160 @@ class BatchPrefill:
                               sinks, sm_scale, logits_soft_cap, rope_scale, rope_theta, 1.0, 1.0, window_left, stream)
         if status:
             _raise(status)
+
+
+# --- Cascade: shared-prefix attention (aotinfer/cascade.hpp) ---------------------------------
+# Set-up and run go through ctypes; run() describes its tensors, and the runtime checks each of
+# them before anything is launched.
+import array as _array
+
+
+def _per_level(name, values, num_levels):
+    if not isinstance(values, (list, tuple)) or len(values) != num_levels:
+        got = f"{len(values)} entries" if isinstance(values, (list, tuple)) else type(values).__name__
+        raise InvalidArgument(f"cascade: {name} must be a list of {num_levels} entries, one per level, got {got}", 1)
+    return list(values)
+
+
+def _level_int32(values, name):
+    """Host metadata of one level as an int32 copy: lists, NumPy arrays, CPU tensors."""
+    if hasattr(values, "__dlpack__") or hasattr(values, "__cuda_array_interface__"):
+        t = _tensor.tensor(values, name)
+        if t.device_type not in (_tensor.CPU, _tensor.CUDA_HOST):
+            raise InvalidArgument(f"cascade: {name}: plan() reads host metadata: pass a CPU tensor, array or list "
+                                  f"(run() takes the GPU copies)", 1)
+        if len(t.shape) != 1:
+            raise InvalidArgument(f"cascade: {name}: expected a 1-D array, got shape {list(t.shape)}", 1)
+        values = values.tolist()
+    try:
+        return _array.array("i", [int(x) for x in values])  # C int: int32_t on every platform served
+    except OverflowError:
+        raise InvalidArgument(f"cascade: {name}: an entry is outside int32", 1) from None
+
+
+def _level_pointers(arrays):
+    return (_capi.c_int32_p * len(arrays))(*[ctypes.cast(a.buffer_info()[0], _capi.c_int32_p) for a in arrays])
+
+
+def _device_buffer(buffer, name):
+    """(pointer, bytes) of a contiguous device workspace."""
+    t = _tensor.tensor(buffer, name)
+    if not t.on_gpu:
+        raise InvalidArgument(f"cascade: {name}: the workspace must be GPU memory", 1)
+    if t.strides != _tensor.contiguous_strides(t.shape) and t.nbytes > _tensor.DTYPE_SIZES.get(t.dtype, 1):
+        raise InvalidArgument(f"cascade: {name}: the workspace must be contiguous", 1)
+    return t.ptr, t.nbytes
+
+
+def _stream(stream, like):
+    """stream as a handle; None: the current PyTorch stream of like's device when like is a
+    PyTorch GPU tensor (what CUDA-graph capture needs), else the default stream."""
+    if stream is None and type(like).__module__.startswith("torch") and getattr(like, "is_cuda", False):
+        import torch
+        return torch.cuda.current_stream(like.device).cuda_stream
+    return _tensor.stream_handle(stream)
+
+
+def _described(x, name):
+    """x as an aotinfer_tensor (zeroed for None: the argument is absent)."""
+    out = _capi.Tensor()
+    if x is None:
+        return out
+    t = _tensor.tensor(x, name)
+    if len(t.shape) > 4:
+        raise InvalidArgument(f"cascade.run: {name}: expected at most 4 dimensions, got shape {list(t.shape)}", 1)
+    out.data, out.ndim, out.dtype, out.device_type, out.device_id = t.ptr, len(t.shape), t.dtype, t.device_type, t.device_id
+    for i, (size, stride) in enumerate(zip(t.shape, t.strides)):
+        out.shape[i], out.strides[i] = size, stride
+    out.dtype_name = t.dtype_name.encode()[:15]
+    return out
+
+
+class Cascade:
+    """Cascade attention for requests sharing KV prefixes (aotinfer/cascade.hpp): num_levels paged
+    batch prefills over one page pool, level 0 the most shared. Level l groups the same query
+    tokens by its own qo_indptr and gives each group its own pages; each row attends to the
+    union of its groups' keys, the levels' states merged. mask applies to the last level only
+    (earlier levels are seen whole); sinks join the last level only. In CUDA-graph mode max_batch
+    bounds each level's groups, and o (and lse) need max_total_q rows."""
+
+    def __init__(self, package, num_levels, num_qo_heads, num_kv_heads, head_dim, page_size=16, dtype_q="bf16",
+                 dtype_kv=None, dtype_o=None, layout="nhd", mask="causal", soft_cap=False, cuda_graph=False,
+                 max_batch=0, max_total_q=0, kv_split="adaptive", kv_split_tokens=0, max_kv_len=0):
+        self.package, self.num_levels, self.layout, self.page_size = package, num_levels, layout, page_size
+        self.num_qo_heads, self.num_kv_heads, self.head_dim = num_qo_heads, num_kv_heads, head_dim
+        level = _capi.PrefillConfig(_text(dtype_q, "dtype_q", _DTYPES[:2]),
+                                    _text(dtype_kv or dtype_q, "dtype_kv", _DTYPES[:2]),
+                                    _text(dtype_o, "dtype_o", _DTYPES[:2]) if dtype_o else None, head_dim,
+                                    num_qo_heads, num_kv_heads, b"paged", page_size,
+                                    _text(layout, "layout", ("nhd", "hnd")), _text(mask, "mask", ("none", "causal")),
+                                    b"none", 0, int(soft_cap), int(cuda_graph), max_batch, max_total_q,
+                                    _text(kv_split, "kv_split", _KV_SPLITS), kv_split_tokens, max_kv_len)
+        config = _capi.CascadeConfig(level, num_levels)
+        handle = ctypes.c_void_p()
+        _check(_capi.lib.aotinfer_cascade_create(package._handle, ctypes.byref(config), ctypes.byref(handle)))
+        self._handle, self._total_q = handle, None
+
+    def __del__(self):
+        if getattr(self, "_handle", None):
+            _capi.lib.aotinfer_cascade_destroy(self._handle)
+            self._handle = None
+
+    def workspace_sizes(self, max_total_q, max_groups, max_kv_len=0):
+        """(float_bytes, int_bytes) of device workspace for plans of up to max_total_q query tokens
+        and max_groups groups in every level (the config's bounds in CUDA-graph mode);
+        kv_split="fixed" also needs the longest group's keys, max_kv_len."""
+        f, i = ctypes.c_size_t(), ctypes.c_size_t()
+        _check(_capi.lib.aotinfer_cascade_workspace_sizes(self._handle, max_total_q, max_groups, max_kv_len,
+                                                          ctypes.byref(f), ctypes.byref(i)))
+        return f.value, i.value
+
+    def plan(self, qo_indptr_list, kv_indptr_list, kv_last_page_len_list, float_workspace, int_workspace,
+             kv_indices_list=None, num_pages=0, stream=None):
+        """Host metadata, one entry per level (lists, NumPy arrays or CPU tensors): qo_indptr
+        [groups + 1] in tokens (every level from 0 to the same total_q), kv_indptr [groups + 1] in
+        pages, kv_last_page_len [groups], and optionally kv_indices (page ids, then checked
+        against num_pages). Workspaces are device buffers (uint8 tensors), kept alive by this
+        object until the next plan. stream=None: the current PyTorch stream, as run()."""
+        self._total_q = None
+        n = self.num_levels
+        qo, kv, last = ([_level_int32(x, f"{name}[{l}]") for l, x in enumerate(_per_level(name, values, n))]
+                        for name, values in (("qo_indptr_list", qo_indptr_list), ("kv_indptr_list", kv_indptr_list),
+                                             ("kv_last_page_len_list", kv_last_page_len_list)))
+        for l in range(n):  # the C call reads groups + 1 / groups entries of each
+            if len(qo[l]) < 1:
+                raise InvalidArgument(f"cascade: level {l} qo_indptr must have groups + 1 entries, got an empty array", 1)
+            if len(kv[l]) != len(qo[l]) or len(last[l]) != len(qo[l]) - 1:
+                raise InvalidArgument(f"cascade: level {l} has {len(qo[l])} qo_indptr, {len(kv[l])} kv_indptr and "
+                                      f"{len(last[l])} kv_last_page_len entries; expected groups + 1, groups + 1, groups", 1)
+        indices = None if kv_indices_list is None else [
+            _level_int32(x, f"kv_indices_list[{l}]") for l, x in enumerate(_per_level("kv_indices_list", kv_indices_list, n))]
+        num_groups = (ctypes.c_int32 * n)(*[len(a) - 1 for a in qo])
+        num_indices = None if indices is None else (ctypes.c_int32 * n)(*[len(a) for a in indices])
+        workspaces = (*_device_buffer(float_workspace, "float_workspace"), *_device_buffer(int_workspace, "int_workspace"))
+        _check(_capi.lib.aotinfer_cascade_plan(self._handle, n, num_groups, _level_pointers(qo), _level_pointers(kv),
+                                               _level_pointers(last), None if indices is None else _level_pointers(indices),
+                                               num_indices, num_pages, *workspaces,
+                                               _stream(stream, int_workspace)))
+        # run() reads the plans from these buffers: they live as long as the plan.
+        self._total_q, self._workspaces = qo[0][-1], (float_workspace, int_workspace)
+
+    def run(self, q, k_pages, v_pages, qo_indptr_list, kv_indptr_list, kv_indices_list, kv_last_page_len_list, o,
+            lse=None, sm_scale=0.0, logits_soft_cap=0.0, stream=None, sinks=None):
+        """Runs the last plan. q, o [total_q, num_qo_heads, head_dim] (CUDA-graph mode: o with
+        max_total_q rows); lse [rows of o, num_qo_heads] float32 or None; k_pages, v_pages the
+        shared pools in the config's layout (views of one [pages, 2, ...] tensor are fine); the
+        four lists hold each level's int32 device copies of what plan saw. sinks: float32
+        [num_qo_heads] attention-sink logits on the GPU, or None."""
+        n = self.num_levels
+        levels = [(_capi.Tensor * n)(*[_described(x, f"{name}[{l}]") for l, x in enumerate(_per_level(name, values, n))])
+                  for name, values in (("qo_indptr_list", qo_indptr_list), ("kv_indptr_list", kv_indptr_list),
+                                       ("kv_indices_list", kv_indices_list),
+                                       ("kv_last_page_len_list", kv_last_page_len_list))]
+        pointer = ctypes.POINTER(_capi.Tensor)
+        tensors = _capi.CascadeTensors(_described(q, "q"), _described(k_pages, "k_pages"), _described(v_pages, "v_pages"),
+                                       _described(o, "o"), _described(lse, "lse"), _described(sinks, "sinks"),
+                                       *[ctypes.cast(arrays, pointer) for arrays in levels])
+        scalars = _capi.Scalars(sm_scale, logits_soft_cap, 1.0, 1e4, 1.0, 1.0, -1)
+        _check(_capi.lib.aotinfer_cascade_tensors_run(self._handle, ctypes.byref(tensors), ctypes.byref(scalars),
+                                                      _stream(stream, q)))

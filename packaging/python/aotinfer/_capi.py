@@ -20,14 +20,16 @@ class DecodeConfig(ctypes.Structure):
     _fields_ = [("dtype_q", c_char), ("dtype_kv", c_char), ("dtype_o", c_char), ("head_dim", c_int32),
                 ("num_qo_heads", c_int32), ("num_kv_heads", c_int32), ("page_size", c_int32), ("layout", c_char),
                 ("pos_encoding", c_char), ("sliding_window", c_int32), ("soft_cap", c_int32),
-                ("cuda_graph", c_int32), ("max_batch", c_int32)]
+                ("cuda_graph", c_int32), ("max_batch", c_int32), ("kv_split", c_char), ("kv_split_tokens", c_int32),
+                ("max_kv_len", ctypes.c_int64)]
 
 
 class PrefillConfig(ctypes.Structure):
     _fields_ = [("dtype_q", c_char), ("dtype_kv", c_char), ("dtype_o", c_char), ("head_dim", c_int32),
                 ("num_qo_heads", c_int32), ("num_kv_heads", c_int32), ("kv_storage", c_char), ("page_size", c_int32),
                 ("layout", c_char), ("mask", c_char), ("pos_encoding", c_char), ("sliding_window", c_int32),
-                ("soft_cap", c_int32), ("cuda_graph", c_int32), ("max_batch", c_int32), ("max_total_q", ctypes.c_int64)]
+                ("soft_cap", c_int32), ("cuda_graph", c_int32), ("max_batch", c_int32), ("max_total_q", ctypes.c_int64),
+                ("kv_split", c_char), ("kv_split_tokens", c_int32), ("max_kv_len", ctypes.c_int64)]
 
 
 # C struct name -> its mirror.
@@ -49,17 +51,54 @@ _declare("aotinfer_package_variant_uri", c_char, c_void, c_size)
 _declare("aotinfer_package_find", _status, c_void, c_char)
 _declare("aotinfer_batch_decode_create", _status, c_void, ctypes.POINTER(DecodeConfig), ctypes.POINTER(c_void))
 _declare("aotinfer_batch_decode_destroy", None, c_void)
-_declare("aotinfer_batch_decode_workspace_sizes", _status, c_void, c_int32, ctypes.POINTER(c_size), ctypes.POINTER(c_size))
+_declare("aotinfer_batch_decode_workspace_sizes", _status, c_void, c_int32, ctypes.c_int64, ctypes.POINTER(c_size),
+         ctypes.POINTER(c_size))
 _declare("aotinfer_batch_decode_plan", _status, c_void, c_int32_p, c_int32, c_int32_p, c_int32_p, c_int32, c_int32,
          c_void, c_size, c_void, c_size, c_void)
 _declare("aotinfer_batch_prefill_create", _status, c_void, ctypes.POINTER(PrefillConfig), ctypes.POINTER(c_void))
 _declare("aotinfer_batch_prefill_destroy", None, c_void)
-_declare("aotinfer_batch_prefill_workspace_sizes", _status, c_void, ctypes.c_int64, c_int32, ctypes.POINTER(c_size),
-         ctypes.POINTER(c_size))
+_declare("aotinfer_batch_prefill_workspace_sizes", _status, c_void, ctypes.c_int64, c_int32, ctypes.c_int64,
+         ctypes.POINTER(c_size), ctypes.POINTER(c_size))
 _declare("aotinfer_batch_prefill_plan_paged", _status, c_void, c_int32_p, c_int32_p, c_int32, c_int32_p, c_int32_p,
          c_int32, c_int32, c_void, c_size, c_void, c_size, c_void)
 _declare("aotinfer_batch_prefill_plan_ragged", _status, c_void, c_int32_p, c_int32_p, c_int32, c_void, c_size, c_void,
          c_size, c_void)
+
+
+# --- Cascade (aotinfer/cascade.hpp): set-up and run through ctypes, with described tensors ----
+
+class Tensor(ctypes.Structure):  # aotinfer_tensor
+    _fields_ = [("data", c_void), ("shape", ctypes.c_int64 * 4), ("strides", ctypes.c_int64 * 4), ("ndim", c_int32),
+                ("dtype", c_int32), ("device_type", c_int32), ("device_id", c_int32), ("dtype_name", ctypes.c_char * 16)]
+
+
+class Scalars(ctypes.Structure):  # aotinfer_attention_scalars
+    _fields_ = [("sm_scale", ctypes.c_float), ("logits_soft_cap", ctypes.c_float), ("rope_scale", ctypes.c_float),
+                ("rope_theta", ctypes.c_float), ("k_scale", ctypes.c_float), ("v_scale", ctypes.c_float),
+                ("window_left", c_int32)]
+
+
+class CascadeConfig(ctypes.Structure):
+    _fields_ = [("level", PrefillConfig), ("num_levels", c_int32)]
+
+
+class CascadeTensors(ctypes.Structure):
+    _fields_ = [("q", Tensor), ("k_pages", Tensor), ("v_pages", Tensor), ("o", Tensor), ("lse", Tensor),
+                ("sinks", Tensor), ("qo_indptr", ctypes.POINTER(Tensor)), ("kv_indptr", ctypes.POINTER(Tensor)),
+                ("kv_indices", ctypes.POINTER(Tensor)), ("kv_last_page_len", ctypes.POINTER(Tensor))]
+
+
+MIRRORS.update({"aotinfer_tensor": Tensor, "aotinfer_attention_scalars": Scalars,
+                "aotinfer_cascade_config": CascadeConfig, "aotinfer_cascade_tensors": CascadeTensors})
+
+c_int32_pp = ctypes.POINTER(c_int32_p)
+_declare("aotinfer_cascade_create", _status, c_void, ctypes.POINTER(CascadeConfig), ctypes.POINTER(c_void))
+_declare("aotinfer_cascade_destroy", None, c_void)
+_declare("aotinfer_cascade_workspace_sizes", _status, c_void, ctypes.c_int64, c_int32, ctypes.c_int64, ctypes.POINTER(c_size),
+         ctypes.POINTER(c_size))
+_declare("aotinfer_cascade_plan", _status, c_void, c_int32, c_int32_p, c_int32_pp, c_int32_pp, c_int32_pp, c_int32_pp,
+         c_int32_p, c_int32, c_void, c_size, c_void, c_size, c_void)
+_declare("aotinfer_cascade_tensors_run", _status, c_void, ctypes.POINTER(CascadeTensors), ctypes.POINTER(Scalars), c_void)
 
 
 def entry_address(name):

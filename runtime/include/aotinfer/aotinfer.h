@@ -101,6 +101,9 @@ typedef struct aotinfer_batch_decode_config {
   int32_t soft_cap;         /* bool */
   int32_t cuda_graph;       /* bool */
   int32_t max_batch;        /* CUDA-graph mode */
+  const char* kv_split;     /* "adaptive" | "fixed" | "none" (fixed, none: batch-invariant; aotinfer/attention.hpp); NULL: "adaptive" */
+  int32_t kv_split_tokens;  /* "fixed": keys per chunk */
+  int64_t max_kv_len;       /* CUDA-graph mode with kv_split "fixed": the longest request's keys */
 } aotinfer_batch_decode_config;
 
 typedef struct aotinfer_batch_decode_run_args {
@@ -122,13 +125,15 @@ typedef struct aotinfer_batch_decode_run_args {
   float k_scale;              /* 0: 1 */
   float v_scale;              /* 0: 1 */
   int32_t window_left;
+  int64_t q_stride_token;     /* elements between requests' q rows (a fused qkv slice); 0: dense */
 } aotinfer_batch_decode_run_args;
 
 aotinfer_status aotinfer_batch_decode_create(const aotinfer_package* package, const aotinfer_batch_decode_config* config,
                                              aotinfer_batch_decode** out);
 void aotinfer_batch_decode_destroy(aotinfer_batch_decode* decode);
+/* max_kv_len: the longest request's keys, needed by kv_split "fixed" (0 otherwise). */
 aotinfer_status aotinfer_batch_decode_workspace_sizes(const aotinfer_batch_decode* decode, int32_t max_batch,
-                                                      size_t* float_bytes, size_t* int_bytes);
+                                                      int64_t max_kv_len, size_t* float_bytes, size_t* int_bytes);
 /* Host arrays: kv_indptr [batch + 1], kv_last_page_len [batch], kv_indices [num_indices] (may be
  * NULL with num_indices 0: page ids are then not checked). Workspaces are device memory. */
 aotinfer_status aotinfer_batch_decode_plan(aotinfer_batch_decode* decode, const int32_t* kv_indptr, int32_t batch,
@@ -165,6 +170,9 @@ typedef struct aotinfer_batch_prefill_config {
   int32_t cuda_graph;       /* bool */
   int32_t max_batch;        /* CUDA-graph mode */
   int64_t max_total_q;      /* CUDA-graph mode */
+  const char* kv_split;     /* "adaptive" | "fixed" | "none" (fixed, none: batch-invariant; aotinfer/attention.hpp); NULL: "adaptive" */
+  int32_t kv_split_tokens;  /* "fixed": keys per chunk */
+  int64_t max_kv_len;       /* CUDA-graph mode with kv_split "fixed": the longest request's keys */
 } aotinfer_batch_prefill_config;
 
 typedef struct aotinfer_batch_prefill_run_args {
@@ -185,14 +193,17 @@ typedef struct aotinfer_batch_prefill_run_args {
   float rope_scale;                /* 0: 1 */
   float rope_theta;                /* 0: 1e4 */
   int32_t window_left;             /* sliding_window variants: >= 0 */
+  int64_t q_stride_token;          /* elements between q's tokens (a fused qkv slice); 0: dense */
 } aotinfer_batch_prefill_run_args;
 
 aotinfer_status aotinfer_batch_prefill_create(const aotinfer_package* package,
                                               const aotinfer_batch_prefill_config* config,
                                               aotinfer_batch_prefill** out);
 void aotinfer_batch_prefill_destroy(aotinfer_batch_prefill* prefill);
+/* max_kv_len: the longest request's keys, needed by kv_split "fixed" (0 otherwise). */
 aotinfer_status aotinfer_batch_prefill_workspace_sizes(const aotinfer_batch_prefill* prefill, int64_t max_total_q,
-                                                       int32_t max_batch, size_t* float_bytes, size_t* int_bytes);
+                                                       int32_t max_batch, int64_t max_kv_len, size_t* float_bytes,
+                                                       size_t* int_bytes);
 /* Host arrays: qo_indptr [batch + 1] (tokens), kv_indptr [batch + 1] (pages), kv_last_page_len
  * [batch], kv_indices [num_indices] (may be NULL with num_indices 0: page ids are then not
  * checked). Workspaces are device memory. Fails on a prefill configured for ragged KV. */
@@ -220,6 +231,60 @@ aotinfer_status aotinfer_batch_prefill_tensors_run(const aotinfer_batch_prefill*
  * {"field": offset, ...}}, ...}: bindings in other languages compare their mirrors with it.
  * One string for the process; NULL only when memory ran out building it. */
 const char* aotinfer_abi_layout(void);
+
+/* ---- Cascade attention over shared KV prefixes (see aotinfer/cascade.hpp) --------------------
+ * num_levels paged batch prefills over one page pool, level 0 the most shared; level l groups
+ * the same total_q query tokens by its own qo_indptr, and each row's states are merged over the
+ * levels. The config's mask applies to the last level only (the others see their keys whole);
+ * sinks join the last level only. */
+typedef struct aotinfer_cascade aotinfer_cascade;
+
+typedef struct aotinfer_cascade_config {
+  aotinfer_batch_prefill_config level; /* every level's: kv_storage "paged" (or NULL), pos_encoding "none" (or
+                                        * NULL), sliding_window 0; CUDA-graph mode: max_batch bounds each
+                                        * level's groups, max_total_q the query tokens */
+  int32_t num_levels;                  /* >= 1 */
+} aotinfer_cascade_config;
+
+typedef struct aotinfer_cascade_run_args {
+  int64_t total_q;                         /* must equal the plan's */
+  const void* q;                           /* [total_q, num_qo_heads, head_dim] */
+  const void* k_pages;                     /* the shared pools in the config's layout */
+  const void* v_pages;
+  const int32_t* const* qo_indptr;         /* host arrays of num_levels pointers: level l's device */
+  const int32_t* const* kv_indptr;         /* copies of what plan saw */
+  const int32_t* const* kv_indices;
+  const int32_t* const* kv_last_page_len;
+  void* o;                                 /* [total_q, num_qo_heads, head_dim]; CUDA-graph mode: max_total_q rows */
+  float* lse;                              /* [rows of o, num_qo_heads]; may be NULL */
+  const float* sinks;                      /* [num_qo_heads] attention-sink logits; may be NULL */
+  float sm_scale;                          /* 0: 1/sqrt(head_dim) */
+  float logits_soft_cap;                   /* soft_cap variants: > 0 */
+} aotinfer_cascade_run_args;
+
+aotinfer_status aotinfer_cascade_create(const aotinfer_package* package, const aotinfer_cascade_config* config,
+                                        aotinfer_cascade** out);
+void aotinfer_cascade_destroy(aotinfer_cascade* cascade);
+/* Workspace for plans of up to max_total_q query tokens and max_groups groups per level;
+ * max_kv_len: the longest group's keys, needed by kv_split "fixed" (0 otherwise). */
+aotinfer_status aotinfer_cascade_workspace_sizes(const aotinfer_cascade* cascade, int64_t max_total_q, int32_t max_groups,
+                                                 int64_t max_kv_len, size_t* float_bytes, size_t* int_bytes);
+/* Host arrays of num_levels entries (as many as the config's levels): level l has num_groups[l]
+ * groups, qo_indptr[l] and kv_indptr[l] of num_groups[l] + 1 entries (tokens; pages),
+ * kv_last_page_len[l] of num_groups[l]. kv_indices may be NULL (page ids are then not checked),
+ * else kv_indices[l] holds num_indices[l] page ids of a pool of num_pages pages. Workspaces are
+ * device memory. */
+aotinfer_status aotinfer_cascade_plan(aotinfer_cascade* cascade, int32_t num_levels, const int32_t* num_groups,
+                                      const int32_t* const* qo_indptr, const int32_t* const* kv_indptr,
+                                      const int32_t* const* kv_last_page_len, const int32_t* const* kv_indices,
+                                      const int32_t* num_indices, int32_t num_pages, void* float_workspace,
+                                      size_t float_bytes, void* int_workspace, size_t int_bytes, void* stream);
+/* Raw pointers: checks nulls and alignment only; device, dtype and sizes are the caller's contract. */
+aotinfer_status aotinfer_cascade_run(const aotinfer_cascade* cascade, const aotinfer_cascade_run_args* args, void* stream);
+/* Described tensors (aotinfer/tensor.h), each checked against the config and the last plan
+ * before any launch. */
+aotinfer_status aotinfer_cascade_tensors_run(const aotinfer_cascade* cascade, const aotinfer_cascade_tensors* tensors,
+                                             const aotinfer_attention_scalars* scalars, void* stream);
 
 #ifdef __cplusplus
 }

@@ -87,6 +87,17 @@ typedef struct aotinfer_append_paged_kv_tensors {
   aotinfer_tensor k, v, batch_indices, positions, k_pages, v_pages, kv_indptr, kv_indices, kv_last_page_len;
 } aotinfer_append_paged_kv_tensors;
 
+/* cascade (aotinfer/cascade.hpp): q, o, lse, sinks and the shared pools as for a paged
+ * batch_prefill; the four metadata pointers each point to num_levels tensors, level l's int32
+ * device copies of what plan saw. In CUDA-graph mode o (and lse) have max_total_q rows. */
+typedef struct aotinfer_cascade_tensors {
+  aotinfer_tensor q, k_pages, v_pages, o, lse, sinks;
+  const aotinfer_tensor* qo_indptr;
+  const aotinfer_tensor* kv_indptr;
+  const aotinfer_tensor* kv_indices;
+  const aotinfer_tensor* kv_last_page_len;
+} aotinfer_cascade_tensors;
+
 #ifdef __cplusplus
 }
 #endif
