@@ -644,8 +644,10 @@ TEST_CASE("BatchPrefill refuses bad arguments before launching anything", "[gpu]
   const Problem p = make_problem(rng, c);
   Workspace ws(prefill->workspace_sizes(p.total_q, 3));
   CHECK_THAT(invalid([&] { prefill->run(aotinfer::PrefillRunArgs{}, nullptr); }), Contains("plan"));
-  CHECK_THAT(invalid([&] { prefill->plan_paged(p.qo_indptr, p.kv_indptr, p.last_page_len, p.indices, p.num_pages, ws.ws, nullptr); }),
-             Contains("request 2") && Contains("qo_len"));
+  std::vector<std::int32_t> decreasing = p.qo_indptr;
+  decreasing[2] = decreasing[1] - 1;
+  CHECK_THAT(invalid([&] { prefill->plan_paged(decreasing, p.kv_indptr, p.last_page_len, p.indices, p.num_pages, ws.ws, nullptr); }),
+             Contains("qo_indptr") && Contains("decrease"));
   CHECK_THAT(invalid([&] { prefill->plan_ragged(p.qo_indptr, p.kv_indptr, ws.ws, nullptr); }), Contains("plan_paged"));
   BatchPrefillConfig bad = prefill->config();
   bad.num_qo_heads = 6, bad.num_kv_heads = 4;
