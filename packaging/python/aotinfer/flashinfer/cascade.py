@@ -74,7 +74,10 @@ class MultiLevelCascadeAttentionWrapper:
     qo_indptr_arr[i] against that level's pages, non-causal except the last level, which takes
     plan()'s causal (FlashInfer's rule); run() merges the levels' states.
 
-    One BatchPrefillWithPagedKVCacheWrapper per level, as in FlashInfer. Each keeps its own int
+    One BatchPrefillWithPagedKVCacheWrapper per level, as in FlashInfer; outside CUDA-graph mode a
+    level with one query per group (each request's own pages at decode time) runs on a
+    BatchDecodeWithPagedKVCacheWrapper instead, whose kernel streams KV at the copy bandwidth
+    where the prefill kernel's query tiles would be mostly empty. Each keeps its own int
     workspace, which holds its plan until its next plan(); all share the float workspace, which
     the core touches only inside run() (split-KV partial states, merged before run() returns)
     while the levels run one after another on the stream. package= (keyword only) picks the
@@ -100,6 +103,9 @@ class MultiLevelCascadeAttentionWrapper:
                                                 package=package, **level) for level in buffers]
         self._num_levels, self._kv_layout, self._use_cuda_graph = num_levels, kv_layout, bool(use_cuda_graph)
         self._package = package
+        self._float_workspace_buffer = float_workspace_buffer
+        self._decode_wrappers = {}  # level -> decode wrapper, made when a level is decode-shaped
+        self._by_decode = [False] * num_levels  # the last plan's choice per level
         self._planned = False
 
     @property
@@ -118,6 +124,8 @@ class MultiLevelCascadeAttentionWrapper:
                              "level's plan); int_workspace_buffers repeats one")
         for wrapper, int_workspace_buffer in zip(self._batch_prefill_wrappers, ints):
             wrapper.reset_workspace_buffer(float_workspace_buffer, int_workspace_buffer)
+        self._float_workspace_buffer = float_workspace_buffer
+        self._decode_wrappers = {}  # remade on the next plan, over the new float workspace
         self._planned = False
 
     def plan(self, qo_indptr_arr, paged_kv_indptr_arr, paged_kv_indices_arr, paged_kv_last_page_len, num_qo_heads,
@@ -139,10 +147,19 @@ class MultiLevelCascadeAttentionWrapper:
                         kv_data_type=kv_data_type)
         _args.prefill_plan(where, num_qo_heads, num_kv_heads, head_dim, causal=causal, **settings)  # refusals name us
         last = self._num_levels - 1
-        for i, (wrapper, *level) in enumerate(zip(self._batch_prefill_wrappers, *levels)):
-            wrapper.plan(*level, num_qo_heads, num_kv_heads, head_dim, page_size, causal=bool(causal) and i == last,
-                         **settings)
-        tokens = [wrapper._qo_indptr_last for wrapper in self._batch_prefill_wrappers]
+        tokens = []
+        _base.need_torch()
+        for i, (wrapper, qo_indptr, *level) in enumerate(zip(self._batch_prefill_wrappers, *levels)):
+            qo_host = _base.host_int32(qo_indptr)
+            tokens.append(int(qo_host[-1]) if qo_host.numel() else 0)
+            self._by_decode[i] = (not self._use_cuda_graph and qo_host.numel() > 1
+                                  and bool(((qo_host[1:] - qo_host[:-1]) == 1).all()))
+            if self._by_decode[i]:  # one query per group, at the end of its KV: causal or not, it sees all
+                self._by_decode[i] = self._plan_decode(i, level, num_qo_heads, num_kv_heads, head_dim, page_size,
+                                                       settings)
+            if not self._by_decode[i]:
+                wrapper.plan(qo_indptr, *level, num_qo_heads, num_kv_heads, head_dim, page_size,
+                             causal=bool(causal) and i == last, **settings)
         if len(set(tokens)) > 1:  # run() gives every level the same queries
             raise ValueError(f"aotinfer.flashinfer {where}: every level's qo_indptr must end at the number of query "
                              f"tokens; the levels end at {tokens}")
@@ -150,20 +167,42 @@ class MultiLevelCascadeAttentionWrapper:
 
     begin_forward = plan
 
+    def _plan_decode(self, i, level, num_qo_heads, num_kv_heads, head_dim, page_size, settings):
+        """Plans level i on a decode wrapper; False when the package lacks its decode variant (the
+        level then runs on its prefill wrapper)."""
+        from .. import NotFound
+        wrapper = self._decode_wrappers.get(i)
+        if wrapper is None:
+            wrapper = self._decode_wrappers[i] = BatchDecodeWithPagedKVCacheWrapper(
+                self._float_workspace_buffer, self._kv_layout, package=self._package)
+        try:
+            wrapper.plan(*level, num_qo_heads, num_kv_heads, head_dim, page_size,
+                         **{k: v for k, v in settings.items() if k != "use_fp16_qk_reduction"})
+        except NotFound:
+            return False
+        return True
+
+    def _level_run(self, i, q, paged_kv_cache):
+        """Level i's (o, natural-log lse)."""
+        if self._by_decode[i]:
+            return self._decode_wrappers[i]._run_ln(q, paged_kv_cache)
+        return self._batch_prefill_wrappers[i].run(q, paged_kv_cache, return_lse=True, lse_base="ln")
+
     def run(self, q, paged_kv_cache):
         """q [tokens, num_qo_heads, head_dim]; paged_kv_cache a (k, v) tuple or one [pages, 2, ...]
         tensor holding every level's pages. Returns out [tokens, num_qo_heads, head_dim]."""
         if not self._planned:
             raise RuntimeError(f"aotinfer.flashinfer {_MULTI}.run: call plan() first")
-        *upper, last = self._batch_prefill_wrappers
-        if not upper:
-            return last.run(q, paged_kv_cache)
+        last = self._num_levels - 1
+        if last == 0:
+            return self._level_run(0, q, paged_kv_cache)[0]
         if not q.is_contiguous():  # once, not once per level
             q = q.contiguous()
-        out, lse = last.run(q, paged_kv_cache, return_lse=True, lse_base="ln")
+        out, lse = self._level_run(last, q, paged_kv_cache)
         spare = None
-        for i, wrapper in enumerate(upper):  # FlashInfer's order: the last level, then the others from the top
-            o_i, lse_i = wrapper.run(q, paged_kv_cache, return_lse=True, lse_base="ln")
+        upper = range(last)
+        for i in upper:  # FlashInfer's order: the last level, then the others from the top
+            o_i, lse_i = self._level_run(i, q, paged_kv_cache)
             if i == len(upper) - 1:
                 _merge_ln(self._package, out, lse, o_i, lse_i)  # run() returns no LSE
                 break

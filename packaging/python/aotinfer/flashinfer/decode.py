@@ -105,6 +105,18 @@ class BatchDecodeWithPagedKVCacheWrapper(_base.Wrapper):
 
     run_return_lse = functools.partialmethod(run, return_lse=True)
 
+    def _run_ln(self, q, paged_kv_cache):
+        """(o, lse) with the core's natural-log LSE, for the cascade's merges (no base-2 rescale)."""
+        self._planned(_RUN, None)
+        k, v = _base.split_cache(paged_kv_cache, self._kv_layout)
+        o = _base.torch.empty(q.shape, dtype=self._o_dtype, device=q.device)
+        lse = _base.torch.empty(q.shape[:2], dtype=_base.torch.float32, device=q.device)
+        s = self._scalars
+        _base.call("batch_decode_run", BatchDecode.run, self._core, q, k, v, self._paged_kv_indptr_buf,
+                   self._paged_kv_indices_buf, self._paged_kv_last_page_len_buf, o, lse, None, s[0], s[1], s[2], s[3],
+                   1.0, 1.0, s[4])
+        return o, lse
+
     def forward(self, q, paged_kv_cache, pos_encoding_mode="NONE", q_scale=None, k_scale=None, v_scale=None,
                 window_left=-1, logits_soft_cap=None, sm_scale=None, rope_scale=None, rope_theta=None):
         """Deprecated in FlashInfer: run() with per-call settings (only run scalars may differ from plan's)."""
