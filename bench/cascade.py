@@ -104,6 +104,10 @@ def main(batch=64, prefix=8192, own=512, qo_heads=32, kv_heads=8):
         base = rows.get("plain batch decode (prefix per request)", graph)
         print(f"{name:<44s} {eager * 1e6:9.1f} {graph * 1e6:9.1f} {moved / graph / 1e9:7.0f} {base / graph:8.2f}x "
               f"{floor / graph:8.2f}")
+    # Where the cascade's time goes: each level alone (graph), the merge is the rest.
+    for i, name in ((0, "  level 0 alone: the prefix, one group"), (1, "  level 1 alone: own pages, 64 groups")):
+        t = time_cuda(graph_of(lambda: cascade._level_run(i, q, kv)))
+        print(f"{name:<44s} {'':>9s} {t * 1e6:9.1f}")
     return 0 if err < 2e-2 else 1
 
 
