@@ -224,6 +224,49 @@ aotinfer::KvSplit kv_split_arg(const char* name, std::int32_t tokens) {
   return split;
 }
 
+// A prefill config from its C form; `field` prefixes the fields' names in refusals ("config->",
+// or "config->level." for a cascade's levels).
+aotinfer::BatchPrefillConfig prefill_config_arg(const Args& a, const aotinfer_batch_prefill_config& c, const std::string& field) {
+  a.at_least(c.head_dim, 1, (field + "head_dim").c_str());
+  a.at_least(c.num_qo_heads, 1, (field + "num_qo_heads").c_str());
+  a.at_least(c.num_kv_heads, 1, (field + "num_kv_heads").c_str());
+  if (c.cuda_graph) {
+    a.at_least(c.max_batch, 1, (field + "max_batch (CUDA-graph mode)").c_str());
+    a.at_least(c.max_total_q, 1, (field + "max_total_q (CUDA-graph mode)").c_str());
+  }
+  auto invalid = [](const std::string& what) { throw Error(ErrorCode::invalid_argument, what); };
+  aotinfer::BatchPrefillConfig config;
+  config.dtype_q = dtype_arg(c.dtype_q, "dtype_q");
+  config.dtype_kv = c.dtype_kv ? dtype_arg(c.dtype_kv, "dtype_kv") : config.dtype_q;
+  config.dtype_o = c.dtype_o ? dtype_arg(c.dtype_o, "dtype_o") : config.dtype_q;
+  config.head_dim = c.head_dim;
+  config.num_qo_heads = c.num_qo_heads;
+  config.num_kv_heads = c.num_kv_heads;
+  const std::string storage = c.kv_storage ? c.kv_storage : "paged";
+  if (storage != "paged" && storage != "ragged")
+    invalid("kv_storage must be \"paged\" or \"ragged\", got \"" + storage + "\"");
+  config.kv_storage = storage == "paged" ? aotinfer::KvStorage::paged : aotinfer::KvStorage::ragged;
+  if (config.kv_storage == aotinfer::KvStorage::paged) a.at_least(c.page_size, 1, (field + "page_size (paged KV)").c_str());
+  config.page_size = c.page_size;
+  config.layout = layout_arg(c.layout);
+  const std::string mask = c.mask ? c.mask : "causal";
+  if (mask != "none" && mask != "causal") invalid("mask must be \"none\" or \"causal\", got \"" + mask + "\"");
+  config.mask = mask == "causal" ? aotinfer::MaskMode::causal : aotinfer::MaskMode::none;
+  const std::string pos = c.pos_encoding ? c.pos_encoding : "none";
+  if (pos == "none") config.pos_encoding = aotinfer::PosEncoding::none;
+  else if (pos == "rope_llama") config.pos_encoding = aotinfer::PosEncoding::rope_llama;
+  else if (pos == "alibi") config.pos_encoding = aotinfer::PosEncoding::alibi;  // BatchPrefill says why not
+  else invalid("pos_encoding must be none or rope_llama, got \"" + pos + "\"");
+  config.sliding_window = c.sliding_window != 0;
+  config.soft_cap = c.soft_cap != 0;
+  config.cuda_graph = c.cuda_graph != 0;
+  config.max_batch = c.max_batch;
+  config.max_total_q = c.max_total_q;
+  config.kv_split = kv_split_arg(c.kv_split, c.kv_split_tokens);
+  config.max_kv_len = c.max_kv_len;
+  return config;
+}
+
 // Workspaces of a plan: device memory, 16-byte aligned (the plan lays out float4 rows in them).
 void workspace_args(const Args& a, const void* float_workspace, std::size_t float_bytes, const void* int_workspace,
                     std::size_t int_bytes) {
@@ -519,43 +562,7 @@ aotinfer_status aotinfer_batch_prefill_create(const aotinfer_package* package, c
     a.pointer(out, "out", "where to store the prefill handle");
     *out = nullptr;
     a.pointer(c, "config", "an aotinfer_batch_prefill_config");
-    a.at_least(c->head_dim, 1, "config->head_dim");
-    a.at_least(c->num_qo_heads, 1, "config->num_qo_heads");
-    a.at_least(c->num_kv_heads, 1, "config->num_kv_heads");
-    if (c->cuda_graph) {
-      a.at_least(c->max_batch, 1, "config->max_batch (CUDA-graph mode)");
-      a.at_least(c->max_total_q, 1, "config->max_total_q (CUDA-graph mode)");
-    }
-    auto invalid = [](const std::string& what) { throw Error(ErrorCode::invalid_argument, what); };
-    aotinfer::BatchPrefillConfig config;
-    config.dtype_q = dtype_arg(c->dtype_q, "dtype_q");
-    config.dtype_kv = c->dtype_kv ? dtype_arg(c->dtype_kv, "dtype_kv") : config.dtype_q;
-    config.dtype_o = c->dtype_o ? dtype_arg(c->dtype_o, "dtype_o") : config.dtype_q;
-    config.head_dim = c->head_dim;
-    config.num_qo_heads = c->num_qo_heads;
-    config.num_kv_heads = c->num_kv_heads;
-    const std::string storage = c->kv_storage ? c->kv_storage : "paged";
-    if (storage != "paged" && storage != "ragged")
-      invalid("kv_storage must be \"paged\" or \"ragged\", got \"" + storage + "\"");
-    config.kv_storage = storage == "paged" ? aotinfer::KvStorage::paged : aotinfer::KvStorage::ragged;
-    if (config.kv_storage == aotinfer::KvStorage::paged) a.at_least(c->page_size, 1, "config->page_size (paged KV)");
-    config.page_size = c->page_size;
-    config.layout = layout_arg(c->layout);
-    const std::string mask = c->mask ? c->mask : "causal";
-    if (mask != "none" && mask != "causal") invalid("mask must be \"none\" or \"causal\", got \"" + mask + "\"");
-    config.mask = mask == "causal" ? aotinfer::MaskMode::causal : aotinfer::MaskMode::none;
-    const std::string pos = c->pos_encoding ? c->pos_encoding : "none";
-    if (pos == "none") config.pos_encoding = aotinfer::PosEncoding::none;
-    else if (pos == "rope_llama") config.pos_encoding = aotinfer::PosEncoding::rope_llama;
-    else if (pos == "alibi") config.pos_encoding = aotinfer::PosEncoding::alibi;  // BatchPrefill says why not
-    else invalid("pos_encoding must be none or rope_llama, got \"" + pos + "\"");
-    config.sliding_window = c->sliding_window != 0;
-    config.soft_cap = c->soft_cap != 0;
-    config.cuda_graph = c->cuda_graph != 0;
-    config.max_batch = c->max_batch;
-    config.max_total_q = c->max_total_q;
-    config.kv_split = kv_split_arg(c->kv_split, c->kv_split_tokens);
-    config.max_kv_len = c->max_kv_len;
+    const aotinfer::BatchPrefillConfig config = prefill_config_arg(a, *c, "config->");
     a.handle(package, "package", kPackageTag, kPackageMaker);
     *out = new aotinfer_batch_prefill{kPrefillTag, aotinfer::BatchPrefill(package->package, config)};
   });
@@ -684,14 +691,6 @@ namespace {
 // The levels' prefill config from its C form, refusing what a cascade cannot take (ragged KV,
 // RoPE, a window: they need one KV or positions that run on across levels) by field name.
 aotinfer::BatchPrefillConfig cascade_level_arg(const Args& a, const aotinfer_batch_prefill_config& c) {
-  a.at_least(c.head_dim, 1, "config->level.head_dim");
-  a.at_least(c.num_qo_heads, 1, "config->level.num_qo_heads");
-  a.at_least(c.num_kv_heads, 1, "config->level.num_kv_heads");
-  a.at_least(c.page_size, 1, "config->level.page_size");
-  if (c.cuda_graph) {
-    a.at_least(c.max_batch, 1, "config->level.max_batch (CUDA-graph mode: the most groups of a level)");
-    a.at_least(c.max_total_q, 1, "config->level.max_total_q (CUDA-graph mode)");
-  }
   auto named = [](const char* s, const char* fallback) { return std::string(s ? s : fallback); };
   if (named(c.kv_storage, "paged") != "paged")
     a.fail("config->level.kv_storage: expected \"paged\" or NULL (the levels share one page pool), got \"" + named(c.kv_storage, "") + "\"");
@@ -701,24 +700,7 @@ aotinfer::BatchPrefillConfig cascade_level_arg(const Args& a, const aotinfer_bat
   if (c.sliding_window) a.fail("config->level.sliding_window: expected 0 (a window counts positions, which restart in each level)");
   const std::string mask = named(c.mask, "causal");
   if (mask != "none" && mask != "causal") a.fail("config->level.mask: expected \"none\" or \"causal\", got \"" + mask + "\"");
-  aotinfer::BatchPrefillConfig config;
-  config.dtype_q = dtype_arg(c.dtype_q, "dtype_q");
-  config.dtype_kv = c.dtype_kv ? dtype_arg(c.dtype_kv, "dtype_kv") : config.dtype_q;
-  config.dtype_o = c.dtype_o ? dtype_arg(c.dtype_o, "dtype_o") : config.dtype_q;
-  config.head_dim = c.head_dim;
-  config.num_qo_heads = c.num_qo_heads;
-  config.num_kv_heads = c.num_kv_heads;
-  config.kv_storage = aotinfer::KvStorage::paged;
-  config.page_size = c.page_size;
-  config.layout = layout_arg(c.layout);
-  config.mask = mask == "causal" ? aotinfer::MaskMode::causal : aotinfer::MaskMode::none;
-  config.soft_cap = c.soft_cap != 0;
-  config.cuda_graph = c.cuda_graph != 0;
-  config.max_batch = c.max_batch;
-  config.max_total_q = c.max_total_q;
-  config.kv_split = kv_split_arg(c.kv_split, c.kv_split_tokens);
-  config.max_kv_len = c.max_kv_len;
-  return config;
+  return prefill_config_arg(a, c, "config->level.");
 }
 
 std::string level_name(const char* array, std::int32_t l) { return std::string(array) + "[" + std::to_string(l) + "]"; }

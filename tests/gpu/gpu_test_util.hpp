@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "aotinfer/attention.hpp"
 #include "aotinfer/dtype.hpp"
 #include "aotinfer/package.hpp"
 
@@ -65,6 +66,23 @@ struct DeviceBuffer {
   }
   // All-ones bytes: NaN in every float format, so an unwritten element fails any comparison.
   void poison() { REQUIRE(cudaMemset(ptr, 0xff, std::max<std::size_t>(count, 1) * sizeof(T)) == cudaSuccess); }
+};
+
+// A device copy of a host vector (a one-element allocation when it is empty).
+template <typename T>
+DeviceBuffer<T> on_device(const std::vector<T>& host) {
+  DeviceBuffer<T> b(host.size());
+  if (!host.empty()) b.upload(host);
+  return b;
+}
+
+// Device workspaces of the sizes a front-end's workspace_sizes() gives.
+struct Workspace {
+  DeviceBuffer<std::uint8_t> floats, ints;
+  aotinfer::Workspace ws;
+  explicit Workspace(aotinfer::WorkspaceSizes s) : floats(s.float_bytes), ints(s.int_bytes) {
+    ws = {floats.ptr, s.float_bytes, ints.ptr, s.int_bytes};
+  }
 };
 
 // 16-bit element storage with host conversion for the dtypes the tests use.

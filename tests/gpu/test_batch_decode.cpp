@@ -365,13 +365,6 @@ struct DeviceProblem {
   }
 };
 
-struct Workspace {
-  DeviceBuffer<std::uint8_t> float_buffer, int_buffer;
-  aotinfer::Workspace ws;
-  explicit Workspace(aotinfer::WorkspaceSizes s)
-      : float_buffer(s.float_bytes), int_buffer(s.int_bytes), ws{float_buffer.ptr, s.float_bytes, int_buffer.ptr, s.int_bytes} {}
-};
-
 // RoPE variants rotate q and K in fp32 and round each once to the 16-bit type of their matrix
 // products (f16 for fp8 KV). The reference rounds its fp64 rotation the same way, but an element
 // near a rounding boundary may go the other way: a score then errs by at most 2u |q| |k| |scale|

@@ -75,21 +75,6 @@ struct Pages {
   }
 };
 
-template <typename T>
-DeviceBuffer<T> on_device(const std::vector<T>& host) {
-  DeviceBuffer<T> b(host.size());
-  if (!host.empty()) b.upload(host);
-  return b;
-}
-
-struct Workspace {
-  DeviceBuffer<std::uint8_t> floats, ints;
-  aotinfer::Workspace ws;
-  explicit Workspace(aotinfer::WorkspaceSizes s) : floats(s.float_bytes), ints(s.int_bytes) {
-    ws = {floats.ptr, s.float_bytes, ints.ptr, s.int_bytes};
-  }
-};
-
 int longest(const std::vector<const Request*>& batch) {
   int most = 1;
   for (const Request* r : batch) most = std::max(most, r->kv);

@@ -130,14 +130,6 @@ struct Outcome {
   bool large_tile = false;
 };
 
-struct Workspace {
-  DeviceBuffer<std::uint8_t> floats, ints;
-  aotinfer::Workspace ws;
-  explicit Workspace(aotinfer::WorkspaceSizes s) : floats(s.float_bytes), ints(s.int_bytes) {
-    ws = {floats.ptr, s.float_bytes, ints.ptr, s.int_bytes};
-  }
-};
-
 // Host data of a case: values as the kernel reads them, and device buffers.
 struct Problem {
   Case c;
@@ -214,13 +206,6 @@ Problem make_problem(std::mt19937_64& rng, const Case& c) {
         std::memcpy(&p.v_bytes[at * 2], &vb[i][(std::int64_t(t) * KVH + h) * d * 2], d * 2);
       }
   return p;
-}
-
-template <typename T>
-DeviceBuffer<T> on_device(const std::vector<T>& host) {
-  DeviceBuffer<T> b(host.size());
-  if (!host.empty()) b.upload(host);
-  return b;
 }
 
 // Compares o/lse of the sampled rows with the reference; every o element must be finite.

@@ -291,21 +291,6 @@ void check(std::mt19937_64& rng, const Problem& p, const std::vector<std::uint16
   CHECK(lse_error < 2e-2);
 }
 
-template <typename T>
-DeviceBuffer<T> on_device(const std::vector<T>& host) {
-  DeviceBuffer<T> b(host.size());
-  if (!host.empty()) b.upload(host);
-  return b;
-}
-
-struct Workspace {
-  DeviceBuffer<std::uint8_t> floats, ints;
-  aotinfer::Workspace ws;
-  explicit Workspace(aotinfer::WorkspaceSizes s) : floats(s.float_bytes), ints(s.int_bytes) {
-    ws = {floats.ptr, s.float_bytes, ints.ptr, s.int_bytes};
-  }
-};
-
 // The device copies of every level's metadata.
 struct LevelBuffers {
   std::vector<DeviceBuffer<std::int32_t>> qo, kv, indices, last;

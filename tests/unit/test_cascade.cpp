@@ -159,7 +159,7 @@ TEST_CASE("C API: cascade calls check every argument before the handle and the d
   };
   refused(with([](auto& c) { c.num_levels = 0; }), {cfn, "config->num_levels: expected >= 1, got 0"});
   refused(with([](auto& c) { c.level.head_dim = 0; }), {cfn, "config->level.head_dim: expected >= 1, got 0"});
-  refused(with([](auto& c) { c.level.page_size = -1; }), {cfn, "config->level.page_size: expected >= 1, got -1"});
+  refused(with([](auto& c) { c.level.page_size = -1; }), {cfn, "config->level.page_size (paged KV): expected >= 1, got -1"});
   refused(with([](auto& c) { c.level.kv_storage = "ragged"; }), {cfn, "config->level.kv_storage: expected \"paged\""});
   refused(with([](auto& c) { c.level.pos_encoding = "rope_llama"; }), {cfn, "config->level.pos_encoding: expected \"none\""});
   refused(with([](auto& c) { c.level.sliding_window = 1; }), {cfn, "config->level.sliding_window: expected 0"});

@@ -333,7 +333,6 @@ class BatchPrefill:
 # --- Cascade: shared-prefix attention (aotinfer/cascade.hpp) ---------------------------------
 # Set-up and run go through ctypes; run() describes its tensors, and the runtime checks each of
 # them before anything is launched.
-import array as _array
 
 
 def _per_level(name, values, num_levels):
@@ -344,19 +343,10 @@ def _per_level(name, values, num_levels):
 
 
 def _level_int32(values, name):
-    """Host metadata of one level as an int32 copy: lists, NumPy arrays, CPU tensors."""
-    if hasattr(values, "__dlpack__") or hasattr(values, "__cuda_array_interface__"):
-        t = _tensor.tensor(values, name)
-        if t.device_type not in (_tensor.CPU, _tensor.CUDA_HOST):
-            raise InvalidArgument(f"cascade: {name}: plan() reads host metadata: pass a CPU tensor, array or list "
-                                  f"(run() takes the GPU copies)", 1)
-        if len(t.shape) != 1:
-            raise InvalidArgument(f"cascade: {name}: expected a 1-D array, got shape {list(t.shape)}", 1)
-        values = values.tolist()
-    try:
-        return _array.array("i", [int(x) for x in values])  # C int: int32_t on every platform served
-    except OverflowError:
-        raise InvalidArgument(f"cascade: {name}: an entry is outside int32", 1) from None
+    """Host metadata of one level as an int32 array of its own (the C call takes one pointer per
+    level), with _host_int32's checks."""
+    address, count, _keep = _host_int32(values, "cascade: " + name)
+    return array.array("i", (ctypes.c_int32 * count).from_address(address)) if count else array.array("i")
 
 
 def _level_pointers(arrays):
