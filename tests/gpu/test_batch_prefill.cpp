@@ -457,9 +457,10 @@ TEST_CASE("batch_prefill reads a token-strided q (a slice of a fused qkv tensor)
 TEST_CASE("batch_prefill with batch-invariant plans (fixed KV split, none) matches the fp64 reference", "[gpu]") {
   SEEDED_RNG(rng);
   int ran = 0, split = 0;
+  int index = 0;
   for (const BatchPrefillConfig& config : package_configs()) {
     Case c = random_case(rng, config);
-    const bool fixed = uniform(rng, 0, 2) != 0;
+    const bool fixed = index++ % 3 != 1;  // the first variant always with a fixed split, so some plan splits
     c.config.kv_split = {fixed ? aotinfer::KvSplit::Mode::fixed : aotinfer::KvSplit::Mode::none, pick<int>(rng, {1, 100, 256, 700})};
     c.qo_lens.push_back(1), c.kv_lens.push_back(uniform(rng, 1000, 3000));  // a decode row: a fixed split cuts it
     INFO("kv_split " << aotinfer::kv_split_name(c.config.kv_split.mode) << " " << c.config.kv_split.tokens);
