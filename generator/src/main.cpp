@@ -43,7 +43,8 @@ options:
   --json                 machine-readable output (list, families)
   --templates DIR        kernel templates (default: $AOTINFER_TEMPLATES or the source tree's)
   --cuda DIR             CUDA toolkit (default: $CUDA_HOME or )" AOTINFER_DEFAULT_CUDA_HOME R"()
-  --launcher CMD         compiler launcher for nvcc, e.g. ccache (default: $AOTINFER_LAUNCHER)
+  --launcher CMD         compiler launcher for nvcc (default: $AOTINFER_LAUNCHER, else ccache
+                         when it is on PATH; "none": no launcher)
   --archs A,B            build only these of the spec's archs (per-arch packages; the spec's
                          PTX stays); the default output folder becomes generated/<package name>-<archs>
   --shard I/N            generate/build shard I of N (balanced by estimated compile cost); the
@@ -68,6 +69,22 @@ std::string env_or(const char* name, const std::string& fallback) {
   return v && *v ? v : fallback;
 }
 
+// ccache when it is on PATH (./setup.sh installs it): a spec that gains one variant then
+// compiles one variant, in any output folder. "" when there is none.
+std::string default_launcher() {
+  const char* path = std::getenv("PATH");
+  for (std::string dirs = path ? path : ""; !dirs.empty();) {
+    const std::size_t colon = dirs.find(':');
+    const fs::path candidate = fs::path(dirs.substr(0, colon)) / "ccache";
+    std::error_code ec;
+    if (!candidate.parent_path().empty() && fs::is_regular_file(candidate, ec) &&
+        (fs::status(candidate, ec).permissions() & fs::perms::owner_exec) != fs::perms::none)
+      return "ccache";
+    dirs = colon == std::string::npos ? "" : dirs.substr(colon + 1);
+  }
+  return "";
+}
+
 [[noreturn]] void usage_error(const std::string& what) {
   std::cerr << "aotinfer-gen: " << what << "\n\n" << kUsage;
   std::exit(2);
@@ -77,7 +94,7 @@ Options parse_args(int argc, char** argv) {
   Options o;
   o.templates = env_or("AOTINFER_TEMPLATES", AOTINFER_SOURCE_DIR "/templates");
   o.cuda = env_or("CUDA_HOME", AOTINFER_DEFAULT_CUDA_HOME);
-  o.launcher = env_or("AOTINFER_LAUNCHER", "");
+  o.launcher = env_or("AOTINFER_LAUNCHER", default_launcher());
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty()) usage_error("no command given");
   o.command = args[0];
@@ -114,6 +131,7 @@ Options parse_args(int argc, char** argv) {
     else if (!a.empty() && a[0] == '-') usage_error("unknown option " + a);
     else o.positional.push_back(a);
   }
+  if (o.launcher == "none") o.launcher.clear();
   return o;
 }
 
@@ -201,8 +219,10 @@ int cmd_build(const Options& o) {
   Spec spec = read_spec(o, families);
   generate(o, spec, families);
   int jobs = o.jobs ? o.jobs : default_jobs();
-  std::cout << "aotinfer-gen: compiling with " << jobs << " parallel jobs for " << spec.archs.size() << " archs\n"
-            << std::flush;
+  std::cout << "aotinfer-gen: compiling with " << jobs << " parallel jobs for " << spec.archs.size() << " archs, "
+            << (o.launcher.empty() ? std::string("no compiler cache (install ccache, or --launcher CMD)")
+                                   : "through " + o.launcher)
+            << "\n" << std::flush;
   auto start = std::chrono::steady_clock::now();
   int status = run_ninja(out_dir(o, spec), jobs);
   if (status != 0) {

@@ -46,9 +46,11 @@ std::string tiny_spec(int head_dim) {
          std::to_string(head_dim) + "}}}}\n";
 }
 
-// aotinfer-gen build SPEC -o OUT -j 1 as a child in its own process group, output to `log`.
+// aotinfer-gen build SPEC -o OUT -j 1 as a child in its own process group, output to `log`;
+// without a compiler cache, so that every build really compiles and a kill lands inside it.
 pid_t spawn_build(const fs::path& spec, const fs::path& out, const fs::path& log) {
-  const std::vector<std::string> args = {AOTINFER_GEN_EXE, "build", spec.string(), "-o", out.string(), "-j", "1"};
+  const std::vector<std::string> args = {AOTINFER_GEN_EXE, "build", spec.string(), "-o", out.string(), "-j", "1",
+                                         "--launcher", "none"};
   std::vector<char*> argv;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
