@@ -1,6 +1,7 @@
 #include "build.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstdio>
@@ -54,6 +55,29 @@ std::map<std::string, int> locks_held;
 bool is_inside(const std::string& rel) {
   fs::path p(rel);
   return !rel.empty() && p.is_relative() && std::none_of(p.begin(), p.end(), [](const fs::path& part) { return part == ".."; });
+}
+
+// Temporaries of atomic writes (write_file_atomic: <path>.tmp<pid>) that a killed run left
+// beside paths this generator tracks. Called with the folder locked, so no run of ours is
+// writing one now; a temporary beside any other file is the user's and stays.
+void remove_leftover_temps(const fs::path& out_dir, std::set<std::string> owners) {
+  owners.insert(kOutputsList);
+  std::set<fs::path> dirs;
+  for (const auto& rel : owners)
+    if (is_inside(rel)) dirs.insert(fs::path(rel).parent_path());
+  for (const fs::path& dir : dirs) {
+    std::error_code ec;
+    for (fs::directory_iterator it(out_dir / dir, ec), end; !ec && it != end; it.increment(ec)) {
+      const std::string name = it->path().filename().string();
+      const std::size_t at = name.rfind(".tmp");
+      if (at == std::string::npos || at + 4 == name.size() ||
+          !std::all_of(name.begin() + at + 4, name.end(), [](unsigned char c) { return std::isdigit(c); }))
+        continue;
+      if (!owners.count((dir / name.substr(0, at)).generic_string())) continue;
+      std::error_code ignored;
+      fs::remove(it->path(), ignored);
+    }
+  }
 }
 
 // The sealed manifest at `path` describes the planned variants (it may differ only in what seal
@@ -155,6 +179,7 @@ GenerateResult generate_package(const Spec& spec, const std::vector<FamilySchema
   // interrupted run leaves nothing of its own untracked (the next run removes what is stale).
   std::set<std::string> tracked = previous;
   tracked.insert(outputs.begin(), outputs.end());
+  remove_leftover_temps(out_dir, tracked);
   write_if_different(out_dir / kOutputsList, nlohmann::json(tracked).dump(1) + "\n");
 
   // Stale outputs next: a variant that left the spec must not linger in the package.

@@ -258,7 +258,8 @@ TEST_CASE("a build killed at any point leaves no package the runtime would take,
   CHECK(seen["unsealed"] >= 1);  // some kill landed inside a build
 }
 
-TEST_CASE("rebuilding with a changed spec never deletes a file the generator did not write", "[build][slow]") {
+TEST_CASE("rebuilding with a changed spec never deletes a file the generator did not write, and removes its leftover temporaries",
+          "[build][slow]") {
   TempDir tmp;
   const fs::path out = tmp.path / "out";
   const fs::path spec = tmp.path / "tiny.json";
@@ -283,9 +284,24 @@ TEST_CASE("rebuilding with a changed spec never deletes a file the generator did
     foreign[rel] = content;
   }
 
+  // Temporaries a killed atomic write of the generator's left beside its outputs, and the
+  // user's look-alikes beside files it does not own.
+  const std::vector<std::string> owned_temps = {"package/manifest.json.tmp4242", "build.ninja.tmp77",
+                                                ".aotinfer-outputs.tmp9", "src/merge_state.dtype-f16.head_dim-64.cu.tmp123"};
+  for (const auto& rel : owned_temps) write_file_atomic(out / rel, "half-written");
+  for (const auto& [rel, content] : std::map<std::string, std::string>{
+           {"notes.txt.tmp12", "mine"}, {"package/kernels/mine.fatbin.tmp3", "mine"}, {"build.ninja.tmpfile", "mine"}}) {
+    write_file_atomic(out / rel, content);
+    foreign[rel] = content;
+  }
+
   write_file_atomic(spec, tiny_spec(128));  // the head_dim-64 fatbin becomes stale
   REQUIRE(build(spec, out, tmp.path / "two.log") == 0);
   CHECK_FALSE(fs::exists(out / old_fatbin));  // the generator's own stale output goes
+  for (const auto& rel : owned_temps) {
+    INFO(rel);
+    CHECK_FALSE(fs::exists(out / rel));  // and so do its leftover temporaries
+  }
   const auto files = files_under(out);
   for (const auto& [rel, content] : foreign) {
     INFO(rel);
