@@ -15,13 +15,13 @@
 namespace aotinfer {
 
 template <typename dtype_q, typename dtype_kv, int head_dim, typename dtype_o = dtype_q,
-          PosEncoding pos_encoding = PosEncoding::none, bool sliding_window = false, bool soft_cap = false>
+          PosEncoding pos_encoding = PosEncoding::none>
 struct AOTINFER_FAMILY("batch_decode")
     AOTINFER_VALUES("dtype_q", "f16", "bf16")
     AOTINFER_VALUES("dtype_kv", "f16", "bf16", "e4m3", "e5m2")
     AOTINFER_VALUES("head_dim", 64, 96, 128, 256)
     AOTINFER_VALUES("dtype_o", "f16", "bf16") batch_decode {
-  using Mma = DecodeMma<dtype_q, dtype_kv, head_dim, dtype_o, pos_encoding, sliding_window, soft_cap>;
+  using Mma = DecodeMma<dtype_q, dtype_kv, head_dim, dtype_o, pos_encoding>;
   static constexpr aotinfer_launch_info decode_launch = Mma::launch;
 
   AOTINFER_ENTRY static __device__ void decode(const aotinfer_batch_decode_params& p) { Mma::run(p); }

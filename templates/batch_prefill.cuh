@@ -31,10 +31,9 @@ constexpr bool kSm90Pass = false;
 #define AOTINFER_PREFILL_ENTRIES(KvRows)                                                                        \
   template <int kMmaQ>                                                                                          \
   using Kernel =                                                                                                \
-      PrefillMma<dtype_q, dtype_kv, head_dim, dtype_o, mask, pos_encoding, sliding_window, soft_cap, KvRows, kMmaQ>; \
+      PrefillMma<dtype_q, dtype_kv, head_dim, dtype_o, mask, pos_encoding, KvRows, kMmaQ>;                   \
   using Large = std::conditional_t<kSm90Pass && prefill_sm90_serves<dtype_q, dtype_kv, head_dim, dtype_o>(),     \
-                                   PrefillSm90<dtype_q, dtype_kv, head_dim, dtype_o, mask, pos_encoding,          \
-                                               sliding_window, soft_cap, KvRows>,                                 \
+                                   PrefillSm90<dtype_q, dtype_kv, head_dim, dtype_o, mask, pos_encoding, KvRows>, \
                                    Kernel<head_dim <= 128 ? 2 : 1>>;                                              \
   using Small = Kernel<1>;                                                                                      \
                                                                                                                 \
@@ -45,7 +44,7 @@ constexpr bool kSm90Pass = false;
   AOTINFER_ENTRY static __device__ void prefill_small(const aotinfer_batch_prefill_params& p) { Small::run(p); }
 
 template <typename dtype_q, int head_dim, MaskMode mask, typename dtype_kv = dtype_q, typename dtype_o = dtype_q,
-          PosEncoding pos_encoding = PosEncoding::none, bool sliding_window = false, bool soft_cap = false>
+          PosEncoding pos_encoding = PosEncoding::none>
 struct AOTINFER_FAMILY("batch_prefill_paged")
     AOTINFER_VALUES("dtype_q", "f16", "bf16")
     AOTINFER_VALUES("head_dim", 64, 96, 128, 256)
@@ -56,7 +55,7 @@ struct AOTINFER_FAMILY("batch_prefill_paged")
 };
 
 template <typename dtype_q, int head_dim, MaskMode mask, typename dtype_kv = dtype_q, typename dtype_o = dtype_q,
-          PosEncoding pos_encoding = PosEncoding::none, bool sliding_window = false, bool soft_cap = false>
+          PosEncoding pos_encoding = PosEncoding::none>
 struct AOTINFER_FAMILY("batch_prefill_ragged")
     AOTINFER_VALUES("dtype_q", "f16", "bf16")
     AOTINFER_VALUES("head_dim", 64, 96, 128, 256)

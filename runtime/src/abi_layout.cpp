@@ -29,7 +29,7 @@ std::string tensor() {
 std::string scalars() {
   using T = aotinfer_attention_scalars;
   return AOTINFER_STRUCT(aotinfer_attention_scalars, F(sm_scale), F(logits_soft_cap), F(rope_scale), F(rope_theta),
-                         F(k_scale), F(v_scale), F(window_left));
+                         F(k_scale), F(v_scale));
 }
 
 std::string decode_tensors() {
@@ -58,7 +58,7 @@ std::string append_tensors() {
 std::string decode_config() {
   using T = aotinfer_batch_decode_config;
   return AOTINFER_STRUCT(aotinfer_batch_decode_config, F(dtype_q), F(dtype_kv), F(dtype_o), F(head_dim), F(num_qo_heads),
-                         F(num_kv_heads), F(page_size), F(layout), F(pos_encoding), F(sliding_window), F(soft_cap),
+                         F(num_kv_heads), F(page_size), F(layout), F(pos_encoding), F(sliding_window), F(window_left),
                          F(cuda_graph), F(max_batch), F(kv_split), F(kv_split_tokens), F(max_kv_len));
 }
 
@@ -66,7 +66,7 @@ std::string prefill_config() {
   using T = aotinfer_batch_prefill_config;
   return AOTINFER_STRUCT(aotinfer_batch_prefill_config, F(dtype_q), F(dtype_kv), F(dtype_o), F(head_dim), F(num_qo_heads),
                          F(num_kv_heads), F(kv_storage), F(page_size), F(layout), F(mask), F(pos_encoding),
-                         F(sliding_window), F(soft_cap), F(cuda_graph), F(max_batch), F(max_total_q), F(kv_split),
+                         F(sliding_window), F(window_left), F(cuda_graph), F(max_batch), F(max_total_q), F(kv_split),
                          F(kv_split_tokens), F(max_kv_len));
 }
 
@@ -74,7 +74,7 @@ std::string decode_run_args() {
   using T = aotinfer_batch_decode_run_args;
   return AOTINFER_STRUCT(aotinfer_batch_decode_run_args, F(batch), F(q), F(k_pages), F(v_pages), F(kv_indptr),
                          F(kv_indices), F(kv_last_page_len), F(o), F(lse), F(q_positions), F(sinks), F(sm_scale),
-                         F(logits_soft_cap), F(rope_scale), F(rope_theta), F(k_scale), F(v_scale), F(window_left),
+                         F(logits_soft_cap), F(rope_scale), F(rope_theta), F(k_scale), F(v_scale),
                          F(q_stride_token));
 }
 
@@ -82,7 +82,7 @@ std::string prefill_run_args() {
   using T = aotinfer_batch_prefill_run_args;
   return AOTINFER_STRUCT(aotinfer_batch_prefill_run_args, F(batch), F(total_q), F(q), F(qo_indptr), F(k), F(v),
                          F(kv_indptr), F(kv_indices), F(kv_last_page_len), F(o), F(lse), F(sinks), F(sm_scale),
-                         F(logits_soft_cap), F(rope_scale), F(rope_theta), F(window_left), F(q_stride_token));
+                         F(logits_soft_cap), F(rope_scale), F(rope_theta), F(q_stride_token));
 }
 
 std::string merge_params() {

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "driver.hpp"
+#include "family_axes.hpp"
 #include "plan_inputs.hpp"
 #include "plan_upload.hpp"
 #include "tensor_checks.hpp"
@@ -46,9 +47,6 @@ std::size_t float_bytes(std::int32_t work_capacity, const BatchDecodeConfig& c) 
   const std::size_t rows = std::size_t(work_capacity) * c.num_qo_heads;
   return align_up(rows * c.head_dim * 4) + align_up(rows * 4);
 }
-
-std::string value(bool b) { return b ? "true" : "false"; }
-
 }  // namespace
 
 struct BatchDecode::Impl {
@@ -83,14 +81,13 @@ VariantKey BatchDecode::variant_key(const BatchDecodeConfig& c) {
                      {"dtype_kv", std::string(dtype_name(c.dtype_kv))},
                      {"head_dim", std::to_string(c.head_dim)},
                      {"dtype_o", std::string(dtype_name(c.dtype_o))},
-                     {"pos_encoding", pos_encoding_name(c.pos_encoding)},
-                     {"sliding_window", value(c.sliding_window)},
-                     {"soft_cap", value(c.soft_cap)}}};
+                     {"pos_encoding", pos_encoding_name(c.pos_encoding)}}};
 }
 
 BatchDecode::BatchDecode(const Package& package, const BatchDecodeConfig& c) : impl_(std::make_unique<Impl>()) {
   check_config(c);
   impl_->config = c;
+  detail::check_family_axes(package, variant_key(c));
   impl_->decode = package.kernel(variant_key(c), "decode");
 
   const aotinfer_launch_info& info = impl_->decode.launch_info();
@@ -108,6 +105,7 @@ BatchDecode::BatchDecode(const Package& package, const BatchDecodeConfig& c) : i
   impl_->limits.tile_tokens = int(info.tile[1]);
   if (impl_->limits.ctas_per_sm < 1) invalid(impl_->decode.uri() + " cannot be resident on this GPU (occupancy 0)");
   impl_->limits.kv_split = c.kv_split;
+  impl_->limits.window_left = c.window_left;
   if (c.cuda_graph) impl_->limits.graph_work = decode_max_work(c.max_batch, impl_->limits, c.max_kv_len);
 }
 
@@ -191,8 +189,6 @@ void BatchDecode::run(const DecodeRunArgs& a, Stream stream) const {
             std::to_string(q_row) + " elements, got " + std::to_string(a.q_stride));
   if (a.kv_stride_page < 0 || a.kv_stride_page * std::int64_t(dtype_size(c.dtype_kv)) % 16 != 0)
     invalid("kv_stride_page must be a non-negative multiple of 16 bytes, got " + std::to_string(a.kv_stride_page) + " elements");
-  if (c.soft_cap && !(a.logits_soft_cap > 0)) invalid("a soft_cap variant needs logits_soft_cap > 0");
-  if (c.sliding_window && a.window_left < 0) invalid("a sliding_window variant needs window_left >= 0");
   if (s.batch == 0) return;
 
   const char* ints = static_cast<const char*>(s.workspace.int_buffer);
@@ -230,7 +226,6 @@ void BatchDecode::run(const DecodeRunArgs& a, Stream stream) const {
     p.merge_counters = reinterpret_cast<std::int32_t*>(static_cast<char*>(s.workspace.int_buffer) + s.layout.merge_counters);
   }
   p.num_qo_heads = c.num_qo_heads;
-  p.window_left = a.window_left;
   p.sm_scale = a.sm_scale != 0 ? a.sm_scale : 1.f / std::sqrt(float(c.head_dim));
   p.logits_soft_cap = a.logits_soft_cap;
   p.rope_rcp_scale = 1.f / a.rope_scale;

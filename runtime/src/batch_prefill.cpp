@@ -9,6 +9,7 @@
 #include "aotinfer/params/batch_prefill.h"
 #include "aotinfer/params/merge_varlen.h"
 #include "driver.hpp"
+#include "family_axes.hpp"
 #include "plan_inputs.hpp"
 #include "plan_upload.hpp"
 #include "prefill_layout.hpp"
@@ -27,8 +28,6 @@ using detail::PrefillIntLayout;
 std::size_t float_bytes(std::int64_t states, int head_dim) {
   return align_up(std::size_t(states) * head_dim * 4) + align_up(std::size_t(states) * 4);
 }
-
-std::string value(bool b) { return b ? "true" : "false"; }
 
 // The TMA maps of q and ragged K/V for a kernel that reads through them (paged kernels read
 // q's only). A map stops at the tensor's end, not a request's: a tile's last box may read the
@@ -97,9 +96,7 @@ VariantKey BatchPrefill::variant_key(const BatchPrefillConfig& c) {
                      {"mask", c.mask == MaskMode::causal ? "causal" : "none"},
                      {"dtype_kv", std::string(dtype_name(c.dtype_kv))},
                      {"dtype_o", std::string(dtype_name(c.dtype_o))},
-                     {"pos_encoding", pos_encoding_name(c.pos_encoding)},
-                     {"sliding_window", value(c.sliding_window)},
-                     {"soft_cap", value(c.soft_cap)}}};
+                     {"pos_encoding", pos_encoding_name(c.pos_encoding)}}};
 }
 
 BatchPrefill::BatchPrefill(const Package& package, const BatchPrefillConfig& c) : impl_(std::make_unique<Impl>()) {
@@ -107,6 +104,7 @@ BatchPrefill::BatchPrefill(const Package& package, const BatchPrefillConfig& c) 
   Impl& s = *impl_;
   s.config = c;
   const VariantKey key = variant_key(c);
+  detail::check_family_axes(package, key);
   s.large = package.kernel(key, "prefill");
   s.small = package.kernel(key, "prefill_small");
   s.merge = package.kernel(MergeState::variant_key(c.dtype_o, c.head_dim), "merge_varlen");
@@ -126,6 +124,7 @@ BatchPrefill::BatchPrefill(const Package& package, const BatchPrefillConfig& c) 
   if (s.limits.large.ctas_per_sm < 1 || s.limits.small.ctas_per_sm < 1)
     invalid(s.large.uri() + " cannot be resident on this GPU (occupancy 0)");
   s.limits.kv_split = c.kv_split;
+  s.limits.window_left = c.window_left;
   if (c.cuda_graph) {
     s.limits.graph_work = 1;  // marks graph mode for prefill_capacity: large tile only
     s.graph_capacity = prefill_capacity(c.max_total_q, c.max_batch, s.limits, c.max_kv_len);
@@ -256,8 +255,6 @@ void BatchPrefill::run(const PrefillRunArgs& a, Stream stream) const {
   if (a.q_stride != 0 && (a.q_stride < q_row || a.q_stride * std::int64_t(dtype_size(c.dtype_q)) % 16 != 0))
     invalid("q_stride must be 0 (dense) or a multiple of 16 bytes of at least num_qo_heads * head_dim = " +
             std::to_string(q_row) + " elements, got " + std::to_string(a.q_stride));
-  if (c.soft_cap && !(a.logits_soft_cap > 0)) invalid("a soft_cap variant needs logits_soft_cap > 0");
-  if (c.sliding_window && a.window_left < 0) invalid("a sliding_window variant needs window_left >= 0");
   if (s.work.padded_work == 0) return;  // no query tokens
 
   const char* ints = static_cast<const char*>(s.workspace.int_buffer);
@@ -306,7 +303,7 @@ void BatchPrefill::run(const PrefillRunArgs& a, Stream stream) const {
                                              align_up(std::size_t(s.state_capacity) * dim * 4));
   }
   p.num_qo_heads = c.num_qo_heads;
-  p.window_left = a.window_left;
+  p.window_left = c.window_left < 0 ? -1 : c.window_left;
   p.sm_scale = a.sm_scale != 0 ? a.sm_scale : 1.f / std::sqrt(float(c.head_dim));
   p.logits_soft_cap = a.logits_soft_cap;
   p.rope_rcp_scale = 1.f / a.rope_scale;

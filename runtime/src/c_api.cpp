@@ -224,6 +224,13 @@ aotinfer::KvSplit kv_split_arg(const char* name, std::int32_t tokens) {
   return split;
 }
 
+// The C configs' window: a flag beside the count, so that a zeroed config has none.
+std::int32_t window_arg(const Args& a, std::int32_t sliding_window, std::int32_t window_left, const std::string& field) {
+  if (!sliding_window) return -1;
+  a.at_least(window_left, 0, (field + "window_left (sliding_window set)").c_str());
+  return window_left;
+}
+
 // A prefill config from its C form; `field` prefixes the fields' names in refusals ("config->",
 // or "config->level." for a cascade's levels).
 aotinfer::BatchPrefillConfig prefill_config_arg(const Args& a, const aotinfer_batch_prefill_config& c, const std::string& field) {
@@ -257,8 +264,7 @@ aotinfer::BatchPrefillConfig prefill_config_arg(const Args& a, const aotinfer_ba
   else if (pos == "rope_llama") config.pos_encoding = aotinfer::PosEncoding::rope_llama;
   else if (pos == "alibi") config.pos_encoding = aotinfer::PosEncoding::alibi;  // BatchPrefill says why not
   else invalid("pos_encoding must be none or rope_llama, got \"" + pos + "\"");
-  config.sliding_window = c.sliding_window != 0;
-  config.soft_cap = c.soft_cap != 0;
+  config.window_left = window_arg(a, c.sliding_window, c.window_left, field);
   config.cuda_graph = c.cuda_graph != 0;
   config.max_batch = c.max_batch;
   config.max_total_q = c.max_total_q;
@@ -463,8 +469,7 @@ aotinfer_status aotinfer_batch_decode_create(const aotinfer_package* package, co
     else if (pos == "rope_llama") config.pos_encoding = aotinfer::PosEncoding::rope_llama;
     else if (pos == "alibi") config.pos_encoding = aotinfer::PosEncoding::alibi;
     else invalid("pos_encoding must be none, rope_llama or alibi, got \"" + pos + "\"");
-    config.sliding_window = c->sliding_window != 0;
-    config.soft_cap = c->soft_cap != 0;
+    config.window_left = window_arg(a, c->sliding_window, c->window_left, "config->");
     config.cuda_graph = c->cuda_graph != 0;
     config.max_batch = c->max_batch;
     config.kv_split = kv_split_arg(c->kv_split, c->kv_split_tokens);
@@ -537,7 +542,6 @@ aotinfer_status aotinfer_batch_decode_run(const aotinfer_batch_decode* decode, c
     args.rope_theta = in->rope_theta != 0 ? in->rope_theta : 1e4f;
     args.k_scale = in->k_scale != 0 ? in->k_scale : 1.f;
     args.v_scale = in->v_scale != 0 ? in->v_scale : 1.f;
-    args.window_left = in->window_left;
     args.q_stride = in->q_stride_token;
     decode->decode.run(args, static_cast<aotinfer::Stream>(stream));
   });
@@ -654,7 +658,6 @@ aotinfer_status aotinfer_batch_prefill_run(const aotinfer_batch_prefill* prefill
     args.logits_soft_cap = in->logits_soft_cap;
     args.rope_scale = in->rope_scale != 0 ? in->rope_scale : 1.f;
     args.rope_theta = in->rope_theta != 0 ? in->rope_theta : 1e4f;
-    args.window_left = in->window_left;
     args.q_stride = in->q_stride_token;
     prefill->prefill.run(args, static_cast<aotinfer::Stream>(stream));
   });

@@ -99,7 +99,8 @@ void Cascade::check_config(const CascadeConfig& c) {
   if (c.level.kv_storage != KvStorage::paged) invalid("the levels share one page pool: kv_storage must be paged");
   if (c.level.pos_encoding != PosEncoding::none)
     invalid("pos_encoding must be none: positions restart in each level (rotate q and K before caching them)");
-  if (c.level.sliding_window) invalid("sliding_window is not supported: a window counts positions, which restart in each level");
+  if (c.level.window_left >= 0)
+    invalid("window_left must be < 0 (no window): a window counts positions, which restart in each level");
   restated("cascade: ", [&] { BatchPrefill::check_config(c.level); });
 }
 
@@ -238,7 +239,6 @@ void Cascade::run(const CascadeRunArgs& a, Stream stream) const {
       invalid(std::string(name) + " must be 16-byte aligned (the kernels move 16-byte vectors)");
   if (a.kv_stride < 0 || a.kv_stride * std::int64_t(dtype_size(c.dtype_kv)) % 16 != 0)
     invalid("kv_stride must be a non-negative multiple of 16 bytes, got " + str(a.kv_stride) + " elements");
-  if (c.soft_cap && !(a.logits_soft_cap > 0)) invalid("a soft_cap variant needs logits_soft_cap > 0");
 
   // The running lse of the merges alternates between two scratch arrays (merge_state may not
   // write the lse it reads), timed so that the last merge writes the caller's lse (or none).

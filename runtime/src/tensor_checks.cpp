@@ -143,11 +143,6 @@ std::int64_t page_stride(const Checker& check, const aotinfer_tensor& k, const a
   return stride;
 }
 
-void check_scalars(const Checker& check, bool soft_cap, bool sliding_window, const aotinfer_attention_scalars& s) {
-  if (soft_cap && !(s.logits_soft_cap > 0)) check.fail("logits_soft_cap", "a soft_cap variant needs logits_soft_cap > 0");
-  if (sliding_window && s.window_left < 0) check.fail("window_left", "a sliding_window variant needs window_left >= 0");
-}
-
 float or_default(float value, float fallback) { return value != 0 ? value : fallback; }
 
 // The first dimension's stride of a checked rows_strided tensor, 0 (dense) when it has one row.
@@ -174,7 +169,6 @@ DecodeRunArgs decode_run_args(const BatchDecodeConfig& c, const PlannedShape& pl
   check.tensor(t.kv_last_page_len, "kv_last_page_len", DType::i32, {{batch, "batch"}}, Packing::contiguous, 4);
   check.optional(t.q_positions, "q_positions", DType::i32, {{batch, "batch"}});
   check.optional(t.sinks, "sinks", DType::f32, {{hq, "num_qo_heads"}});
-  check_scalars(check, c.soft_cap, c.sliding_window, s);
 
   DecodeRunArgs a;
   a.batch = plan.batch;
@@ -196,7 +190,6 @@ DecodeRunArgs decode_run_args(const BatchDecodeConfig& c, const PlannedShape& pl
   a.rope_theta = or_default(s.rope_theta, 1e4f);
   a.k_scale = or_default(s.k_scale, 1.f);
   a.v_scale = or_default(s.v_scale, 1.f);
-  a.window_left = s.window_left;
   return a;
 }
 
@@ -233,7 +226,6 @@ PrefillRunArgs prefill_run_args(const BatchPrefillConfig& c, const PlannedShape&
     check.tensor(t.v, "v", c.dtype_kv, {tokens, {hk, "num_kv_heads"}, {dim, "head_dim"}}, Packing::rows_strided);
     a.kv_stride = page_stride(check, t.k, t.v, "v");
   }
-  check_scalars(check, c.soft_cap, c.sliding_window, s);
 
   a.batch = plan.batch;
   a.total_q = plan.q_rows;
@@ -250,7 +242,6 @@ PrefillRunArgs prefill_run_args(const BatchPrefillConfig& c, const PlannedShape&
   a.logits_soft_cap = s.logits_soft_cap;
   a.rope_scale = or_default(s.rope_scale, 1.f);
   a.rope_theta = or_default(s.rope_theta, 1e4f);
-  a.window_left = s.window_left;
   return a;
 }
 

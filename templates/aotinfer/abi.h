@@ -13,7 +13,9 @@
 
 #include <stdint.h>
 
-#define AOTINFER_ABI_VERSION 1u
+/* 2: sliding windows and soft caps are run-time values (no variant axes; decode params lost
+ * window_left) */
+#define AOTINFER_ABI_VERSION 2u
 
 typedef struct aotinfer_launch_info {
   uint32_t abi_version;        /* AOTINFER_ABI_VERSION of the kernel's build */

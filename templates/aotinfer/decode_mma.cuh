@@ -33,8 +33,7 @@
 
 namespace aotinfer {
 
-template <typename dtype_q, typename dtype_kv, int head_dim, typename dtype_o, PosEncoding pos_encoding,
-          bool sliding_window, bool soft_cap>
+template <typename dtype_q, typename dtype_kv, int head_dim, typename dtype_o, PosEncoding pos_encoding>
 struct DecodeMma {
   static constexpr bool kFp8 = sizeof(dtype_kv) == 1;
   static constexpr bool kRope = pos_encoding == PosEncoding::rope_llama;
@@ -273,7 +272,7 @@ struct DecodeMma {
 
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int team = warp / kSplit, part = warp % kSplit;
-    const DecodeWork item = DecodeWork::of_this_cta<kRows, sliding_window>(p);
+    const DecodeWork item = DecodeWork::of_this_cta<kRows>(p);
     const int kv_head = item.kv_head, rows = item.rows, first_head = item.first_head, request = item.request;
     const int page_begin = item.page_begin, q_pos = item.q_pos, begin = item.begin, end = item.end;
     const int num_blocks = end > begin ? (end - begin + kBlock - 1) / kBlock : 0;
@@ -332,8 +331,9 @@ struct DecodeMma {
     if constexpr (kSplit > 1) __syncthreads();  // every warp has its q before the exchange reuses the rows
 
     // Scores in log2 units; soft cap and ALiBi act on the natural-unit score first.
-    constexpr bool kLog2InScale = !soft_cap && pos_encoding != PosEncoding::alibi;
-    const float score_scale = p.sm_scale * p.k_scale * (kLog2InScale ? kLog2e : 1.f);
+    const bool capped = p.logits_soft_cap > 0.f;  // the same for every thread: a uniform branch
+    const bool log2_in_scale = !capped && pos_encoding != PosEncoding::alibi;
+    const float score_scale = p.sm_scale * p.k_scale * (log2_in_scale ? kLog2e : 1.f);
     const int row_of[2] = {lane / 4, lane / 4 + 8};
     float slope[2] = {0.f, 0.f};
     if constexpr (pos_encoding == PosEncoding::alibi) {
@@ -413,16 +413,24 @@ struct DecodeMma {
 
       // Element (half h, e) is row row_of[e / 2], token 8 h + 2 (lane % 4) + e % 2.
       const int start = block_start(i);
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[h][e] *= score_scale;
+      if (capped)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) s[h][e] = p.logits_soft_cap * tanhf(s[h][e] / p.logits_soft_cap);
       float row_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
       for (int h = 0; h < 2; ++h)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int pos = start + 8 * h + 2 * (lane % 4) + e % 2;
-          float x = s[h][e] * score_scale;
-          if constexpr (soft_cap) x = p.logits_soft_cap * tanhf(x / p.logits_soft_cap);
+          float x = s[h][e];
           if constexpr (pos_encoding == PosEncoding::alibi) x += slope[e / 2] * float(pos - q_pos);
-          if constexpr (!kLog2InScale) x *= kLog2e;
+          if (!log2_in_scale) x *= kLog2e;
           s[h][e] = pos < end ? x : -INFINITY;
           row_max[e / 2] = fmaxf(row_max[e / 2], s[h][e]);
         }

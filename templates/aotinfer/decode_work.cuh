@@ -17,9 +17,9 @@ struct DecodeWork {
   int first_head;  // query head of row 0
   int rows;        // query rows of this CTA (<= its kernel's rows per CTA)
   int page_begin;  // first entry of the request in kv.indices
-  int q_pos;       // the query's position (RoPE, ALiBi, window)
-  int begin, end;  // KV tokens to attend, request-relative, window applied
-  bool takes_sink; // sinks given and this item starts at key 0: its state holds the request's sink
+  int q_pos;       // the query's position (RoPE, ALiBi)
+  int begin, end;  // KV tokens to attend, request-relative (the plan applied any window)
+  bool takes_sink; // sinks given and this is the request's first item: its state holds the request's sink
   int first_item, items;  // the request's work items (split plans; else this one alone)
   __device__ bool split() const { return items > 1; }
 
@@ -34,7 +34,7 @@ struct DecodeWork {
   }
 
   // The flat grid (AOTINFER_DECODE_FLAT_GRID): an item's CTAs are consecutive.
-  template <int kRows, bool sliding_window>
+  template <int kRows>
   static __device__ __forceinline__ DecodeWork of_this_cta(const aotinfer_batch_decode_params& p) {
     DecodeWork w;
     const int group = p.num_qo_heads / p.kv.num_kv_heads;
@@ -58,8 +58,7 @@ struct DecodeWork {
     w.q_pos = p.q_positions ? p.q_positions[w.request] : kv_len - 1;
     w.begin = p.work_kv_begin[w.work];
     w.end = p.work_kv_end[w.work];
-    w.takes_sink = p.sinks && w.begin == 0;
-    if constexpr (sliding_window) w.begin = max(w.begin, w.q_pos - p.window_left);
+    w.takes_sink = p.sinks && w.work == w.first_item;
     return w;
   }
 

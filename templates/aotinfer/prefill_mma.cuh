@@ -22,7 +22,7 @@
 namespace aotinfer {
 
 template <typename dtype_q, typename dtype_kv, int head_dim, typename dtype_o, MaskMode mask, PosEncoding pos_encoding,
-          bool sliding_window, bool soft_cap, template <typename> class KvRows, int kMmaQ>
+          template <typename> class KvRows, int kMmaQ>
 struct PrefillMma {
   static_assert(sizeof(dtype_kv) == 2 && sizeof(dtype_q) == 2 && sizeof(dtype_o) == 2, "16-bit operands and output");
   using dtype = dtype_kv;  // the mma operand type
@@ -132,7 +132,7 @@ struct PrefillMma {
 
     const int group_size = p.num_qo_heads / int(gridDim.y);
     const FastDiv by_group{uint32_t(group_size)};
-    const PrefillCta<KvRows, dtype_kv, mask, sliding_window> cta(p, item, blockIdx.y, group_size, by_group, kRows,
+    const PrefillCta<KvRows, dtype_kv, mask> cta(p, item, blockIdx.y, group_size, by_group, kRows,
                                                                  kKv);
     const KvRows<dtype_kv>& rows = cta.rows;
     const int kv_head = cta.kv_head, q_row = cta.q_row, group = cta.group, valid_rows = cta.valid_rows;
@@ -196,7 +196,8 @@ struct PrefillMma {
 
     // Softmax in log2 units with one FFMA per score: p = exp2(x * scale - m * scale), where x is
     // the raw product, or (soft cap) the capped score already in log2 units.
-    const float scale = soft_cap ? 1.f : p.sm_scale * kLog2e;
+    const bool capped = p.logits_soft_cap > 0.f, windowed = p.window_left >= 0;  // uniform branches
+    const float scale = capped ? 1.f : p.sm_scale * kLog2e;
     float row_m[kMmaQ][2], row_l[kMmaQ][2];
     float o[kMmaQ][kDimTiles][4];
 #pragma unroll
@@ -250,11 +251,11 @@ struct PrefillMma {
 
       // Masks only where the tile crosses an edge some row of the CTA can see.
       const bool edge = start + kKv > end || (mask == MaskMode::causal && start + kKv - 1 > q_offset + t_first) ||
-                        (sliding_window && start < q_offset + t_last - p.window_left);
+                        (windowed && start < q_offset + t_last - p.window_left);
       // Element (m, j, e) is row (m, e / 2), key start + 8 j + 2 (lane % 4) + e % 2. The mask is a
       // loop of its own behind a warp-uniform branch: interleaved with the max below, the
       // compiler turned it into selects that every stage paid for.
-      if constexpr (soft_cap)
+      if (capped)
 #pragma unroll
         for (int m = 0; m < kMmaQ; ++m) soft_cap_scores(s[m], p.sm_scale, p.logits_soft_cap);
       if (edge) {
@@ -265,7 +266,7 @@ struct PrefillMma {
           for (int h = 0; h < 2; ++h) {
             const int t = (q_row + warp * kWarpRows + m * 16 + lane / 4 + 8 * h) / group;
             if constexpr (mask == MaskMode::causal) key_hi[h] = q_offset + t;
-            if constexpr (sliding_window) key_lo[h] = q_offset + t - p.window_left;
+            if (windowed) key_lo[h] = q_offset + t - p.window_left;
           }
           mask_scores(s[m], start, end, key_lo, key_hi);
         }

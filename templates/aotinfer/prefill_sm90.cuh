@@ -44,7 +44,7 @@ constexpr bool prefill_sm90_serves() {
 }
 
 template <typename dtype_q, typename dtype_kv, int head_dim, typename dtype_o, MaskMode mask, PosEncoding pos_encoding,
-          bool sliding_window, bool soft_cap, template <typename> class KvRows>
+          template <typename> class KvRows>
 struct PrefillSm90 {
   static_assert(prefill_sm90_serves<dtype_q, dtype_kv, head_dim, dtype_o>(), "head_dim 64, 96, 128 or 256; 16-bit types");
   using dtype = dtype_kv;  // the wgmma operand type
@@ -138,7 +138,7 @@ struct PrefillSm90 {
     return kReadsKvMaps && p.tensor_maps_encoded;
   }
 
-  using Cta = PrefillCta<KvRows, dtype_kv, mask, sliding_window>;
+  using Cta = PrefillCta<KvRows, dtype_kv, mask>;
 
   // The launch's (item, KV head) pairs: pair w is item w % num_work of KV head w / num_work. The
   // divisions every pair needs (by num_work and by the group size) are multiply-shifts made once
@@ -505,7 +505,8 @@ struct PrefillSm90 {
                                                 const Cta& cta, const FastDiv& by_group, int g, int done, int n) {
     const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
     // Softmax in log2 units (score_fragment.cuh).
-    const float scale = soft_cap ? 1.f : p.sm_scale * kLog2e;
+    const bool capped = p.logits_soft_cap > 0.f, windowed = p.window_left >= 0;  // uniform branches
+    const float scale = capped ? 1.f : p.sm_scale * kLog2e;
     float row_m[2] = {-INFINITY, -INFINITY}, row_l[2] = {0.f, 0.f};
     float o[kDimTiles][4], s[kKvTiles][4];
 #pragma unroll
@@ -521,7 +522,7 @@ struct PrefillSm90 {
     for (int h = 0; h < 2; ++h) {
       const int t = int(by_group(uint32_t(cta.q_row + 64 * g + 16 * warp + lane / 4 + 8 * h)));
       if constexpr (mask == MaskMode::causal) key_hi[h] = cta.q_offset + t;
-      if constexpr (sliding_window) key_lo[h] = cta.q_offset + t - p.window_left;
+      if (windowed) key_lo[h] = cta.q_offset + t - p.window_left;
     }
 
     const uint32_t q_addr = sm90::smem_u32(sh.q_slot(n)) + g * 64 * 128;
@@ -553,11 +554,11 @@ struct PrefillSm90 {
     float alpha[2];
     auto softmax_scores = [&](int t) {
       const int start = cta.begin + t * kKv;
-      if constexpr (soft_cap) soft_cap_scores(s, p.sm_scale, p.logits_soft_cap);
+      if (capped) soft_cap_scores(s, p.sm_scale, p.logits_soft_cap);
       // Masks only where the tile crosses an edge some row of the CTA can see.
       const bool edge = start + kKv > cta.end ||
                         (mask == MaskMode::causal && start + kKv - 1 > cta.q_offset + cta.t_first) ||
-                        (sliding_window && start < cta.q_offset + cta.t_last - p.window_left);
+                        (windowed && start < cta.q_offset + cta.t_last - p.window_left);
       if (edge) mask_scores(s, start, cta.end, key_lo, key_hi);
       softmax_step</*kLazyMax=*/true>(s, row_m, row_l, alpha, scale);
     };

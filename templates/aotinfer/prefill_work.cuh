@@ -88,7 +88,7 @@ struct PackedRow {
 
 // Work item `item` for KV head `kv_head` of `num_kv_heads`, with tiles of `tile_rows` packed
 // query rows and `kv_tile` keys.
-template <template <typename> class KvRows, typename T, MaskMode mask, bool sliding_window>
+template <template <typename> class KvRows, typename T, MaskMode mask>
 struct PrefillCta {
   int item, kv_head, request, q_row;
   KvRows<T> rows;
@@ -124,7 +124,7 @@ struct PrefillCta {
     state_stride = split ? p.work_state_stride[item] : 0;
     end = split ? min(p.work_kv_end[item], rows.length) : rows.length;
     if constexpr (mask == MaskMode::causal) end = min(end, q_offset + t_last + 1);
-    if constexpr (sliding_window) begin = max(begin, q_offset + t_first - p.window_left);
+    if (p.window_left >= 0) begin = max(begin, q_offset + t_first - p.window_left);
     num_tiles = end > begin ? (end - begin + kv_tile - 1) / kv_tile : 0;
   }
 
@@ -152,11 +152,15 @@ struct PrefillCta {
     const int packed = q_row + row;
     return int64_t(qo_begin + packed / group) * p.num_qo_heads + kv_head * group + packed % group;
   }
-  // Whether the rows take their sinks: sinks given and the item starts at key 0 (as every item
-  // that writes o does). Asked at the epilogue, not kept through the key loop, where the mma.sync
-  // kernel has no register to spare.
+  // Whether the rows take their sinks: sinks given and the item is its tile's first chunk (as
+  // every item that writes o is), which starts at key 0 or, under a window, where the window of
+  // the tile's first row starts. Asked at the epilogue, not kept through the key loop, where the
+  // mma.sync kernel has no register to spare.
   __device__ __forceinline__ bool takes_sink(const aotinfer_batch_prefill_params& p) const {
-    return p.sinks && (state < 0 || p.work_kv_begin[item] == 0);
+    if (!p.sinks) return false;
+    if (state < 0) return true;
+    const int first_key = p.window_left >= 0 ? max(0, q_offset + t_first - p.window_left) : 0;
+    return p.work_kv_begin[item] <= first_key;
   }
   // The sink of packed row q_row + row, folded into its normalisation (when takes_sink).
   __device__ __forceinline__ void add_sink(const aotinfer_batch_prefill_params& p, int row, RowResult& r) const {

@@ -1,13 +1,17 @@
 // Helpers shared by GPU tests: the package under test, checked CUDA calls, device buffers,
-// host-side half/bfloat16 conversion, and the error norm every comparison uses.
+// host-side half/bfloat16 conversion, the error norm every comparison uses, the run-time features
+// every attention variant serves (windows, soft caps) and a package as an older version built it.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include "catch.hpp"
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -109,5 +113,55 @@ inline double relative_error(const std::vector<double>& out, const std::vector<d
 }
 
 inline double tolerance(aotinfer::DType t) { return t == aotinfer::DType::bf16 ? 1e-2 / 2 : 1e-3; }
+
+// A sliding window's window_left (plan-time: the configs' window_left) in its three regimes: 0
+// (the last key or a query's own only), small (1-64: the window's start falls inside one KV
+// tile) and medium (65 to `medium`: long requests still split inside it).
+inline std::int32_t random_window_left(std::mt19937_64& rng, std::int32_t medium = 3000) {
+  switch (std::uniform_int_distribution<int>(0, 2)(rng)) {
+    case 0: return 0;
+    case 1: return std::uniform_int_distribution<std::int32_t>(1, 64)(rng);
+    default: return std::uniform_int_distribution<std::int32_t>(65, std::max(65, medium))(rng);
+  }
+}
+
+// A logits soft cap (a run-time argument), log-uniform from 1 (squashes most scores) to 50
+// (barely touches them).
+inline float random_soft_cap(std::mt19937_64& rng) {
+  return float(std::exp(std::uniform_real_distribution<double>(0, std::log(50.0))(rng)));
+}
+
+// A package as an aotinfer version before kernel ABI 2 built it, when sliding_window and soft_cap
+// were variant axes: the package under test's manifest with those two axes (false in every
+// variant) added to the given families, alone in a fresh folder. The ops must refuse such a
+// family before they load any kernel, so the manifest is all it needs. `made` is false (and the
+// folder empty) when the package under test records none of the given families without those
+// axes (a manifest from before families were recorded, or from before kernel ABI 2).
+struct OldAxesPackage {
+  std::filesystem::path dir;
+  bool made = false;
+
+  explicit OldAxesPackage(const std::vector<std::string>& families) {
+    dir = std::filesystem::temp_directory_path() / ("aotinfer-old-axes-" + std::to_string(std::random_device{}()));
+    std::filesystem::create_directories(dir);
+    aotinfer::Manifest m = package().manifest();
+    const auto listed = [&](const std::string& name) { return std::find(families.begin(), families.end(), name) != families.end(); };
+    for (aotinfer::ManifestFamily& f : m.families)
+      if (listed(f.name) && !f.axis("sliding_window") && !f.axis("soft_cap")) {
+        for (const char* axis : {"sliding_window", "soft_cap"}) f.axes.push_back({axis, "bool", {"false", "true"}, "false", {}});
+        made = true;
+      }
+    if (!made) return;
+    for (aotinfer::ManifestVariant& v : m.variants)
+      if (listed(v.key.family)) v.key.axes.insert(v.key.axes.end(), {{"sliding_window", "false"}, {"soft_cap", "false"}});
+    std::ofstream(dir / "manifest.json") << m.dump();
+  }
+  ~OldAxesPackage() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+  OldAxesPackage(const OldAxesPackage&) = delete;
+  OldAxesPackage& operator=(const OldAxesPackage&) = delete;
+};
 
 }  // namespace gpu_test

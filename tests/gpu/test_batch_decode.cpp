@@ -4,8 +4,11 @@
 // with every failure; AOTINFER_TEST_SEED replays it.
 //
 // A configuration whose variant the package lacks is skipped with a WARN naming it; a test case
-// fails when none of its configurations ran. Paged caches use a random permutation of physical
-// pages, spare pages and unwritten slots hold NaN bytes (0xff), outputs start as NaN bytes.
+// fails when none of its configurations ran. Sliding windows and soft caps are no variant axes:
+// every variant serves both, so cases draw them (window_left in the config, since the plan
+// clamps each request's keys to it; the cap in the run arguments). Paged caches use a random
+// permutation of physical pages, spare pages and unwritten slots hold NaN bytes (0xff), outputs
+// start as NaN bytes.
 // fp8 caches are compared against the reference on the dequantised fp8 values, so the 16-bit
 // thresholds hold for them too.
 #include <cuda_fp8.h>
@@ -54,7 +57,7 @@ std::string variant_name(const BatchDecodeConfig& c) {
   std::ostringstream s;
   s << "batch_decode{dtype_q=" << aotinfer::dtype_name(c.dtype_q) << ", dtype_kv=" << aotinfer::dtype_name(c.dtype_kv)
     << ", head_dim=" << c.head_dim << ", dtype_o=" << aotinfer::dtype_name(c.dtype_o) << ", pos_encoding=" << name(c.pos_encoding)
-    << ", sliding_window=" << c.sliding_window << ", soft_cap=" << c.soft_cap << "}";
+    << "}";
   return s.str();
 }
 
@@ -118,8 +121,8 @@ BatchDecodeConfig with_dtypes(BatchDecodeConfig c, Dtypes d) {
   return c;
 }
 
-// The first plain configuration (no window, cap or position encoding unless asked) that the
-// package holds, preferring bf16 and head_dim 128; nullopt when there is none.
+// The first plain configuration (no position encoding unless asked) that the package holds,
+// preferring bf16 and head_dim 128; nullopt when there is none.
 std::optional<BatchDecodeConfig> base_config(BatchDecodeConfig features = {}) {
   std::vector<int> dims = head_dims("batch_decode");
   std::stable_sort(dims.begin(), dims.end(), [](int a, int b) { return (a == 128) > (b == 128); });
@@ -147,8 +150,7 @@ struct Case {
   bool with_q_positions = false;
   bool with_sinks = false;
   float sm_scale = 0;  // 0: 1/sqrt(head_dim)
-  float soft_cap = 0;
-  std::int32_t window_left = -1;
+  float soft_cap = 0;  // > 0: scores are capped (the window is config.window_left)
   float rope_scale = 1, rope_theta = 1e4f;
   float k_scale = 1, v_scale = 1;
   int spare_pages = 2;
@@ -163,7 +165,7 @@ std::string describe(const Case& c) {
   for (std::size_t i = 0; i < c.lens.size() && i < 16; ++i) s << (i ? ", " : "") << c.lens[i];
   if (c.lens.size() > 16) s << ", ... max " << *std::max_element(c.lens.begin(), c.lens.end());
   s << "}, lse " << c.with_lse << ", q_positions " << c.with_q_positions << ", sinks " << c.with_sinks << ", sm_scale " << c.sm_scale << ", soft_cap "
-    << c.soft_cap << ", window_left " << c.window_left << ", rope " << c.rope_scale << "/" << c.rope_theta << ", k/v scale "
+    << c.soft_cap << ", window_left " << g.window_left << ", rope " << c.rope_scale << "/" << c.rope_theta << ", k/v scale "
     << c.k_scale << "/" << c.v_scale << (g.cuda_graph ? ", cuda_graph, max_batch " + std::to_string(g.max_batch) : "");
   return s.str();
 }
@@ -196,8 +198,8 @@ struct Problem {
             : c.config.pos_encoding == PosEncoding::rope_llama ? ref::DecodePos::rope_llama
                                                                : ref::DecodePos::alibi;
     p.sm_scale = c.sm_scale > 0 ? double(c.sm_scale) : 1 / std::sqrt(double(c.config.head_dim));
-    p.logits_soft_cap = c.config.soft_cap ? double(c.soft_cap) : 0;
-    p.window_left = c.config.sliding_window ? c.window_left : -1;
+    p.logits_soft_cap = c.soft_cap > 0 ? double(c.soft_cap) : 0;
+    p.window_left = c.config.window_left >= 0 ? c.config.window_left : -1;
     p.rope_rcp_scale = 1 / double(c.rope_scale);
     p.rope_rcp_theta = 1 / double(c.rope_theta);
     p.k_scale = c.k_scale;
@@ -360,7 +362,6 @@ struct DeviceProblem {
     a.rope_theta = p.c.rope_theta;
     a.k_scale = p.c.k_scale;
     a.v_scale = p.c.v_scale;
-    a.window_left = p.c.window_left;
     return a;
   }
 };
@@ -502,7 +503,7 @@ std::vector<std::int32_t> random_lens(std::mt19937_64& rng, std::int64_t batch, 
   return lens;
 }
 
-// Run-time arguments drawn to suit the config's variant axes.
+// Run-time arguments drawn to suit the config's variant axes; no window or cap (with_features).
 Case random_case(std::mt19937_64& rng, const BatchDecodeConfig& config, std::vector<std::int32_t> lens, bool q_positions, bool lse) {
   Case c;
   c.config = config;
@@ -511,13 +512,6 @@ Case random_case(std::mt19937_64& rng, const BatchDecodeConfig& config, std::vec
   c.with_q_positions = q_positions;
   c.with_sinks = uniform(rng, 0, 2) == 0;
   c.sm_scale = uniform(rng, 0, 1) ? 0.0f : float(uniform(rng, 0.5, 2.0) / std::sqrt(double(config.head_dim)));
-  if (config.soft_cap) c.soft_cap = float(uniform(rng, 1.0, 8.0));
-  if (config.sliding_window) {
-    // 0 keeps the query's own position only; with explicit positions (up to 16 ahead of the
-    // cache) the window always reaches the last key.
-    const int kind = uniform(rng, 0, 2);
-    c.window_left = kind == 0 && !q_positions ? 0 : kind == 1 ? uniform(rng, 16, 64) : uniform(rng, 64, 2000);
-  }
   if (config.pos_encoding == PosEncoding::rope_llama) {
     c.rope_scale = uniform(rng, 0, 1) ? 1.0f : float(uniform(rng, 1.0, 4.0));
     c.rope_theta = uniform(rng, 0, 1) ? 1e4f : 5e5f;
@@ -528,6 +522,20 @@ Case random_case(std::mt19937_64& rng, const BatchDecodeConfig& config, std::vec
   }
   c.spare_pages = uniform(rng, 0, 4);
   return c;
+}
+
+// The case with a sliding window (window_left 0, small or medium; the window counts back from
+// each request's last key, explicit q_positions or not) and a soft cap, each on or off.
+Case with_features(std::mt19937_64& rng, Case c, bool window, bool cap) {
+  c.config.window_left = window ? random_window_left(rng) : -1;
+  c.soft_cap = cap ? random_soft_cap(rng) : 0;
+  return c;
+}
+
+// The same, each on in a third of the cases.
+Case with_random_features(std::mt19937_64& rng, Case c) {
+  const bool window = uniform(rng, 0, 2) == 0, cap = uniform(rng, 0, 2) == 0;
+  return with_features(rng, std::move(c), window, cap);
 }
 
 // Page size and layout rotating with `index`, random GQA shape; the variant axes stay.
@@ -546,61 +554,59 @@ BatchDecodeConfig random_shape(std::mt19937_64& rng, BatchDecodeConfig c, int in
 
 }  // namespace
 
-TEST_CASE("batch_decode matches the fp64 reference across variant axes, layouts and page sizes", "[gpu]") {
+// (tests/gpu/ptx_fallback.sh selects this test by the start of its name.)
+TEST_CASE("batch_decode matches the fp64 reference across variant axes, run-time windows and caps, layouts and page sizes", "[gpu]") {
   SEEDED_RNG(rng);
   int ran = 0, index = 0;
 
-  auto go = [&](BatchDecodeConfig config) {
+  auto go = [&](BatchDecodeConfig config, bool window, bool cap) {
     const int i = index++;
     config = random_shape(rng, config, i);
     const std::int64_t batch = i % 5 == 0 ? 1 : uniform(rng, 2, 32);
     Case c = random_case(rng, config, random_lens(rng, batch, 1024, config.page_size), i % 2 == 0, i % 3 != 0);
-    ran += run_case(rng, c);
+    ran += run_case(rng, with_features(rng, c, window, cap));
   };
 
-  // Every combination of position encoding, window and soft cap, on rotating dtypes (the
-  // next one the package holds for that combination when the rotating one is missing).
+  // Every position encoding with every combination of window and soft cap on one variant, on
+  // rotating dtypes (the next one the package holds for that encoding when the rotating one is
+  // missing).
   for (PosEncoding pos : {PosEncoding::none, PosEncoding::rope_llama, PosEncoding::alibi})
     for (bool window : {false, true})
       for (bool cap : {false, true}) {
         BatchDecodeConfig features;
         features.pos_encoding = pos;
-        features.sliding_window = window;
-        features.soft_cap = cap;
         std::optional<BatchDecodeConfig> config;
         for (std::size_t k = 0; k < kDtypes.size() && !config; ++k)
           config = with_available_head_dim(rng, with_dtypes(features, kDtypes[(index + k) % kDtypes.size()]));
-        if (config) go(*config);
+        if (config) go(*config, window, cap);
         else make_decode(with_dtypes(features, kDtypes[0]));  // WARNs that it is skipped
       }
-  // Every dtype combination (fp8 caches with random k_scale / v_scale), with random features
-  // (none when the package lacks them for those dtypes).
+  // Every dtype combination (fp8 caches with random k_scale / v_scale), with a random position
+  // encoding (none when the package lacks it for those dtypes), window and cap.
   for (const Dtypes& d : kDtypes) {
     BatchDecodeConfig c = with_dtypes({}, d);
     c.pos_encoding = pick(rng, std::vector<PosEncoding>{PosEncoding::none, PosEncoding::rope_llama, PosEncoding::alibi});
-    c.sliding_window = uniform(rng, 0, 3) == 0;
-    c.soft_cap = uniform(rng, 0, 3) == 0;
     std::optional<BatchDecodeConfig> config = with_available_head_dim(rng, c);
     if (!config) config = with_available_head_dim(rng, with_dtypes({}, d));
-    if (config) go(*config);
+    const bool window = uniform(rng, 0, 1), cap = uniform(rng, 0, 1);
+    if (config) go(*config, window, cap);
     else make_decode(with_dtypes({}, d));  // WARNs that it is skipped
   }
-  // Random draws over everything the package holds.
+  // Random draws over everything the package holds, windows and caps on in a third of them each.
   std::vector<BatchDecodeConfig> held;
   for (PosEncoding pos : {PosEncoding::none, PosEncoding::rope_llama, PosEncoding::alibi})
-    for (bool window : {false, true})
-      for (bool cap : {false, true})
-        for (const Dtypes& d : kDtypes) {
-          BatchDecodeConfig c = with_dtypes({}, d);
-          c.pos_encoding = pos;
-          c.sliding_window = window;
-          c.soft_cap = cap;
-          for (int dim : head_dims("batch_decode")) {
-            c.head_dim = dim;
-            if (available(c)) held.push_back(c);
-          }
-        }
-  for (int trial = 0; trial < 24 && !held.empty(); ++trial) go(pick(rng, held));
+    for (const Dtypes& d : kDtypes) {
+      BatchDecodeConfig c = with_dtypes({}, d);
+      c.pos_encoding = pos;
+      for (int dim : head_dims("batch_decode")) {
+        c.head_dim = dim;
+        if (available(c)) held.push_back(c);
+      }
+    }
+  for (int trial = 0; trial < 24 && !held.empty(); ++trial) {
+    const bool window = uniform(rng, 0, 2) == 0, cap = uniform(rng, 0, 2) == 0;
+    go(pick(rng, held), window, cap);
+  }
   REQUIRE_SOME_RAN(ran);
 }
 
@@ -611,7 +617,7 @@ TEST_CASE("batch_decode reads a token-strided q (a slice of a fused qkv tensor) 
     std::optional<BatchDecodeConfig> config = with_available_head_dim(rng, with_dtypes({}, kDtypes[i % kDtypes.size()]));
     if (!config) continue;
     const BatchDecodeConfig c = random_shape(rng, *config, i);
-    Case k = random_case(rng, c, random_lens(rng, uniform(rng, 1, 40), 3000, c.page_size), i % 2 == 0, true);
+    Case k = with_random_features(rng, random_case(rng, c, random_lens(rng, uniform(rng, 1, 40), 3000, c.page_size), i % 2 == 0, true));
     k.q_pad = pick<int>(rng, {8, 64, 2 * c.num_kv_heads * c.head_dim});  // the k and v of a fused qkv
     ran += run_case(rng, k);
   }
@@ -627,7 +633,9 @@ TEST_CASE("batch_decode with batch-invariant plans (fixed KV split, none) matche
     BatchDecodeConfig c = random_shape(rng, *config, i);
     c.kv_split = {i % 3 == 0 ? aotinfer::KvSplit::Mode::none : aotinfer::KvSplit::Mode::fixed, pick<int>(rng, {1, 50, 256, 2048})};
     const std::int64_t batch = i % 4 == 0 ? 1 : uniform(rng, 2, 24);
-    Case k = random_case(rng, c, random_lens(rng, batch, 6000, c.page_size), i % 2 == 0, true);
+    // Odd rounds under a window: a fixed split then cuts a request's window from its first key.
+    Case k = with_features(rng, random_case(rng, c, random_lens(rng, batch, 6000, c.page_size), i % 2 == 0, true), i % 2 == 1,
+                           uniform(rng, 0, 2) == 0);
     INFO("kv_split " << aotinfer::kv_split_name(c.kv_split.mode) << " " << c.kv_split.tokens);
     aotinfer::DecodeWorkPlan plan;
     ran += run_case(rng, k, &plan);
@@ -652,15 +660,15 @@ TEST_CASE("batch_decode edge lengths: empty requests, single tokens, page and ti
       for (int n : {1, 2, k})
         for (int delta : {-1, 0, 1}) lens.push_back(std::max(0, n * page_size + delta));
       std::shuffle(lens.begin(), lens.end(), rng);
-      ran += run_case(rng, random_case(rng, config, lens, uniform(rng, 0, 1), true));
+      ran += run_case(rng, with_random_features(rng, random_case(rng, config, lens, uniform(rng, 0, 1), true)));
 
       // Single requests: empty, one token, exactly one page; all-empty batches; and skewed
       // batches, one long request among short ones (split, uneven chunk counts).
       for (std::vector<std::int32_t> small : std::vector<std::vector<std::int32_t>>{{0}, {1}, {page_size}, {0, 0, 0}})
-        ran += run_case(rng, random_case(rng, config, small, false, true));
+        ran += run_case(rng, with_random_features(rng, random_case(rng, config, small, false, true)));
       std::vector<std::int32_t> skewed = random_lens(rng, uniform(rng, 8, 40), 12, page_size);
       skewed[uniform<std::size_t>(rng, 0, skewed.size() - 1)] = uniform(rng, 3000, 6000);
-      ran += run_case(rng, random_case(rng, config, skewed, uniform(rng, 0, 1), uniform(rng, 0, 1)));
+      ran += run_case(rng, with_random_features(rng, random_case(rng, config, skewed, uniform(rng, 0, 1), uniform(rng, 0, 1))));
     }
   REQUIRE_SOME_RAN(ran);
 }
@@ -672,8 +680,9 @@ static int run_group_sizes(std::mt19937_64& rng, const BatchDecodeConfig& base, 
   for (int group : groups) {
     BatchDecodeConfig config =
         with_heads(random_shape(rng, base, index++), group, group == 64 ? uniform(rng, 1, 2) : uniform(rng, 1, 4));
-    ran += run_case(rng, random_case(rng, config, random_lens(rng, uniform(rng, 1, max_requests), max_len, config.page_size),
-                                     uniform(rng, 0, 1), true));
+    ran += run_case(rng, with_random_features(rng, random_case(rng, config, random_lens(rng, uniform(rng, 1, max_requests), max_len,
+                                                                                        config.page_size),
+                                                               uniform(rng, 0, 1), true)));
   }
   return ran;
 }
@@ -719,9 +728,60 @@ TEST_CASE("batch_decode batch sizes 1..512: split plans for few long requests, u
   // Batch 1 and random batches up to 512.
   for (std::int64_t batch : {std::int64_t(1), uniform<std::int64_t>(rng, 2, 512), uniform<std::int64_t>(rng, 2, 512)}) {
     const BatchDecodeConfig config = random_shape(rng, *base, int(batch));
-    REQUIRE(run_case(rng, random_case(rng, config, random_lens(rng, batch, batch == 1 ? 3000 : 300, config.page_size),
-                                      uniform(rng, 0, 1), uniform(rng, 0, 1))));
+    REQUIRE(run_case(rng, with_random_features(rng, random_case(rng, config, random_lens(rng, batch, batch == 1 ? 3000 : 300,
+                                                                                         config.page_size),
+                                                                uniform(rng, 0, 1), uniform(rng, 0, 1)))));
   }
+}
+
+// Under a window the plan starts each request's first item at the window's first key, not key 0,
+// and that item folds the sink: so sinks with windows, in plans that split a request's window
+// into chunks and plans that leave it whole, on every dtype (fp8 with k/v scales) with the
+// position encodings rotating, caps and q_positions (which move RoPE and ALiBi, not the window)
+// at random.
+TEST_CASE("batch_decode with a sliding window and attention sinks: split and unsplit plans, every dtype", "[gpu]") {
+  SEEDED_RNG(rng);
+  const std::vector<PosEncoding> encodings = {PosEncoding::none, PosEncoding::rope_llama, PosEncoding::alibi};
+  int ran = 0, index = 0;
+  for (const Dtypes& d : kDtypes) {
+    const int i = index++;
+    BatchDecodeConfig features = with_dtypes({}, d);
+    features.pos_encoding = encodings[(i + uniform(rng, 0, 2)) % 3];
+    std::optional<BatchDecodeConfig> config = with_available_head_dim(rng, features);
+    if (!config) config = with_available_head_dim(rng, with_dtypes({}, d));
+    if (!config) {
+      make_decode(with_dtypes({}, d));  // WARNs that it is skipped
+      continue;
+    }
+    const BatchDecodeConfig shape = with_heads(random_shape(rng, *config, i), pick(rng, kGroups), uniform(rng, 1, 2));
+    auto windowed = [&](std::vector<std::int32_t> lens, std::int32_t window_left) {
+      Case c = random_case(rng, shape, std::move(lens), uniform(rng, 0, 1), true);
+      c.config.window_left = window_left;
+      c.soft_cap = uniform(rng, 0, 1) ? random_soft_cap(rng) : 0;
+      c.with_sinks = true;
+      return c;
+    };
+    aotinfer::DecodeWorkPlan plan;
+    // One long request, or a few beside short and empty ones, under a window of hundreds to
+    // thousands of keys (5 KV tiles or more): few items for the GPU, so the window is split.
+    {
+      const std::int32_t window_left = uniform(rng, 300, 3000);
+      std::vector<std::int32_t> lens = {uniform(rng, 4000, 20000)};
+      if (uniform(rng, 0, 1)) lens.insert(lens.end(), {0, 1, uniform(rng, 2, window_left), uniform(rng, 4000, 12000)});
+      std::shuffle(lens.begin(), lens.end(), rng);
+      ran += run_case(rng, windowed(lens, window_left), &plan);
+      CHECK(plan.split);
+    }
+    // A window of at most 32 keys (one KV tile: 32 keys at head_dim 256, 64 below) leaves every
+    // request one item, beginning at its window unless the request is shorter.
+    {
+      std::vector<std::int32_t> lens = random_lens(rng, uniform(rng, 1, 16), 6000, shape.page_size);
+      lens.push_back(uniform(rng, 3000, 8000));
+      ran += run_case(rng, windowed(lens, uniform(rng, 0, 1) ? 0 : uniform(rng, 1, 31)), &plan);
+      CHECK_FALSE(plan.split);
+    }
+  }
+  REQUIRE_SOME_RAN(ran);
 }
 
 TEST_CASE("batch_decode of one request with 1 to 131k keys", "[gpu]") {
@@ -733,7 +793,7 @@ TEST_CASE("batch_decode of one request with 1 to 131k keys", "[gpu]") {
     const std::int32_t len = uniform(rng, 1 << octave, (2 << octave) - 1);
     BatchDecodeConfig config = random_shape(rng, *base, octave);
     if (len > 20000) config = with_heads(config, config.num_qo_heads / config.num_kv_heads, 1);  // keeps the fp64 reference quick
-    REQUIRE(run_case(rng, random_case(rng, config, {len}, uniform(rng, 0, 1), uniform(rng, 0, 1))));
+    REQUIRE(run_case(rng, with_random_features(rng, random_case(rng, config, {len}, uniform(rng, 0, 1), uniform(rng, 0, 1)))));
   }
 }
 
@@ -751,22 +811,24 @@ TEST_CASE("batch_decode of a 128k-token request among short ones", "[gpu][long]"
   CHECK(plan.split);
 }
 
-TEST_CASE("batch_decode in CUDA-graph mode: one captured graph replays every later plan", "[gpu]") {
-  SEEDED_RNG(rng);
-  std::optional<BatchDecodeConfig> base = base_config();
-  REQUIRE_SOME_RAN(base ? 1 : 0);
-  BatchDecodeConfig config = with_heads(*base, pick(rng, kGroups), uniform(rng, 1, 4));
+// One CUDA-graph decode captured once and replayed after each of several plans, each checked.
+static void replay_plans(std::mt19937_64& rng, const BatchDecodeConfig& base, bool window) {
+  BatchDecodeConfig config = with_heads(base, pick(rng, kGroups), uniform(rng, 1, 4));
   config.page_size = pick(rng, std::vector<int>{1, 16, 64});
   config.layout = uniform(rng, 0, 1) ? KvLayout::hnd : KvLayout::nhd;
   config.cuda_graph = true;
   config.max_batch = uniform(rng, 24, 64);
+  // The window is the plan's (each request's items cover only its window's keys): the grid and
+  // the captured launch stay the same.
+  config.window_left = window ? random_window_left(rng) : -1;
   const std::int32_t max_batch = config.max_batch;
   BatchDecode decode(package(), config);
 
   // The plans replayed: a first batch (captured), the largest batch, one long request (many
   // chunks), empty and tiny requests, and the first shape again with new values. Pointers and
-  // scalars (scales, rope, window, cap) are captured with the launches, so only the lengths and
-  // the values behind the pointers change; lse and q_positions are on or off for all of them.
+  // scalars (scales, rope, cap) are captured with the launches, so only the lengths and the
+  // values behind the pointers change; lse, q_positions, sinks and the cap are on or off for all
+  // of them.
   const bool q_positions = uniform(rng, 0, 1);
   const std::int64_t first = uniform(rng, 4, max_batch / 2);
   std::vector<std::vector<std::int32_t>> shapes = {
@@ -775,7 +837,8 @@ TEST_CASE("batch_decode in CUDA-graph mode: one captured graph replays every lat
   shapes.push_back(shapes[0]);
   std::vector<Problem> problems;
   std::int64_t max_pages = 0, max_indices = 0;
-  const Case first_case = random_case(rng, config, shapes[0], q_positions, true);
+  Case first_case = random_case(rng, config, shapes[0], q_positions, true);
+  first_case.soft_cap = uniform(rng, 0, 1) ? random_soft_cap(rng) : 0;
   for (const auto& lens : shapes) {
     Case c = first_case;
     c.lens = lens;
@@ -824,6 +887,16 @@ TEST_CASE("batch_decode in CUDA-graph mode: one captured graph replays every lat
       CUDA_CHECK(cudaGetLastError());
     }
     check(p, d, reference(p));
+  }
+}
+
+TEST_CASE("batch_decode in CUDA-graph mode: one captured graph replays every later plan, with and without a window", "[gpu]") {
+  SEEDED_RNG(rng);
+  std::optional<BatchDecodeConfig> base = base_config();
+  REQUIRE_SOME_RAN(base ? 1 : 0);
+  for (bool window : {false, true}) {
+    INFO((window ? "with" : "without") << " a sliding window");
+    replay_plans(rng, *base, window);
   }
 }
 
@@ -888,12 +961,13 @@ TEST_CASE("batch_decode launched back to back reads what the launch before it wr
   }
 }
 
-TEST_CASE("the C API's raw batch_decode run takes attention sinks and q positions", "[gpu]") {
+TEST_CASE("the C API's raw batch_decode run takes attention sinks, q positions, a window and a soft cap", "[gpu]") {
   SEEDED_RNG(rng);
   std::optional<BatchDecodeConfig> config = base_config();
   REQUIRE_SOME_RAN(config.has_value());
   *config = with_heads(*config, 4, 2);
-  Case c = random_case(rng, *config, random_lens(rng, 6, 700, config->page_size), /*q_positions=*/true, /*lse=*/true);
+  Case c = with_features(rng, random_case(rng, *config, random_lens(rng, 6, 700, config->page_size), /*q_positions=*/true, /*lse=*/true),
+                         /*window=*/true, /*cap=*/true);
   c.with_sinks = true;
   INFO(describe(c));
   const Problem p = make_problem(rng, c);
@@ -913,7 +987,13 @@ TEST_CASE("the C API's raw batch_decode run takes attention sinks and q position
   cc.num_kv_heads = c.config.num_kv_heads;
   cc.page_size = c.config.page_size;
   cc.layout = name(c.config.layout);
+  // A window is a flag and a count (a zeroed config has none); the flag without a count is refused.
+  cc.sliding_window = 1;
+  cc.window_left = -1;
   aotinfer_batch_decode* decode = nullptr;
+  CHECK(aotinfer_batch_decode_create(pkg, &cc, &decode) == AOTINFER_INVALID_ARGUMENT);
+  CHECK_THAT(std::string(aotinfer_last_error()), Contains("window_left"));
+  cc.window_left = c.config.window_left;
   REQUIRE(aotinfer_batch_decode_create(pkg, &cc, &decode) == AOTINFER_OK);
   std::size_t float_bytes = 0, int_bytes = 0;
   REQUIRE(aotinfer_batch_decode_workspace_sizes(decode, std::int32_t(p.batch()), 0, &float_bytes, &int_bytes) == AOTINFER_OK);
@@ -935,10 +1015,11 @@ TEST_CASE("the C API's raw batch_decode run takes attention sinks and q position
   args.q_positions = a.q_positions;
   args.sinks = a.sinks;
   args.sm_scale = a.sm_scale;
+  args.logits_soft_cap = a.logits_soft_cap;
   args.k_scale = a.k_scale;
   args.v_scale = a.v_scale;
-  args.window_left = -1;
   REQUIRE(a.sinks != nullptr);
+  REQUIRE(a.logits_soft_cap > 0);
   REQUIRE(aotinfer_batch_decode_run(decode, &args, nullptr) == AOTINFER_OK);
   CUDA_CHECK(cudaDeviceSynchronize());
   aotinfer_batch_decode_destroy(decode);
@@ -1050,6 +1131,44 @@ TEST_CASE("BatchDecode refuses bad arguments before launching anything", "[gpu]"
     CUDA_CHECK(cudaDeviceSynchronize());
     check(p, d, reference(p));
   }
+}
+
+// Before kernel ABI 2, sliding_window and soft_cap were batch_decode variant axes. A package built
+// then must be refused by name with the rebuild that fixes it, in C++ and through the C API,
+// rather than have its window-less variants run with the window ignored. (The refusal comes
+// before any kernel is loaded: the manifest alone is enough to test it.)
+TEST_CASE("BatchDecode refuses a package built when windows and soft caps were variant axes", "[gpu]") {
+  const OldAxesPackage old({"batch_decode"});
+  if (!old.made) {
+    WARN("skipped: the package under test records no batch_decode family without those axes in its manifest");
+    return;
+  }
+  const aotinfer::Package pkg = aotinfer::Package::open(old.dir);
+  BatchDecodeConfig config = with_heads({}, 4, 2);
+  config.window_left = 16;
+  try {
+    BatchDecode decode(pkg, config);
+    FAIL("a batch_decode family with sliding_window and soft_cap axes was accepted");
+  } catch (const aotinfer::Error& e) {
+    INFO(e.what());
+    CHECK(e.code() == ErrorCode::not_found);
+    CHECK_THAT(std::string(e.what()), Contains("sliding_window") && Contains("soft_cap") && Contains("rebuild"));
+  }
+
+  aotinfer_package* c_pkg = nullptr;
+  REQUIRE(aotinfer_package_open(old.dir.c_str(), &c_pkg) == AOTINFER_OK);
+  aotinfer_batch_decode_config cc{};
+  cc.dtype_q = cc.dtype_kv = "bf16";
+  cc.head_dim = config.head_dim;
+  cc.num_qo_heads = config.num_qo_heads;
+  cc.num_kv_heads = config.num_kv_heads;
+  cc.page_size = config.page_size;
+  aotinfer_batch_decode* decode = nullptr;
+  CHECK(aotinfer_batch_decode_create(c_pkg, &cc, &decode) == AOTINFER_NOT_FOUND);
+  CHECK(decode == nullptr);
+  CHECK_THAT(std::string(aotinfer_last_error()), Contains("sliding_window") && Contains("rebuild"));
+  aotinfer_batch_decode_destroy(decode);
+  aotinfer_package_close(c_pkg);
 }
 
 // ---------------------------------------------------------------------------------------------

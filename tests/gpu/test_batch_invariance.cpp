@@ -1,6 +1,7 @@
 // Batch-invariant plans (KvSplit fixed and none, aotinfer/attention.hpp) on the GPU: a request's
 // output and LSE must be the same bytes whatever else shares its batch, the batch's size and
-// order, CUDA-graph mode or not, and (prefill, causal) however its queries were cut into chunks.
+// order, CUDA-graph mode or not, with a sliding window or without (the plan cuts a request's
+// window by the request alone), and (prefill, causal) however its queries were cut into chunks.
 // Requests are drawn once per test; each is run alone, then inside random batches of the others,
 // and the bytes compared (a chunk of a prompt that starts inside a query tile: o's bytes only). That the bytes are right is the other GPU tests' job (they run the
 // invariant modes against the fp64 reference too).
@@ -109,11 +110,12 @@ bool held(const Config& config) {
 
 // ---- prefill -------------------------------------------------------------------------------
 
-aotinfer::BatchPrefillConfig prefill_config(aotinfer::KvStorage storage, aotinfer::MaskMode mask, KvSplit split) {
+aotinfer::BatchPrefillConfig prefill_config(aotinfer::KvStorage storage, aotinfer::MaskMode mask, KvSplit split,
+                                           std::int32_t window_left = -1) {
   aotinfer::BatchPrefillConfig c;
   c.dtype_q = c.dtype_kv = c.dtype_o = kType;
   c.head_dim = kDim, c.num_qo_heads = kHeads, c.num_kv_heads = kKvHeads, c.page_size = kPage;
-  c.kv_storage = storage, c.mask = mask, c.kv_split = split;
+  c.kv_storage = storage, c.mask = mask, c.kv_split = split, c.window_left = window_left;
   return c;
 }
 
@@ -210,20 +212,22 @@ KvSplit random_split(std::mt19937_64& rng) {
   return {KvSplit::Mode::fixed, pick<int>(rng, {128, 256, 1000, 2048, 4096})};
 }
 
-std::string describe(const KvSplit& s, aotinfer::KvStorage storage, aotinfer::MaskMode mask) {
+std::string describe(const KvSplit& s, aotinfer::KvStorage storage, aotinfer::MaskMode mask, std::int32_t window_left = -1) {
   std::ostringstream out;
   out << (storage == aotinfer::KvStorage::paged ? "paged" : "ragged") << ", "
       << (mask == aotinfer::MaskMode::causal ? "causal" : "no mask") << ", kv_split " << aotinfer::kv_split_name(s.mode)
-      << " " << s.tokens;
+      << " " << s.tokens << ", window_left " << window_left;
   return out.str();
 }
 
 // ---- decode --------------------------------------------------------------------------------
 
-std::vector<Output> run_decode(std::mt19937_64& rng, KvSplit split, const std::vector<const Request*>& batch, bool graph) {
+std::vector<Output> run_decode(std::mt19937_64& rng, KvSplit split, std::int32_t window_left, const std::vector<const Request*>& batch,
+                               bool graph) {
   aotinfer::BatchDecodeConfig c;
   c.dtype_q = c.dtype_kv = c.dtype_o = kType;
   c.head_dim = kDim, c.num_qo_heads = kHeads, c.num_kv_heads = kKvHeads, c.page_size = kPage, c.kv_split = split;
+  c.window_left = window_left;
   const std::int32_t n = std::int32_t(batch.size());
   if (graph) c.cuda_graph = true, c.max_batch = n + 5, c.max_kv_len = longest(batch) + 50;
   aotinfer::BatchDecode decode(package(), c);
@@ -264,8 +268,9 @@ TEST_CASE("batch-invariant prefill: a request's bytes do not depend on its batch
   for (auto storage : {aotinfer::KvStorage::paged, aotinfer::KvStorage::ragged})
     for (auto mask : {aotinfer::MaskMode::causal, aotinfer::MaskMode::none}) {
       const KvSplit split = random_split(rng);
-      INFO(describe(split, storage, mask));
-      const auto config = prefill_config(storage, mask, split);
+      const std::int32_t window_left = uniform(rng, 0, 1) ? random_window_left(rng) : -1;
+      INFO(describe(split, storage, mask, window_left));
+      const auto config = prefill_config(storage, mask, split, window_left);
       if (!held<aotinfer::BatchPrefill>(config)) continue;
       const std::vector<Request> pool = prefill_pool(rng, mask == aotinfer::MaskMode::causal, 12);
       std::vector<Output> alone;
@@ -286,6 +291,9 @@ TEST_CASE("batch-invariant prefill: a request's bytes do not depend on its batch
     }
 }
 
+// (No window here: under one a query tile's keys start at its first token's window, so a chunk
+// that starts inside a one-pass tile walks its keys from another key, in other blocks, and even
+// o's bytes may differ without a split.)
 TEST_CASE("batch-invariant causal prefill: chunked prefill gives the bytes of one pass", "[gpu]") {
   SEEDED_RNG(rng);
   for (auto storage : {aotinfer::KvStorage::paged, aotinfer::KvStorage::ragged}) {
@@ -346,18 +354,19 @@ TEST_CASE("batch-invariant decode: a request's bytes do not depend on its batch,
   SEEDED_RNG(rng);
   for (int round = 0; round < 3; ++round) {
     const KvSplit split = round == 0 ? KvSplit{KvSplit::Mode::none, 0} : random_split(rng);
-    INFO("kv_split " << aotinfer::kv_split_name(split.mode) << " " << split.tokens);
+    const std::int32_t window_left = round == 2 ? random_window_left(rng) : -1;  // the last round under a window
+    INFO("kv_split " << aotinfer::kv_split_name(split.mode) << " " << split.tokens << ", window_left " << window_left);
     std::vector<Request> pool;
     for (int i = 0; i < 16; ++i) pool.push_back(random_request(rng, 1, pick<int>(rng, {0, 1, 17, 300, 2048, 5000, 20000})));
     std::vector<Output> alone;
-    for (const Request& r : pool) alone.push_back(run_decode(rng, split, {&r}, false)[0]);
+    for (const Request& r : pool) alone.push_back(run_decode(rng, split, window_left, {&r}, false)[0]);
     for (int trial = 0; trial < 6; ++trial) {
       const std::size_t probe = uniform<std::size_t>(rng, 0, pool.size() - 1);
       const auto members = random_batch(rng, pool.size(), probe, uniform<std::size_t>(rng, 1, pool.size()));
       std::vector<const Request*> batch;
       for (std::size_t m : members) batch.push_back(&pool[m]);
       const bool graph = trial % 2 == 1;
-      const std::vector<Output> out = run_decode(rng, split, batch, graph);
+      const std::vector<Output> out = run_decode(rng, split, window_left, batch, graph);
       for (std::size_t j = 0; j < members.size(); ++j) {
         INFO("trial " << trial << (graph ? " (CUDA graph)" : "") << ": request " << members[j] << " (kv " << pool[members[j]].kv
                       << ") in a batch of " << members.size());

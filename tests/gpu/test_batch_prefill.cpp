@@ -6,7 +6,9 @@
 // Every output element must be finite (o starts as NaN bytes); a sample of rows per request
 // (first, last and random tokens, all heads) is compared with the reference. Paged caches use a
 // random permutation of physical pages, and spare pages and unwritten slots hold NaN bytes, so
-// reading outside a request's keys shows up in the outputs.
+// reading outside a request's keys shows up in the outputs. Sliding windows and soft caps are no
+// variant axes: every variant serves both, so cases draw them (window_left in the config, since
+// the plan gives each query tile only its window's keys; the cap in the run arguments).
 #include <algorithm>
 #include <limits>
 #include <numeric>
@@ -40,9 +42,10 @@ std::string describe(const BatchPrefillConfig& c) {
     << "{dtype_q=" << aotinfer::dtype_name(c.dtype_q) << ", head_dim=" << c.head_dim
     << ", mask=" << (c.mask == MaskMode::causal ? "causal" : "none") << ", dtype_kv=" << aotinfer::dtype_name(c.dtype_kv)
     << ", dtype_o=" << aotinfer::dtype_name(c.dtype_o) << ", pos_encoding=" << aotinfer::pos_encoding_name(c.pos_encoding)
-    << ", sliding_window=" << c.sliding_window << ", soft_cap=" << c.soft_cap << "} heads " << c.num_qo_heads << "/"
-    << c.num_kv_heads;
+    << "} heads " << c.num_qo_heads << "/" << c.num_kv_heads;
   if (c.kv_storage == KvStorage::paged) s << " page " << c.page_size << (c.layout == KvLayout::nhd ? " nhd" : " hnd");
+  if (c.kv_split.mode != aotinfer::KvSplit::Mode::adaptive)
+    s << ", kv_split " << aotinfer::kv_split_name(c.kv_split.mode) << " " << c.kv_split.tokens;
   return s.str();
 }
 
@@ -72,14 +75,12 @@ std::vector<BatchPrefillConfig> package_configs() {
       c.head_dim = std::stoi(axis("head_dim"));
       c.mask = axis("mask") == "causal" ? MaskMode::causal : MaskMode::none;
       c.pos_encoding = axis("pos_encoding") == "rope_llama" ? PosEncoding::rope_llama : PosEncoding::none;
-      c.sliding_window = axis("sliding_window") == "true";
-      c.soft_cap = axis("soft_cap") == "true";
       out.push_back(c);
     }
   return out;
 }
 
-// The plain bf16 variant of the given storage and mask (no RoPE, window or cap): head_dim 128
+// The plain bf16 variant of the given storage and mask (no RoPE): head_dim 128
 // where the package holds it, else its smallest head_dim of that kind (or 128, which
 // make_prefill then reports missing).
 BatchPrefillConfig base_config(KvStorage storage, MaskMode mask, int qo_heads, int kv_heads) {
@@ -91,17 +92,16 @@ BatchPrefillConfig base_config(KvStorage storage, MaskMode mask, int qo_heads, i
   std::set<int> dims;
   for (const BatchPrefillConfig& v : package_configs())
     if (v.kv_storage == storage && v.mask == mask && v.dtype_q == c.dtype_q && v.dtype_kv == c.dtype_kv &&
-        v.dtype_o == c.dtype_o && v.pos_encoding == c.pos_encoding && !v.sliding_window && !v.soft_cap)
+        v.dtype_o == c.dtype_o && v.pos_encoding == c.pos_encoding)
       dims.insert(v.head_dim);
   if (!dims.empty() && !dims.count(c.head_dim)) c.head_dim = *dims.begin();
   return c;
 }
 
 struct Case {
-  BatchPrefillConfig config;
+  BatchPrefillConfig config;  // with the window (window_left), which the plan needs
   std::vector<std::int32_t> qo_lens, kv_lens;
-  std::int32_t window_left = -1;
-  float soft_cap = 0;
+  float soft_cap = 0;         // > 0: scores are capped
   int sampled_tokens = 24;  // per request, besides the first and last
   std::vector<float> sinks{};  // [num_qo_heads] attention-sink logits, or empty
   bool c_api = false;          // plan and run through the C API's raw entry points
@@ -221,8 +221,8 @@ void check(std::mt19937_64& rng, const Problem& p, const std::vector<std::uint16
   rp.causal = cfg.mask == MaskMode::causal;
   rp.rope = cfg.pos_encoding == PosEncoding::rope_llama;
   rp.sm_scale = 1.0 / std::sqrt(double(d));
-  rp.logits_soft_cap = p.c.soft_cap;
-  rp.window_left = cfg.sliding_window ? p.c.window_left : -1;
+  rp.logits_soft_cap = p.c.soft_cap > 0 ? p.c.soft_cap : 0;
+  rp.window_left = cfg.window_left >= 0 ? cfg.window_left : -1;
   rp.rope_rcp_theta = 1e-4;
   rp.sinks.assign(p.c.sinks.begin(), p.c.sinks.end());
   const aotinfer::DType operand = cfg.dtype_kv;
@@ -309,8 +309,8 @@ void run_through_c_api(const Case& c, const Problem& p, const aotinfer::PrefillR
   cc.layout = cfg.layout == KvLayout::hnd ? "hnd" : "nhd";
   cc.mask = cfg.mask == MaskMode::causal ? "causal" : "none";
   cc.pos_encoding = aotinfer::pos_encoding_name(cfg.pos_encoding);
-  cc.sliding_window = cfg.sliding_window;
-  cc.soft_cap = cfg.soft_cap;
+  cc.sliding_window = cfg.window_left >= 0;  // a flag beside the count: a zeroed config has no window
+  cc.window_left = std::max(0, cfg.window_left);
   aotinfer_package* pkg = nullptr;
   REQUIRE(aotinfer_package_open(package().path().c_str(), &pkg) == AOTINFER_OK);
   aotinfer_batch_prefill* prefill = nullptr;
@@ -333,7 +333,6 @@ void run_through_c_api(const Case& c, const Problem& p, const aotinfer::PrefillR
   args.kv_indices = paged ? a.kv_indices : nullptr, args.kv_last_page_len = paged ? a.kv_last_page_len : nullptr;
   args.o = a.o, args.lse = a.lse, args.sinks = a.sinks;
   args.logits_soft_cap = a.logits_soft_cap;
-  args.window_left = a.window_left;
   args.q_stride_token = a.q_stride;
   for (int launch = 0; launch < 2; ++launch) {
     o.poison();
@@ -347,7 +346,7 @@ void run_through_c_api(const Case& c, const Problem& p, const aotinfer::PrefillR
 Outcome run_case(std::mt19937_64& rng, const Case& c) {
   std::optional<BatchPrefill> prefill = make_prefill(c.config);
   if (!prefill) return {};
-  INFO(describe(c.config) << ", " << c.qo_lens.size() << " requests, window " << c.window_left << ", cap " << c.soft_cap
+  INFO(describe(c.config) << ", " << c.qo_lens.size() << " requests, window_left " << c.config.window_left << ", cap " << c.soft_cap
                           << ", sinks " << !c.sinks.empty());
   const Problem p = make_problem(rng, c);
   const BatchPrefillConfig& cfg = c.config;
@@ -377,7 +376,6 @@ Outcome run_case(std::mt19937_64& rng, const Case& c) {
   a.kv_indices = indices.ptr, a.kv_last_page_len = last.ptr;
   a.o = o.ptr, a.lse = lse.ptr;
   a.sinks = c.sinks.empty() ? nullptr : sinks.ptr;
-  a.window_left = c.window_left;
   a.logits_soft_cap = c.soft_cap;
   // Twice, outputs poisoned in between: the second launch must find the workspace as the plan
   // left it (the persistent kernel's pair counter back at 0), and it is the one checked.
@@ -394,7 +392,8 @@ Outcome run_case(std::mt19937_64& rng, const Case& c) {
   return {true, plan.split, plan.large_tile};
 }
 
-// A random case for a config: lengths, heads, page size, layout, window and cap.
+// A random case for a config: lengths, heads, page size, layout and sinks; no window or cap
+// (with_features).
 Case random_case(std::mt19937_64& rng, BatchPrefillConfig c) {
   const int group = pick<int>(rng, {1, 2, 3, 4, 8});
   c.num_kv_heads = uniform(rng, 1, 3);
@@ -410,10 +409,37 @@ Case random_case(std::mt19937_64& rng, BatchPrefillConfig c) {
     k.qo_lens.push_back(qo);
     k.kv_lens.push_back(c.mask == MaskMode::causal ? qo + uniform(rng, 0, 700) : uniform(rng, 0, 900));
   }
-  if (c.sliding_window) k.window_left = uniform(rng, 0, 300);
-  if (c.soft_cap) k.soft_cap = 20.f;
   if (uniform(rng, 0, 2) == 0) k.sinks = random_sinks(rng, c.num_qo_heads);
   return k;
+}
+
+// The case with a sliding window (window_left 0, small, or medium up to `medium`) and a soft cap,
+// each on or off.
+Case with_features(std::mt19937_64& rng, Case c, bool window, bool cap, std::int32_t medium = 600) {
+  c.config.window_left = window ? random_window_left(rng, medium) : -1;
+  c.soft_cap = cap ? random_soft_cap(rng) : 0;
+  return c;
+}
+
+// The same, each on in a third of the cases.
+Case with_random_features(std::mt19937_64& rng, Case c, std::int32_t medium = 600) {
+  const bool window = uniform(rng, 0, 2) == 0, cap = uniform(rng, 0, 2) == 0;
+  return with_features(rng, std::move(c), window, cap, medium);
+}
+
+// A variant of the storage and mask, with RoPE or without at random (RoPE only where the package
+// holds it), of any dtypes and head_dim the package holds; the plain bf16 one (base_config) when
+// it holds none. Page size and layout random.
+BatchPrefillConfig any_variant(std::mt19937_64& rng, KvStorage storage, MaskMode mask, int qo_heads, int kv_heads) {
+  const PosEncoding pos = uniform(rng, 0, 1) ? PosEncoding::rope_llama : PosEncoding::none;
+  std::vector<BatchPrefillConfig> held;
+  for (const BatchPrefillConfig& v : package_configs())
+    if (v.kv_storage == storage && v.mask == mask && v.pos_encoding == pos) held.push_back(v);
+  BatchPrefillConfig c = held.empty() ? base_config(storage, mask, qo_heads, kv_heads) : pick(rng, held);
+  c.num_qo_heads = qo_heads, c.num_kv_heads = kv_heads;
+  c.page_size = pick<int>(rng, {1, 8, 16, 24, 64, 256});
+  if (storage == KvStorage::paged) c.layout = pick<KvLayout>(rng, {KvLayout::nhd, KvLayout::hnd});
+  return c;
 }
 
 #define REQUIRE_SOME_RAN(n) \
@@ -421,10 +447,17 @@ Case random_case(std::mt19937_64& rng, BatchPrefillConfig c) {
 
 }  // namespace
 
+// (tests/gpu/prefill_sm90.sh names this test.)
 TEST_CASE("batch_prefill matches the fp64 reference for every prefill variant in the package", "[gpu]") {
   SEEDED_RNG(rng);
   int ran = 0;
-  for (const BatchPrefillConfig& c : package_configs()) ran += run_case(rng, random_case(rng, c)).ran;
+  // Window and cap off and on in turn, from a random start: any four variants in a row meet the
+  // four combinations.
+  int combo = uniform(rng, 0, 3);
+  for (const BatchPrefillConfig& c : package_configs()) {
+    const int features = combo++ % 4;
+    ran += run_case(rng, with_features(rng, random_case(rng, c), features & 1, features & 2)).ran;
+  }
   REQUIRE_SOME_RAN(ran);
 }
 
@@ -432,8 +465,8 @@ TEST_CASE("batch_prefill, causal with more queries than keys: rows that see no k
   SEEDED_RNG(rng);
   int ran = 0;
   for (const BatchPrefillConfig& config : package_configs()) {
-    if (config.mask != MaskMode::causal || config.sliding_window) continue;
-    Case c = random_case(rng, config);
+    if (config.mask != MaskMode::causal) continue;
+    Case c = with_random_features(rng, random_case(rng, config));  // a window keeps a row's own key: no more empty rows
     for (std::size_t i = 0; i < c.qo_lens.size(); ++i)  // the first qo - kv queries of each see nothing
       c.kv_lens[i] = uniform(rng, 0, c.qo_lens[i] - 1);
     c.qo_lens.push_back(200), c.kv_lens.push_back(0);  // a whole request without keys
@@ -446,7 +479,7 @@ TEST_CASE("batch_prefill reads a token-strided q (a slice of a fused qkv tensor)
   SEEDED_RNG(rng);
   int ran = 0;
   for (const BatchPrefillConfig& config : package_configs()) {
-    Case c = random_case(rng, config);
+    Case c = with_random_features(rng, random_case(rng, config));
     c.q_pad = pick<int>(rng, {8, 64, 2 * c.config.num_kv_heads * c.config.head_dim});  // the k and v of a fused qkv
     c.c_api = uniform(rng, 0, 3) == 0;
     ran += run_case(rng, c).ran;
@@ -459,8 +492,10 @@ TEST_CASE("batch_prefill with batch-invariant plans (fixed KV split, none) match
   int ran = 0, split = 0;
   int index = 0;
   for (const BatchPrefillConfig& config : package_configs()) {
-    Case c = random_case(rng, config);
-    const bool fixed = index++ % 3 != 1;  // the first variant always with a fixed split, so some plan splits
+    // A window in odd rounds (a fixed split then counts each tile's chunks from its window's
+    // first key); the first variant always without, and with a fixed split, so some plan splits.
+    Case c = with_features(rng, random_case(rng, config), index % 2 == 1, uniform(rng, 0, 2) == 0);
+    const bool fixed = index++ % 3 != 1;
     c.config.kv_split = {fixed ? aotinfer::KvSplit::Mode::fixed : aotinfer::KvSplit::Mode::none, pick<int>(rng, {1, 100, 256, 700})};
     c.qo_lens.push_back(1), c.kv_lens.push_back(uniform(rng, 1000, 3000));  // a decode row: a fixed split cuts it
     INFO("kv_split " << aotinfer::kv_split_name(c.config.kv_split.mode) << " " << c.config.kv_split.tokens);
@@ -485,7 +520,8 @@ TEST_CASE("batch_prefill of qo_len 1..4096 mixed with kv_len 0..32k in one batch
         c.qo_lens.push_back(5), c.kv_lens.push_back(0);
         c.qo_lens.push_back(300), c.kv_lens.push_back(40);
       }
-      ran += run_case(rng, c).ran;
+      // A medium window half the time: long requests then see a few thousand keys per query.
+      ran += run_case(rng, with_features(rng, c, uniform(rng, 0, 1), uniform(rng, 0, 2) == 0, 3000)).ran;
     }
   REQUIRE_SOME_RAN(ran);
 }
@@ -502,7 +538,7 @@ TEST_CASE("batch_prefill over GQA group sizes 1..8 and 16, page sizes 1 to 256 a
         const std::int32_t qo = uniform(rng, 1, 200);
         c.qo_lens.push_back(qo), c.kv_lens.push_back(qo + uniform(rng, 0, 500));
       }
-      ran += run_case(rng, c).ran;
+      ran += run_case(rng, with_random_features(rng, c)).ran;
     }
   REQUIRE_SOME_RAN(ran);
 }
@@ -534,12 +570,79 @@ TEST_CASE("batch_prefill split and unsplit plans, large and small query tiles", 
   }
 }
 
+// Under a window the plan gives each query tile the keys from its first token's window start on
+// (not from key 0); the tile's later tokens start later, which the kernels mask, and the item at
+// the tile's first key folds the sink. For each storage and mask, RoPE or not: plans that split
+// tiles' windows (adaptive and fixed splits) and plans that leave every tile whole, all with sinks.
+TEST_CASE("batch_prefill with a sliding window: split and unsplit plans, windows inside query tiles, sinks", "[gpu]") {
+  SEEDED_RNG(rng);
+  int ran = 0;
+  for (KvStorage storage : {KvStorage::paged, KvStorage::ragged})
+    for (MaskMode mask : {MaskMode::causal, MaskMode::none}) {
+      auto run = [&](Case c, std::int32_t window_left) {
+        c.config.window_left = window_left;
+        c.soft_cap = uniform(rng, 0, 1) ? random_soft_cap(rng) : 0;
+        if (c.sinks.empty()) c.sinks = random_sinks(rng, c.config.num_qo_heads);
+        const Outcome o = run_case(rng, c);
+        ran += o.ran;
+        return o;
+      };
+      // A chunk of a long prompt beside decode-like rows, under a window of thousands of keys:
+      // few tiles for the GPU, each window split into chunks.
+      {
+        Case c{any_variant(rng, storage, mask, 4, 4), {}, {}};
+        const std::int32_t qo = uniform(rng, 100, 300);
+        c.qo_lens.push_back(qo), c.kv_lens.push_back(qo + uniform(rng, 6000, 12000));
+        for (int i = 0; i < 3; ++i) c.qo_lens.push_back(uniform(rng, 1, 3)), c.kv_lens.push_back(uniform(rng, 3000, 9000));
+        const Outcome o = run(c, uniform(rng, 1000, 3000));
+        if (o.ran) CHECK(o.split);
+      }
+      // Random shapes and GQA groups under windows of 0 to a few hundred keys: every tile's
+      // tokens start their windows at different keys, inside and across KV tiles. Causal: also
+      // a request whose first queries sit before key 0 (they see nothing).
+      {
+        Case c = random_case(rng, any_variant(rng, storage, mask, 8, 2));
+        if (mask == MaskMode::causal) c.qo_lens.push_back(uniform(rng, 40, 200)), c.kv_lens.push_back(uniform(rng, 0, 39));
+        run(c, random_window_left(rng, 600));
+      }
+      // Many long prompts: the tiles fill the GPU, so none is split whatever the window.
+      {
+        Case c{any_variant(rng, storage, mask, 8, 8), {}, {}};
+        for (int i = 0; i < 16; ++i) c.qo_lens.push_back(1024), c.kv_lens.push_back(1024 + uniform(rng, 0, 100));
+        c.sampled_tokens = 8;
+        const Outcome o = run(c, random_window_left(rng, 1000));
+        if (o.ran) {
+          CHECK(!o.split);
+          CHECK(o.large_tile);
+        }
+      }
+      // A fixed (batch-invariant) split under a window: each tile's chunks count from its window's
+      // first key; a decode row whose window is longer than a chunk is cut.
+      {
+        Case c = random_case(rng, any_variant(rng, storage, mask, 8, 2));
+        c.config.kv_split = {aotinfer::KvSplit::Mode::fixed, pick<int>(rng, {100, 256, 700})};
+        c.qo_lens.push_back(1), c.kv_lens.push_back(uniform(rng, 4000, 8000));
+        const Outcome o = run(c, uniform(rng, 1000, 3000));
+        if (o.ran) {
+          CHECK(o.split);
+          CHECK(o.large_tile);
+        }
+      }
+    }
+  REQUIRE_SOME_RAN(ran);
+}
+
 TEST_CASE("BatchPrefill in CUDA-graph mode: one captured graph replays later plans", "[gpu]") {
   SEEDED_RNG(rng);
   BatchPrefillConfig config = base_config(KvStorage::ragged, MaskMode::causal, 8, 2);
   config.cuda_graph = true;
   config.max_batch = 4;
   config.max_total_q = 2048;
+  // Half the time under a window of a few thousand keys (the first plan still splits) and with a
+  // cap: both captured with the launches, the window in the plans' items too.
+  config.window_left = uniform(rng, 0, 1) ? uniform(rng, 2000, 4000) : -1;
+  const float cap = uniform(rng, 0, 1) ? random_soft_cap(rng) : 0;
+  INFO("window_left " << config.window_left << ", cap " << cap);
   std::optional<BatchPrefill> prefill = make_prefill(config);
   REQUIRE_SOME_RAN(prefill ? 1 : 0);
   const int H = config.num_qo_heads, d = config.head_dim;
@@ -557,6 +660,7 @@ TEST_CASE("BatchPrefill in CUDA-graph mode: one captured graph replays later pla
       {{300}, {30000}}, {{500, 500, 500, 500}, {600, 900, 500, 2000}}, {{1, 64}, {5000, 64}}};
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     Case c{config, shapes[i].first, shapes[i].second};
+    c.soft_cap = cap;
     const Problem p = make_problem(rng, c);
     REQUIRE(p.q_bytes.size() <= q.count * 2);
     REQUIRE(p.k_bytes.size() <= k.count * 2);
@@ -575,6 +679,7 @@ TEST_CASE("BatchPrefill in CUDA-graph mode: one captured graph replays later pla
       a.total_q = p.total_q;
       a.q = q.ptr, a.qo_indptr = qo_indptr.ptr, a.k = k.ptr, a.v = v.ptr, a.kv_indptr = kv_indptr.ptr;
       a.o = o.ptr, a.lse = lse.ptr;
+      a.logits_soft_cap = cap;
       CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
       prefill->run(a, aotinfer::Stream(stream));
       CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
@@ -599,11 +704,11 @@ TEST_CASE("BatchPrefill in CUDA-graph mode: one captured graph replays later pla
   cudaStreamDestroy(stream);
 }
 
-TEST_CASE("the C API's raw batch_prefill run takes attention sinks, paged and ragged", "[gpu]") {
+TEST_CASE("the C API's raw batch_prefill run takes attention sinks, a window and a soft cap, paged and ragged", "[gpu]") {
   SEEDED_RNG(rng);
   int ran = 0;
   for (KvStorage storage : {KvStorage::paged, KvStorage::ragged}) {
-    Case c = random_case(rng, base_config(storage, MaskMode::causal, 8, 2));
+    Case c = with_features(rng, random_case(rng, base_config(storage, MaskMode::causal, 8, 2)), true, true);
     c.sinks = random_sinks(rng, c.config.num_qo_heads);
     c.c_api = true;
     ran += run_case(rng, c).ran;
@@ -655,4 +760,62 @@ TEST_CASE("BatchPrefill refuses bad arguments before launching anything", "[gpu]
   CHECK_THAT(invalid([&] { prefill->run(a, nullptr); }), Contains("plan again"));
   a.total_q = good.total_q;
   CHECK_THAT(invalid([&] { prefill->run(a, nullptr); }), Contains("null"));
+
+  // The C API's window is a flag and a count (a zeroed config has no window): the flag without a
+  // count is refused.
+  aotinfer_package* pkg = nullptr;
+  REQUIRE(aotinfer_package_open(package().path().c_str(), &pkg) == AOTINFER_OK);
+  const std::string dtype(aotinfer::dtype_name(prefill->config().dtype_q));
+  aotinfer_batch_prefill_config cc{};
+  cc.dtype_q = dtype.c_str();
+  cc.head_dim = prefill->config().head_dim;
+  cc.num_qo_heads = 8, cc.num_kv_heads = 2, cc.page_size = prefill->config().page_size;
+  cc.sliding_window = 1;
+  cc.window_left = -1;
+  aotinfer_batch_prefill* c_prefill = nullptr;
+  CHECK(aotinfer_batch_prefill_create(pkg, &cc, &c_prefill) == AOTINFER_INVALID_ARGUMENT);
+  CHECK_THAT(std::string(aotinfer_last_error()), Contains("window_left"));
+  aotinfer_batch_prefill_destroy(c_prefill);
+  aotinfer_package_close(pkg);
+}
+
+// Before kernel ABI 2, sliding_window and soft_cap were axes of both prefill families. A package
+// built then must be refused by name with the rebuild that fixes it, in C++ and through the C
+// API, rather than have its window-less variants run with the window ignored. (The refusal comes
+// before any kernel is loaded: the manifest alone is enough to test it.)
+TEST_CASE("BatchPrefill refuses a package built when windows and soft caps were variant axes", "[gpu]") {
+  const OldAxesPackage old({"batch_prefill_paged", "batch_prefill_ragged"});
+  if (!old.made) {
+    WARN("skipped: the package under test records no prefill family without those axes in its manifest");
+    return;
+  }
+  const aotinfer::Package pkg = aotinfer::Package::open(old.dir);
+  aotinfer_package* c_pkg = nullptr;
+  REQUIRE(aotinfer_package_open(old.dir.c_str(), &c_pkg) == AOTINFER_OK);
+  for (KvStorage storage : {KvStorage::paged, KvStorage::ragged}) {
+    BatchPrefillConfig config;
+    config.kv_storage = storage;
+    config.num_qo_heads = 8, config.num_kv_heads = 2;
+    config.window_left = 16;
+    INFO(describe(config));
+    try {
+      BatchPrefill prefill(pkg, config);
+      FAIL("a prefill family with sliding_window and soft_cap axes was accepted");
+    } catch (const aotinfer::Error& e) {
+      INFO(e.what());
+      CHECK(e.code() == ErrorCode::not_found);
+      CHECK_THAT(std::string(e.what()), Contains("sliding_window") && Contains("soft_cap") && Contains("rebuild"));
+    }
+    aotinfer_batch_prefill_config cc{};
+    cc.dtype_q = "bf16";
+    cc.head_dim = config.head_dim;
+    cc.num_qo_heads = config.num_qo_heads, cc.num_kv_heads = config.num_kv_heads, cc.page_size = config.page_size;
+    cc.kv_storage = storage == KvStorage::paged ? "paged" : "ragged";
+    aotinfer_batch_prefill* prefill = nullptr;
+    CHECK(aotinfer_batch_prefill_create(c_pkg, &cc, &prefill) == AOTINFER_NOT_FOUND);
+    CHECK(prefill == nullptr);
+    CHECK_THAT(std::string(aotinfer_last_error()), Contains("sliding_window") && Contains("rebuild"));
+    aotinfer_batch_prefill_destroy(prefill);
+  }
+  aotinfer_package_close(c_pkg);
 }

@@ -8,7 +8,9 @@
 // each earlier level groups consecutive groups of the level after it (a prefix shared by them),
 // with uneven group sizes, groups without keys and requests without queries. All levels' pages
 // lie in one pool in a random order among spare NaN pages, o and lse start as NaN bytes, and
-// every o element of the batch must come out finite.
+// every o element of the batch must come out finite. A logits soft cap (a run-time argument every
+// variant serves) is drawn for some cases; sliding windows are refused (positions restart in
+// each level).
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -46,8 +48,7 @@ CascadeConfig base_config(int num_levels, MaskMode mask, int qo_heads, int kv_he
   std::map<int, std::set<std::string>> masks;  // head_dim -> masks present
   for (const auto* v : package().variants("batch_prefill_paged")) {
     auto axis = [&](const char* name) { return *v->key.find(name); };
-    if (axis("dtype_q") == "bf16" && axis("dtype_kv") == "bf16" && axis("dtype_o") == "bf16" && axis("pos_encoding") == "none" &&
-        axis("sliding_window") == "false" && axis("soft_cap") == "false")
+    if (axis("dtype_q") == "bf16" && axis("dtype_kv") == "bf16" && axis("dtype_o") == "bf16" && axis("pos_encoding") == "none")
       masks[std::stoi(axis("head_dim"))].insert(axis("mask"));
   }
   std::set<int> dims;
@@ -93,6 +94,7 @@ struct Case {
   std::vector<std::vector<std::int32_t>> kv_lens;    // per level, per group
   std::vector<float> sinks{};                        // [num_qo_heads] or empty
   Path path = Path::cpp;
+  float soft_cap = 0;                                // > 0: every level's scores are capped
 };
 
 // Requests and their levels: the last level one group per request, each earlier level merging
@@ -206,7 +208,7 @@ Problem make_problem(std::mt19937_64& rng, const Case& c) {
 }
 
 // Attention of query row `token`, head h, over the union of its groups' keys in every level:
-// one softmax over all kept scores (and the sink, a score with a zero value row).
+// one softmax over all kept (soft-capped) scores and the sink, a score with a zero value row.
 aotinfer::reference::State union_row(const Problem& p, std::int64_t token, int h) {
   const BatchPrefillConfig& cfg = p.c.config.level;
   const int d = cfg.head_dim, KVH = cfg.num_kv_heads, kvh = h / (cfg.num_qo_heads / KVH), L = p.c.config.num_levels;
@@ -225,7 +227,9 @@ aotinfer::reference::State union_row(const Problem& p, std::int64_t token, int h
       const double* key = &level.k[g][(j * KVH + kvh) * d];
       double s = 0;
       for (int e = 0; e < d; ++e) s += q[e] * round_to(key[e], cfg.dtype_kv);
-      scores.push_back(s * scale);
+      s *= scale;
+      if (p.c.soft_cap > 0) s = p.c.soft_cap * std::tanh(s / p.c.soft_cap);
+      scores.push_back(s);
       values.push_back(&level.v[g][(j * KVH + kvh) * d]);
     }
   }
@@ -361,6 +365,7 @@ void run_through_c_api(const Problem& p, const aotinfer::CascadeRunArgs& a, Devi
   args.q = a.q, args.k_pages = a.k_pages, args.v_pages = a.v_pages;
   args.qo_indptr = dqo.data(), args.kv_indptr = dkv.data(), args.kv_indices = dids.data(), args.kv_last_page_len = dlast.data();
   args.o = a.o, args.lse = a.lse, args.sinks = a.sinks;
+  args.logits_soft_cap = a.logits_soft_cap;
   for (int launch = 0; launch < 2; ++launch) {
     o.poison();
     lse.poison();
@@ -390,7 +395,7 @@ Outcome run_case(std::mt19937_64& rng, const Case& c) {
     for (auto x : c.kv_lens[l]) shape << " " << x;
     shape << ";";
   }
-  INFO(describe(c.config) << ", sinks " << !c.sinks.empty() << ";" << shape.str());
+  INFO(describe(c.config) << ", sinks " << !c.sinks.empty() << ", cap " << c.soft_cap << ";" << shape.str());
   auto q = on_device(p.q_bytes), k = on_device(p.k_pool), v = on_device(p.v_pool);
   LevelBuffers meta(p);
   DeviceBuffer<std::uint16_t> o(p.total_q * H * d);
@@ -404,6 +409,7 @@ Outcome run_case(std::mt19937_64& rng, const Case& c) {
   a.levels = meta.arrays;
   a.o = o.ptr, a.lse = lse.ptr;
   a.sinks = c.sinks.empty() ? nullptr : sinks.ptr;
+  a.logits_soft_cap = c.soft_cap;
   std::ostringstream plans;  // how each level's plan cut its work (not known on the C API path)
   if (c.path == Path::c_api) {
     run_through_c_api(p, a, o, lse);
@@ -443,7 +449,9 @@ Outcome run_case(std::mt19937_64& rng, const Case& c) {
     for (int launch = 0; launch < 2; ++launch) {
       o.poison();
       lse.poison();
-      if (c.path == Path::tensors) cascade->run(t, aotinfer_attention_scalars{}, nullptr);
+      aotinfer_attention_scalars scalars{};
+      scalars.logits_soft_cap = c.soft_cap;
+      if (c.path == Path::tensors) cascade->run(t, scalars, nullptr);
       else cascade->run(a, nullptr);
     }
   }
@@ -471,7 +479,9 @@ TEST_CASE("cascade of 1-3 levels, causal and not, matches attention over the uni
       CascadeConfig config = base_config(levels, mask, 2 * group, 2);
       config.level.page_size = pick<int>(rng, {1, 16, 24, 64});
       config.level.layout = pick<KvLayout>(rng, {KvLayout::nhd, KvLayout::hnd});
-      ran += run_case(rng, random_case(rng, config, uniform(rng, 1, 7))).ran;
+      Case c = random_case(rng, config, uniform(rng, 1, 7));
+      if (uniform(rng, 0, 1)) c.soft_cap = random_soft_cap(rng);
+      ran += run_case(rng, c).ran;
     }
   REQUIRE_SOME_RAN(ran);
 }
@@ -486,6 +496,7 @@ TEST_CASE("cascade: a long shared prefix that splits, sinks, and the checked and
   sampling.groups[0] = {4};
   sampling.kv_lens[0] = {8000};
   sampling.sinks = random_sinks(rng, 8);
+  sampling.soft_cap = random_soft_cap(rng);  // in every level, the split prefix's chunks too
   const Outcome shared = run_case(rng, sampling);
   ran += shared.ran;
   if (shared.ran) CHECK(shared.prefix_split);
@@ -493,6 +504,7 @@ TEST_CASE("cascade: a long shared prefix that splits, sinks, and the checked and
     Case c = random_case(rng, base_config(3, MaskMode::causal, 8, 2), 5);
     c.path = path;
     if (path == Path::c_api) c.sinks = random_sinks(rng, 8);
+    c.soft_cap = random_soft_cap(rng);  // through the described scalars and the C API's run args
     ran += run_case(rng, c).ran;
   }
   REQUIRE_SOME_RAN(ran);
@@ -506,7 +518,8 @@ TEST_CASE("Cascade in CUDA-graph mode: one captured graph replays later plans", 
   config.level.max_total_q = 512;
   std::optional<Cascade> cascade = make_cascade(config);
   REQUIRE_SOME_RAN(cascade ? 1 : 0);
-  INFO(describe(config));
+  const float cap = uniform(rng, 0, 1) ? random_soft_cap(rng) : 0;  // captured with the launches
+  INFO(describe(config) << ", cap " << cap);
   const BatchPrefillConfig& cfg = config.level;
   const int H = cfg.num_qo_heads, d = cfg.head_dim, L = config.num_levels;
   constexpr std::int32_t kPoolPages = 1200;
@@ -529,6 +542,7 @@ TEST_CASE("Cascade in CUDA-graph mode: one captured graph replays later plans", 
   for (int i = 0; i < 4; ++i) {
     Case c = random_case(rng, config, i == 0 ? 6 : uniform(rng, 1, 6));
     if (i == 1) c.groups[0] = {std::int32_t(c.qo_lens.size())}, c.kv_lens[0] = {9000};  // one long prefix: split
+    c.soft_cap = cap;
     const Problem p = make_problem(rng, c);
     REQUIRE(p.total_q <= cfg.max_total_q);
     REQUIRE(p.num_pages <= kPoolPages);
@@ -558,6 +572,7 @@ TEST_CASE("Cascade in CUDA-graph mode: one captured graph replays later plans", 
       a.q = q.ptr, a.k_pages = k.ptr, a.v_pages = v.ptr;
       a.levels = arrays;
       a.o = o.ptr, a.lse = lse.ptr;
+      a.logits_soft_cap = cap;
       CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
       cascade->run(a, aotinfer::Stream(stream));
       CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
@@ -612,4 +627,27 @@ TEST_CASE("Cascade refuses bad plans and runs before launching anything", "[gpu]
   CHECK_THAT(invalid([&] { cascade->run(a, nullptr); }), Contains("must not be null"));
   a.levels = std::span(meta.arrays).first(1);
   CHECK_THAT(invalid([&] { cascade->run(a, nullptr); }), Contains("1 levels, the config has 2"));
+
+  // A sliding window counts positions, which restart in each level: refused, in C++ and through
+  // the C API.
+  CascadeConfig windowed = cascade->config();
+  windowed.level.window_left = uniform(rng, 0, 100);
+  CHECK_THAT(invalid([&] { Cascade(package(), windowed); }), Contains("window"));
+  aotinfer_package* pkg = nullptr;
+  REQUIRE(aotinfer_package_open(package().path().c_str(), &pkg) == AOTINFER_OK);
+  const std::string dtype(aotinfer::dtype_name(windowed.level.dtype_q));
+  aotinfer_cascade_config cc{};
+  cc.level.dtype_q = dtype.c_str();
+  cc.level.head_dim = windowed.level.head_dim;
+  cc.level.num_qo_heads = windowed.level.num_qo_heads;
+  cc.level.num_kv_heads = windowed.level.num_kv_heads;
+  cc.level.page_size = windowed.level.page_size;
+  cc.level.sliding_window = 1;
+  cc.level.window_left = windowed.level.window_left;
+  cc.num_levels = windowed.num_levels;
+  aotinfer_cascade* c_cascade = nullptr;
+  CHECK(aotinfer_cascade_create(pkg, &cc, &c_cascade) == AOTINFER_INVALID_ARGUMENT);
+  CHECK_THAT(std::string(aotinfer_last_error()), Contains("window"));
+  aotinfer_cascade_destroy(c_cascade);
+  aotinfer_package_close(pkg);
 }

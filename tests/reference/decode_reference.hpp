@@ -9,10 +9,12 @@
 //   s  = dot(q', k') * sm_scale
 //   s  = cap * tanh(s / cap)                             (cap > 0)
 //   s += alibi_slope(h) * (t - q_pos)                    (alibi)
-//   key t is dropped when t < q_pos - window_left         (window_left >= 0)
+//   key t is dropped when t < L - 1 - window_left         (window_left >= 0: the window counts
+//                                      back from the request's last key, whatever q_pos is)
 //   o  = softmax(s) . (v * v_scale),  lse = log(sum(exp(s)))  (natural log)
 //   with sinks, the row's state merged with sink_state(sinks[h])
-// No keys (L = 0, or all dropped) give o = 0, lse = -inf (with sinks: lse = sinks[h]).
+// No keys (L = 0; a window always keeps the last key) give o = 0, lse = -inf (with sinks:
+// lse = sinks[h]). q_pos moves RoPE and ALiBi only.
 #pragma once
 #include <cmath>
 #include <cstddef>
@@ -56,7 +58,7 @@ struct DecodeParams {
   DecodePos pos = DecodePos::none;
   double sm_scale = 0;
   double logits_soft_cap = 0;  // 0: off
-  int window_left = -1;        // -1: off
+  int window_left = -1;        // -1: off; else keys L - 1 - window_left .. L - 1 of a request of L
   double rope_rcp_scale = 1;
   double rope_rcp_theta = 1e-4;
   double k_scale = 1;
@@ -121,7 +123,7 @@ inline void decode_request(const std::vector<double>& q, const PagedCache& kv, c
         s *= p.sm_scale;
         if (p.logits_soft_cap > 0) s = p.logits_soft_cap * std::tanh(s / p.logits_soft_cap);
         if (p.pos == DecodePos::alibi) s += alibi_slope(h, heads) * double(t - q_pos);
-        if (p.window_left >= 0 && t < q_pos - p.window_left) s = -std::numeric_limits<double>::infinity();
+        if (p.window_left >= 0 && t < len - 1 - p.window_left) s = -std::numeric_limits<double>::infinity();
         scores[t] = s;
       }
       State state = attend(scores, values, std::size_t(d));

@@ -29,15 +29,21 @@ inline std::string str(std::int64_t v) { return std::to_string(v); }
 
 // ---- decode ---------------------------------------------------------------------------------
 
-// Work items for a chunk size, counted from scratch: ceil(len / chunk), at least 1 per request.
-inline std::int64_t decode_items_for(std::span<const std::int32_t> lens, std::int64_t chunk) {
+// The first key a request of `len` keys attends to under the plan's window (0 without one).
+inline std::int64_t decode_first_key(std::int64_t len, const DecodePlanLimits& l) {
+  return l.window_left < 0 ? 0 : std::max<std::int64_t>(0, len - 1 - l.window_left);
+}
+
+// Work items for a chunk size, counted from scratch: ceil(keys / chunk), at least 1 per request,
+// where a request attends to its keys from decode_first_key on.
+inline std::int64_t decode_items_for(std::span<const std::int32_t> lens, const DecodePlanLimits& l, std::int64_t chunk) {
   std::int64_t items = 0;
-  for (std::int32_t len : lens) items += std::max<std::int64_t>(1, plan_detail::ceil_div(len, chunk));
+  for (std::int32_t len : lens) items += std::max<std::int64_t>(1, plan_detail::ceil_div(len - decode_first_key(len, l), chunk));
   return items;
 }
 
 // A plan of `lens` (KV lengths, >= 0) under `l`: sizes and CUDA-graph padding, exact coverage of
-// every request's [0, len) by its items in order, chunk layout, merge_indptr, the split decision
+// every request's [first key, len) by its items in order, chunk layout, merge_indptr, the split decision
 // and the smallest chunk, and num_work <= decode_max_work(batch).
 inline std::string decode_plan_problem(std::span<const std::int32_t> lens, const DecodePlanLimits& l,
                                        const DecodeWorkPlan& p) {
@@ -47,6 +53,8 @@ inline std::string decode_plan_problem(std::span<const std::int32_t> lens, const
   const bool graph = l.graph_work > 0;
   const std::int64_t tile = l.tile_tokens;
   const std::int64_t longest = lens.empty() ? 0 : *std::max_element(lens.begin(), lens.end());
+  std::int64_t most_keys = 0;  // the most keys a request attends to (its window's)
+  for (std::int32_t len : lens) most_keys = std::max(most_keys, len - decode_first_key(len, l));
   const std::string why = "decode plan {split " + str(p.split) + ", num_work " + str(p.num_work) + ", padded_work " +
                           str(p.padded_work) + ", chunk_tokens " + str(p.chunk_tokens) + "}, wave " + str(wave) + ": ";
 
@@ -67,8 +75,9 @@ inline std::string decode_plan_problem(std::span<const std::int32_t> lens, const
     if (p.request[x] != 0 || p.kv_begin[x] != p.kv_end[x])
       return why + "padding item " + str(x) + " is not (request 0, empty range)";
 
-  // Every request's items, in the order they appear, tile [0, len) without gap or overlap.
+  // Every request's items, in the order they appear, tile [first key, len) without gap or overlap.
   std::vector<std::int64_t> covered(batch, 0), items(batch, 0);
+  for (std::int64_t r = 0; r < batch; ++r) covered[r] = decode_first_key(lens[r], l);
   for (std::int64_t x = 0; x < p.num_work; ++x) {
     const std::int64_t r = p.request[x];
     if (r < 0 || r >= batch) return why + "item " + str(x) + " names request " + str(r);
@@ -79,9 +88,9 @@ inline std::string decode_plan_problem(std::span<const std::int32_t> lens, const
       return why + "item " + str(x) + " has range [" + str(p.kv_begin[x]) + ", " + str(p.kv_end[x]) +
              ") for a request of " + str(lens[r]) + " tokens";
     if (p.split && p.chunk_tokens > 0 &&
-        (p.kv_begin[x] % p.chunk_tokens != 0 ||
+        ((p.kv_begin[x] - decode_first_key(lens[r], l)) % p.chunk_tokens != 0 ||
          p.kv_end[x] != std::min<std::int64_t>(std::int64_t(p.kv_begin[x]) + p.chunk_tokens, lens[r])))
-      return why + "item " + str(x) + " is not a chunk [k*chunk, min((k+1)*chunk, len))";
+      return why + "item " + str(x) + " is not a chunk [first + k*chunk, min(first + (k+1)*chunk, len))";
     covered[r] = p.kv_end[x];
     ++items[r];
   }
@@ -109,7 +118,7 @@ inline std::string decode_plan_problem(std::span<const std::int32_t> lens, const
     // Batch-invariant: a request's items follow from its length alone, the fixed chunk's
     // multiples or the whole request.
     const std::int64_t fixed = l.kv_split.mode == KvSplit::Mode::fixed ? l.kv_split.chunk_for(l.tile_tokens) : 0;
-    const bool cut = fixed > 0 && longest > fixed;
+    const bool cut = fixed > 0 && most_keys > fixed;
     if (p.split != (cut || graph)) return why + "a batch-invariant plan splits exactly when a request is cut (or in graph mode)";
     if (cut && p.chunk_tokens != fixed) return why + "chunk_tokens is not the fixed chunk " + str(fixed);
     if (!cut && p.num_work != batch) return why + "a request shorter than the fixed chunk has more than one item";
@@ -119,19 +128,19 @@ inline std::string decode_plan_problem(std::span<const std::int32_t> lens, const
   if (p.split && !graph && batch >= wave) return why + "split although the batch fills a wave";
   if (p.split) {
     if (p.chunk_tokens <= 0 || p.chunk_tokens % tile != 0) return why + "chunk_tokens is not a positive multiple of tile_tokens";
-    if (decode_items_for(lens, p.chunk_tokens) != p.num_work) return why + "num_work differs from the recount for chunk_tokens";
+    if (decode_items_for(lens, l, p.chunk_tokens) != p.num_work) return why + "num_work differs from the recount for chunk_tokens";
     if (batch < wave) {
       if (p.num_work > wave) return why + "more items than one wave";
-      if (p.chunk_tokens > tile && decode_items_for(lens, p.chunk_tokens - tile) <= wave)
+      if (p.chunk_tokens > tile && decode_items_for(lens, l, p.chunk_tokens - tile) <= wave)
         return why + "chunk_tokens - tile_tokens would fit one wave too (" +
-               str(decode_items_for(lens, p.chunk_tokens - tile)) + " items)";
+               str(decode_items_for(lens, l, p.chunk_tokens - tile)) + " items)";
     }
   }
   if (!p.split && !graph && batch < wave) {
     // Left unsplit with room on the GPU: only right when no chunk shorter than the longest
-    // request fits a wave.
-    const std::int64_t shorter = (longest - 1) / tile * tile;
-    if (shorter > 0 && decode_items_for(lens, shorter) <= wave)
+    // request's keys fits a wave.
+    const std::int64_t shorter = (most_keys - 1) / tile * tile;
+    if (shorter > 0 && decode_items_for(lens, l, shorter) <= wave)
       return why + "not split, but chunks of " + str(shorter) + " tokens fit one wave";
   }
   return "";
@@ -151,11 +160,14 @@ inline std::string decode_plans_differ(const DecodeWorkPlan& a, const DecodeWork
 // A query tile as params/batch_prefill.h describes it, recomputed here.
 struct PrefillTileRef {
   std::int32_t request, q_row, rows;
+  std::int64_t first;   // the first key its first row sees under a window (0 without one)
   std::int64_t extent;  // keys its rows can see: one past the largest visible key of its last row
+  std::int64_t keys() const { return extent - first; }
 };
 
-// The tiles of `rows` packed rows each, with their key extents under the mask (causal: key j is
-// visible to token t when j <= kv_len - qo_len + t).
+// The tiles of `rows` packed rows each, with their key ranges under the mask (causal: key j is
+// visible to token t when j <= kv_len - qo_len + t) and the window (j >= kv_len - qo_len + t -
+// window_left).
 inline std::vector<PrefillTileRef> prefill_expected_tiles(std::span<const std::int32_t> qo_indptr,
                                                           std::span<const std::int32_t> kv, const PrefillPlanLimits& l,
                                                           int rows) {
@@ -170,7 +182,9 @@ inline std::vector<PrefillTileRef> prefill_expected_tiles(std::span<const std::i
         const std::int64_t t = (row + valid - 1) / group;  // the tile's latest token
         extent = std::clamp<std::int64_t>(kv[i] - qo + t + 1, 0, kv[i]);  // none before the first key
       }
-      tiles.push_back({std::int32_t(i), std::int32_t(row), std::int32_t(valid), extent});
+      std::int64_t first = 0;
+      if (l.window_left >= 0) first = std::clamp<std::int64_t>(kv[i] - qo + row / group - l.window_left, 0, extent);
+      tiles.push_back({std::int32_t(i), std::int32_t(row), std::int32_t(valid), first, extent});
     }
   }
   return tiles;
@@ -178,12 +192,12 @@ inline std::vector<PrefillTileRef> prefill_expected_tiles(std::span<const std::i
 
 inline std::int64_t prefill_items_for(const std::vector<PrefillTileRef>& tiles, std::int64_t chunk) {
   std::int64_t items = 0;
-  for (const auto& t : tiles) items += std::max<std::int64_t>(1, plan_detail::ceil_div(t.extent, chunk));
+  for (const auto& t : tiles) items += std::max<std::int64_t>(1, plan_detail::ceil_div(t.keys(), chunk));
   return items;
 }
 
 // A plan of (qo_indptr, kv lengths) under `l`: the tile choice, sizes and CUDA-graph padding,
-// every query tile covered exactly once by its items ([0, extent), within the request's KV),
+// every query tile covered exactly once by its items ([first, extent), within the request's KV),
 // longest-first order, the split decision and the smallest chunk, every (tile, KV head, row,
 // chunk) of a split tile owning one state, and the merge combining each split row's states
 // exactly once into its own o row.
@@ -252,7 +266,7 @@ inline std::string prefill_plan_problem(std::span<const std::int32_t> qo_indptr,
     if (units(x) < units(x + 1))
       return fail("items " + str(x) + " and " + str(x + 1) + " are not ordered by descending sort units");
 
-  // Exact coverage of [0, extent) per tile; chunk layout of split tiles.
+  // Exact coverage of [first, extent) per tile; chunk layout of split tiles.
   const std::int64_t chunk = p.chunk_tokens;
   if (p.split ? (chunk <= 0 || chunk % l.kv_tile_tokens != 0) : chunk != 0)
     return fail("chunk_tokens is not a positive kv_tile_tokens multiple when split, or not 0 when unsplit");
@@ -263,7 +277,7 @@ inline std::string prefill_plan_problem(std::span<const std::int32_t> qo_indptr,
     auto name = [&] { return "tile (request " + str(tl.request) + ", q_row " + str(tl.q_row) + ", extent " + str(tl.extent) + ")"; };
     if (its.empty()) return fail(name() + " has no work item");
     std::sort(its.begin(), its.end(), [&](std::int64_t a, std::int64_t b) { return p.kv_begin[a] < p.kv_begin[b]; });
-    std::int64_t covered = 0;
+    std::int64_t covered = tl.first;
     for (std::int64_t x : its) {
       if (p.kv_begin[x] != covered) return fail(name() + ": an item begins at " + str(p.kv_begin[x]) + ", expected " + str(covered));
       covered = p.kv_end[x];
@@ -271,15 +285,16 @@ inline std::string prefill_plan_problem(std::span<const std::int32_t> qo_indptr,
     if (covered != tl.extent) return fail(name() + " is covered up to " + str(covered));
     if (its.size() == 1) {
       if (p.state[its[0]] != -1) return fail(name() + " has one item, but its state is not -1");
-      if (p.split && tl.extent > chunk) return fail(name() + " is longer than a chunk but not split");
+      if (p.split && tl.keys() > chunk) return fail(name() + " is longer than a chunk but not split");
       continue;
     }
     some_split = true;
     if (!p.split) return fail(name() + " has several items in a plan that is not split");
     for (std::size_t c = 0; c < its.size(); ++c) {
       const std::int64_t x = its[c];
-      if (p.kv_begin[x] != std::int64_t(c) * chunk || p.kv_end[x] != std::min<std::int64_t>(tl.extent, (std::int64_t(c) + 1) * chunk))
-        return fail(name() + ": chunk " + str(std::int64_t(c)) + " is not [c * chunk, min(extent, (c + 1) * chunk))");
+      if (p.kv_begin[x] != tl.first + std::int64_t(c) * chunk ||
+          p.kv_end[x] != std::min<std::int64_t>(tl.extent, tl.first + (std::int64_t(c) + 1) * chunk))
+        return fail(name() + ": chunk " + str(std::int64_t(c)) + " is not [first + c * chunk, min(extent, first + (c + 1) * chunk))");
       if (p.state[x] < 0) return fail(name() + ": split item " + str(x) + " has state -1");
       if (p.state_stride[x] != std::int64_t(its.size()))
         return fail(name() + ": state_stride " + str(p.state_stride[x]) + " differs from its " + str(std::int64_t(its.size())) +
@@ -293,7 +308,7 @@ inline std::string prefill_plan_problem(std::span<const std::int32_t> qo_indptr,
   const std::int64_t wave = std::max<std::int64_t>(1, std::int64_t(l.num_sms) * tile.ctas_per_sm / l.num_kv_heads);
   const std::int64_t num_tiles = std::int64_t(tiles.size());
   std::int64_t longest = 0;
-  for (const auto& t : tiles) longest = std::max(longest, t.extent);
+  for (const auto& t : tiles) longest = std::max(longest, t.keys());
   const std::int64_t kv_tile = l.kv_tile_tokens;
   const std::int64_t below_longest = (longest - 1) / kv_tile * kv_tile;  // the largest multiple < longest (0: none)
   if (l.kv_split.invariant()) {

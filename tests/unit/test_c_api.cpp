@@ -58,12 +58,11 @@ struct CApiPackage : FakePackage {
   CApiPackage() {
     add({"append_paged_kv", {{"dtype", "bf16"}, {"head_dim", "64"}}}, "append");
     add({"batch_decode",
-         {{"dtype_q", "bf16"}, {"dtype_kv", "bf16"}, {"head_dim", "64"}, {"dtype_o", "bf16"}, {"pos_encoding", "none"},
-          {"sliding_window", "false"}, {"soft_cap", "false"}}},
+         {{"dtype_q", "bf16"}, {"dtype_kv", "bf16"}, {"head_dim", "64"}, {"dtype_o", "bf16"}, {"pos_encoding", "none"}}},
         "decode");
     add({"batch_prefill_paged",
          {{"dtype_q", "bf16"}, {"head_dim", "64"}, {"mask", "causal"}, {"dtype_kv", "bf16"}, {"dtype_o", "bf16"},
-          {"pos_encoding", "none"}, {"sliding_window", "false"}, {"soft_cap", "false"}}},
+          {"pos_encoding", "none"}}},
         "prefill");
     write();
     REQUIRE(aotinfer_package_open(dir.c_str(), &pkg) == AOTINFER_OK);
@@ -345,6 +344,7 @@ TEST_CASE("C API: create calls check the config and out before the driver", "[c_
   refused(with([](auto& c) { c.num_kv_heads = 0; }), {"config->num_kv_heads: expected >= 1, got 0"});
   refused(with([](auto& c) { c.num_kv_heads = 3; }), {"batch_decode: "});  // 8 heads are no multiple of 3
   refused(with([](auto& c) { c.page_size = 0; }), {"config->page_size: expected >= 1, got 0"});
+  refused(with([](auto& c) { c.sliding_window = 1, c.window_left = -1; }), {"config->window_left (sliding_window set): expected >= 0, got -1"});
   refused(with([](auto& c) { c.cuda_graph = 1; }), {"config->max_batch (CUDA-graph mode): expected >= 1, got 0"});
   refused(with([](auto& c) { c.dtype_q = nullptr; }), {"dtype_q: unknown dtype '(null)'"});
   refused(with([](auto& c) { c.dtype_kv = "int4"; }), {"dtype_kv: unknown dtype 'int4'"});
@@ -370,6 +370,7 @@ TEST_CASE("C API: create calls check the config and out before the driver", "[c_
   refused(pwith([](auto& c) { c.num_qo_heads = 0; }), {"config->num_qo_heads: expected >= 1, got 0"});
   refused(pwith([](auto& c) { c.num_kv_heads = -2; }), {"config->num_kv_heads: expected >= 1, got -2"});
   refused(pwith([](auto& c) { c.page_size = 0; }), {"config->page_size (paged KV): expected >= 1, got 0"});
+  refused(pwith([](auto& c) { c.sliding_window = 1, c.window_left = -5; }), {"config->window_left (sliding_window set): expected >= 0, got -5"});
   refused(pwith([](auto& c) { c.cuda_graph = 1; }), {"config->max_batch (CUDA-graph mode): expected >= 1, got 0"});
   refused(pwith([](auto& c) { c.cuda_graph = 1, c.max_batch = 4, c.max_total_q = -5; }),
           {"config->max_total_q (CUDA-graph mode): expected >= 1, got -5"});
@@ -523,4 +524,32 @@ TEST_CASE("C API: a failed call after a success reports and a later success clea
   refused(aotinfer_package_find(fake.pkg, nullptr), {"uri must not be NULL"});
   CHECK(aotinfer_package_find(fake.pkg, "rms_norm") == AOTINFER_OK);
   CHECK(std::string(aotinfer_last_error()).empty());
+}
+
+TEST_CASE("a package built when windows and caps were variant axes is refused, naming the rebuild", "[c_api][package]") {
+  // Its families still have the sliding_window and soft_cap axes (kernel ABI 1).
+  FakePackage old;
+  const std::vector<aotinfer::AxisValue> axes = {{"dtype_q", "bf16"}, {"dtype_kv", "bf16"}, {"head_dim", "64"},
+                                                 {"dtype_o", "bf16"}, {"pos_encoding", "none"},
+                                                 {"sliding_window", "false"}, {"soft_cap", "false"}};
+  old.add({"batch_decode", axes}, "decode");
+  aotinfer::ManifestFamily family{"batch_decode", {}};
+  for (const auto& a : axes) {
+    const std::string kind = a.name.starts_with("dtype") ? "dtype" : a.name == "head_dim" ? "int"
+                             : a.name == "pos_encoding"   ? "enum" : "bool";
+    family.axes.push_back({a.name, kind, kind == "bool" ? std::vector<std::string>{"false", "true"} : std::vector{a.value}, {}, {}});
+  }
+  old.record_families();  // merge_state's, beside the fake's merge_state variant
+  old.manifest.families.push_back(family);
+  old.write();
+  aotinfer_package* pkg = nullptr;
+  REQUIRE(aotinfer_package_open(old.dir.c_str(), &pkg) == AOTINFER_OK);
+  aotinfer_batch_decode_config c{};
+  c.dtype_q = "bf16", c.dtype_kv = "bf16", c.head_dim = 64, c.num_qo_heads = 8, c.num_kv_heads = 8, c.page_size = 16;
+  aotinfer_batch_decode* decode = nullptr;
+  CHECK(aotinfer_batch_decode_create(pkg, &c, &decode) == AOTINFER_NOT_FOUND);
+  CHECK(decode == nullptr);
+  CHECK_THAT(std::string(aotinfer_last_error()), Contains("was built by another aotinfer version") &&
+                                                     Contains("(sliding_window, soft_cap;") && Contains("rebuild the package"));
+  aotinfer_package_close(pkg);
 }

@@ -91,7 +91,7 @@ TEST_CASE("Cascade::check_config refuses what a cascade cannot take, naming it",
              Contains("cascade: ") && Contains("kv_storage must be paged"));
   CHECK_THAT(with([](CascadeConfig& c) { c.level.pos_encoding = aotinfer::PosEncoding::rope_llama; }),
              Contains("cascade: pos_encoding must be none"));
-  CHECK_THAT(with([](CascadeConfig& c) { c.level.sliding_window = true; }), Contains("cascade: sliding_window"));
+  CHECK_THAT(with([](CascadeConfig& c) { c.level.window_left = 16; }), Contains("cascade: window_left must be < 0"));
   // The level's own checks, restated as the cascade's.
   CHECK_THAT(with([](CascadeConfig& c) { c.level.num_kv_heads = 3; }), Contains("cascade: "));
   CHECK_THAT(with([](CascadeConfig& c) { c.level.page_size = 0; }), Contains("cascade: page_size must be >= 1, got 0"));
@@ -133,7 +133,7 @@ TEST_CASE("C API: cascade calls check every argument before the handle and the d
   for (const char* mask : {"none", "causal"})
     fake.add({"batch_prefill_paged",
               {{"dtype_q", "bf16"}, {"head_dim", "64"}, {"mask", mask}, {"dtype_kv", "bf16"}, {"dtype_o", "bf16"},
-               {"pos_encoding", "none"}, {"sliding_window", "false"}, {"soft_cap", "false"}}},
+               {"pos_encoding", "none"}}},
              "prefill");
   fake.write();
   aotinfer_package* pkg = nullptr;

@@ -14,6 +14,7 @@
 #include "coverage/check.hpp"
 #include "coverage/model_config.hpp"
 #include "coverage/needs.hpp"
+#include "coverage/report.hpp"
 #include "emit.hpp"
 #include "spec.hpp"
 
@@ -33,10 +34,10 @@ std::vector<std::string> uris(const Needs& n) {
   return out;
 }
 
-const Need& need_of(const Needs& n, Op op, const std::string& layers = "") {
+const Need& need_of(const Needs& n, Op op) {
   for (const auto& need : n.needs)
-    if (need.op == op && need.layers == layers) return need;
-  FAIL("no need for " << op_name(op) << " " << layers);
+    if (need.op == op) return need;
+  FAIL("no need for " << op_name(op));
   return n.needs.front();
 }
 
@@ -97,7 +98,18 @@ TEST_CASE("coverage: the fixtures' config.json files read as their models are", 
                                        {"Gemma-2-9B", 16, 8, 256, "float32", true, true, 50.0, "", false},
                                        {"Phi-3-mini-4k-instruct", 32, 32, 96, "bfloat16", false, true, {}, "", false},
                                        {"gpt-oss-20b", 64, 8, 64, "", true, true, {}, "yarn", true},
-                                       {"Llama-3.2-1B", 32, 8, 64, "bfloat16", true, false, {}, "llama3", false}}) {
+                                       {"Llama-3.2-1B", 32, 8, 64, "bfloat16", true, false, {}, "llama3", false},
+                                       {"Gemma-3-27B-it", 32, 16, 128, "bfloat16", true, true, {}, "linear", false},
+                                       {"Qwen3-32B", 64, 8, 128, "bfloat16", true, false, {}, "", false},
+                                       {"Qwen2.5-72B", 64, 8, 128, "bfloat16", true, false, {}, "", false},
+                                       {"Llama-3.3-70B-Instruct", 64, 8, 128, "bfloat16", true, false, {}, "llama3", false},
+                                       {"Mistral-Small-24B-Instruct-2501", 32, 8, 128, "bfloat16", true, false, {}, "", false},
+                                       {"Phi-4", 40, 10, 128, "bfloat16", true, false, {}, "", false},
+                                       {"gpt-oss-120b", 64, 8, 64, "", true, true, {}, "yarn", true},
+                                       {"SmolLM3-3B", 16, 4, 128, "bfloat16", true, false, {}, "", false},
+                                       {"Granite-3.3-8B-instruct", 32, 8, 128, "bfloat16", true, false, {}, "", false},
+                                       {"OLMo-2-1124-7B-Instruct", 32, 32, 128, "bfloat16", true, false, {}, "", false},
+                                       {"DeepSeek-V3", 128, 128, 192, "bfloat16", true, false, {}, "yarn", false}}) {
     INFO(r.name);
     const ModelConfig m = fixture_model(r.name);
     CHECK(m.num_qo_heads == r.qo);
@@ -114,6 +126,19 @@ TEST_CASE("coverage: the fixtures' config.json files read as their models are", 
   CHECK(fixture_model("Llama-3.2-1B").rope_factor == 32.0);
   CHECK(fixture_model("Gemma-2-9B").query_pre_attn_scalar == 256.0);
   CHECK(fixture_model("gpt-oss-20b").sliding_window == 128);
+  // Gemma 3's published config leaves the period of its full layers (6), their theta and the soft
+  // cap (none) to Gemma3TextConfig's defaults; its rope_scaling is the full layers'.
+  const ModelConfig gemma3 = fixture_model("Gemma-3-27B-it");
+  CHECK((gemma3.sliding_window == 1024 && gemma3.query_pre_attn_scalar == 168.0 && gemma3.rope_theta == 1e6 && gemma3.rope_factor == 8.0));
+  CHECK(fixture_model("Mistral-Small-24B-Instruct-2501").head_dim != 5120 / 32);  // head_dim given outright
+  CHECK(fixture_model("Granite-3.3-8B-instruct").sm_scale == 0.0078125);         // attention_multiplier, 1/128
+  CHECK(fixture_model("Llama-3.1-8B").sm_scale == std::nullopt);
+  CHECK(fixture_model("SmolLM3-3B").no_rope_layers == 9);                        // every 4th of 36
+  CHECK(fixture_model("Qwen3-32B").no_rope_layers == 0);
+  CHECK(fixture_model("gpt-oss-120b").sliding_window == 128);
+  CHECK(fixture_model("DeepSeek-V3").latent_attention == "multi-head latent attention (kv_lora_rank 512, qk_rope_head_dim 64)");
+  for (const char* name : {"Llama-3.3-70B-Instruct", "Qwen2.5-72B", "Phi-4", "OLMo-2-1124-7B-Instruct", "gpt-oss-120b"})
+    CHECK(fixture_model(name).latent_attention.empty());
 }
 
 TEST_CASE("coverage: layer kinds from layer_types, use_sliding_window, max_window_layers and text_config", "[coverage][config]") {
@@ -184,20 +209,24 @@ TEST_CASE("coverage: a model needs what the front-ends would load for it", "[cov
   CHECK(llama.needs.size() == 5);
   CHECK(need_of(llama, Op::decode).key == BatchDecode::variant_key(decode));
   CHECK(uris(llama) == std::vector<std::string>{
-                           "batch_decode.dtype_q-bf16.dtype_kv-bf16.head_dim-128.dtype_o-bf16.pos_encoding-none.sliding_window-false.soft_cap-false",
-                           "batch_prefill_paged.dtype_q-bf16.head_dim-128.mask-causal.dtype_kv-bf16.dtype_o-bf16.pos_encoding-none.sliding_window-false.soft_cap-false",
-                           "batch_prefill_ragged.dtype_q-bf16.head_dim-128.mask-causal.dtype_kv-bf16.dtype_o-bf16.pos_encoding-none.sliding_window-false.soft_cap-false",
+                           "batch_decode.dtype_q-bf16.dtype_kv-bf16.head_dim-128.dtype_o-bf16.pos_encoding-none",
+                           "batch_prefill_paged.dtype_q-bf16.head_dim-128.mask-causal.dtype_kv-bf16.dtype_o-bf16.pos_encoding-none",
+                           "batch_prefill_ragged.dtype_q-bf16.head_dim-128.mask-causal.dtype_kv-bf16.dtype_o-bf16.pos_encoding-none",
                            "append_paged_kv.dtype-bf16.head_dim-128", "merge_state.dtype-bf16.head_dim-128"});
   for (const auto& n : llama.needs) CHECK(n.refusals.empty());
   CHECK_THAT(llama.notes.at(0), Contains("page size 16: a run-time value") && Contains("not a variant axis"));
 
-  SECTION("alternating layers need a full and a windowed variant of each attention op, with the soft cap") {
+  SECTION("alternating layers and a soft cap need no variants of their own: both are run-time values") {
     const Needs gemma = model_needs(fixture_model("Gemma-2-9B"), with_dtype(DType::bf16));
-    CHECK(gemma.needs.size() == 8);
-    CHECK(*need_of(gemma, Op::decode, "full").key.find("sliding_window") == "false");
-    CHECK(*need_of(gemma, Op::prefill_ragged, "window").key.find("sliding_window") == "true");
-    CHECK(*need_of(gemma, Op::prefill_paged, "window").key.find("soft_cap") == "true");
+    CHECK(gemma.needs.size() == 5);
+    for (const auto& n : gemma.needs) {
+      CHECK(n.key.find("sliding_window") == nullptr);
+      CHECK(n.key.find("soft_cap") == nullptr);
+    }
     CHECK(*need_of(gemma, Op::merge).key.find("head_dim") == "256");
+    const std::string notes = nlohmann::json(gemma.notes).dump();
+    CHECK_THAT(notes, Contains("sliding_window 4096: a run-time value (window_left, 4095 for these layers)") &&
+                          Contains("attn_logit_softcapping 50: a run-time value (logits_soft_cap)"));
   }
   SECTION("an fp8 KV cache: decode, paged prefill and append read or write it; ragged prefill reads activations") {
     Options o;
@@ -247,7 +276,7 @@ TEST_CASE("coverage: a model needs what the front-ends would load for it", "[cov
   }
   SECTION("attention sinks are a run-time argument: no refusal, a note") {
     const Needs oss = model_needs(fixture_model("gpt-oss-20b"), with_dtype(DType::bf16));
-    CHECK(oss.needs.size() == 8);
+    CHECK(oss.needs.size() == 5);
     CHECK(std::all_of(oss.needs.begin(), oss.needs.end(), [](const Need& n) { return n.refusals.empty(); }));
     CHECK(std::any_of(oss.notes.begin(), oss.notes.end(), [](const std::string& s) {
       return s.find("attention sinks") != std::string::npos && s.find("run-time argument") != std::string::npos;
@@ -306,35 +335,91 @@ TEST_CASE("coverage: present, wrong arch, missing, unsupported, and unknown with
   }
 }
 
-TEST_CASE("coverage: specs/default.json's plan serves the models it should", "[coverage][default]") {
+TEST_CASE("coverage: multi-head latent attention is reported as what no template implements, not as a head_dim", "[coverage][needs]") {
+  const std::string mla = "multi-head latent attention (kv_lora_rank 512, qk_rope_head_dim 64)";
+  // Kimi K2's attention: 64 heads over hidden_size 7168 would read as head_dim 112.
+  const ModelConfig kimi = parse_model_config(nlohmann::json::parse(R"({"num_attention_heads": 64, "num_key_value_heads": 64,
+      "hidden_size": 7168, "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+      "v_head_dim": 128})"), "m/config.json");
+  CHECK((kimi.head_dim == 192 && kimi.latent_attention == mla));
+  CHECK_THAT(config_error(R"({"num_attention_heads": 16, "hidden_size": 2048, "kv_lora_rank": 512})"),
+             Contains("qk_rope_head_dim: expected a positive integer: kv_lora_rank makes it multi-head latent attention, got nothing"));
+
+  const ModelConfig deepseek = fixture_model("DeepSeek-V3");
+  CHECK(deepseek.head_dim == 192);  // queries and keys; hidden_size / num_attention_heads is 56
+  const Needs n = model_needs(deepseek, {});
+  REQUIRE(n.needs.size() == 5);
+  for (const auto& need : n.needs) CHECK(need.refusals.at(0) == mla + ": no template implements it (they attend over per-head K and V)");
+  Manifest m;
+  m.spec_file = "mine.json";
+  m.families = template_families();
+  const Arch sm_90{9, 0, false};
+  const auto findings = check_needs(m, n.needs, sm_90);
+  for (const auto& f : findings) {
+    INFO(f.need.key.uri());
+    CHECK(f.status == Status::unsupported);
+    CHECK_THAT(f.reasons.at(0), Contains(mla));
+    for (const auto& reason : f.reasons) CHECK_THAT(reason, !Contains("head_dim 56"));
+  }
+  const Report report{deepseek, n, m, "pkg", sm_90, findings};
+  const std::string model_line = "deepseek_v3, 128 query / 128 KV heads (GQA group 1), head_dim 192, full attention, " + mla + ";";
+  CHECK_THAT(report_text(report), Contains(model_line) && !Contains("head_dim 56"));
+  CHECK(report_json(report)["model"]["latent_attention"] == mla);
+  CHECK(fixture_model("Llama-3.1-8B").latent_attention.empty());
+}
+
+TEST_CASE("coverage: specs/default.json serves every fixture model the templates support, on every arch", "[coverage][default]") {
   const Manifest& plan = default_plan();
   using S = Status;
-  for (const char* name : {"Llama-3.1-8B", "Qwen2.5-7B", "Llama-3.2-1B"})
-    for (const auto& arch : plan.archs) {
-      INFO(name << " on " << arch);
-      const Needs n = model_needs(fixture_model(name), {});
-      CHECK(statuses(check_needs(plan, n.needs, *Arch::parse(arch))) == std::vector<S>(5, S::present));
-      Options fp8;
-      fp8.kv_dtype = DType::e4m3;
-      const auto findings = check_needs(plan, model_needs(fixture_model(name), fp8).needs, *Arch::parse(arch));
-      CHECK(statuses(findings) == std::vector<S>{S::present, S::unsupported, S::present, S::present, S::present});
-    }
+  std::vector<Arch> archs;
+  for (const auto& a : plan.archs) archs.push_back(*Arch::parse(a));
+  archs.push_back({8, 6, false});    // sm_80 code serves the 8.x chips
+  archs.push_back({8, 9, false});
+  archs.push_back({12, 1, false});   // consumer Blackwell's later chip: its sm_120 code
+  archs.push_back({10, 3, false});   // sm_100a code is for 10.0 only: PTX serves 10.3
+  std::vector<std::string> models;
+  for (const auto& entry : fs::directory_iterator(AOTINFER_SOURCE_DIR "/tests/fixtures/models"))
+    if (entry.is_directory()) models.push_back(entry.path().filename().string());
+  std::sort(models.begin(), models.end());
+  REQUIRE(models.size() >= 17);
+  int served = 0;
+  for (const std::string& name : models) {
+    const ModelConfig model = fixture_model(name);
+    for (const DType activations : {DType::bf16, DType::f16})
+      for (const Arch& arch : archs) {
+        INFO(name << " with " << dtype_name(activations) << " on " << arch.name());
+        Options options = with_dtype(activations);
+        const auto findings = check_needs(plan, model_needs(model, options).needs, arch);
+        if (!model.latent_attention.empty()) {
+          // What no spec edit adds: multi-head latent attention, named as such.
+          for (const auto& f : findings) CHECK((f.status == S::unsupported && f.reasons.at(0).find(model.latent_attention) == 0));
+          continue;
+        }
+        for (const auto& f : findings) {
+          INFO(f.need.key.uri());
+          CHECK(f.status == S::present);
+        }
+        // An fp8 cache: decode, append and merge are there; paged prefill has no fp8 template yet.
+        for (const DType cache : {DType::e4m3, DType::e5m2}) {
+          options.kv_dtype = cache;
+          for (const auto& f : check_needs(plan, model_needs(model, options).needs, arch)) {
+            INFO(f.need.key.uri());
+            CHECK(f.status == (f.need.key.family == "batch_prefill_paged" ? S::unsupported : S::present));
+          }
+        }
+        ++served;
+      }
+  }
+  CHECK(served >= 16 * 2 * int(archs.size()));
   const Arch sm_90{9, 0, false};
-  SECTION("what it lacks for windowed models is a spec edit away") {
-    const auto mistral = check_needs(plan, model_needs(fixture_model("Mistral-7B-v0.1"), {}).needs, sm_90);
-    CHECK(statuses(mistral) == std::vector<S>{S::present, S::present, S::missing, S::present, S::present});
-    const auto gemma = statuses(check_needs(plan, model_needs(fixture_model("Gemma-2-9B"), with_dtype(DType::bf16)).needs, sm_90));
-    CHECK(std::count(gemma.begin(), gemma.end(), S::unsupported) == 0);
-    CHECK(std::count(gemma.begin(), gemma.end(), S::missing) == 4);
-  }
-  SECTION("gpt-oss: its windowed layers are spec entries away (sinks need no variant)") {
-    const auto oss = check_needs(plan, model_needs(fixture_model("gpt-oss-20b"), with_dtype(DType::bf16)).needs, sm_90);
-    CHECK(statuses(oss) == std::vector<S>{S::present, S::missing, S::present, S::missing, S::present, S::missing,
-                                          S::present, S::present});
-  }
-  SECTION("Phi-3-mini (head_dim 96, every layer windowed): spec entries away") {
-    CHECK(statuses(check_needs(plan, model_needs(fixture_model("Phi-3-mini-4k-instruct"), {}).needs, sm_90)) ==
-          std::vector<S>(5, S::missing));
+  SECTION("RoPE inside attention, for the models whose RoPE is plain") {
+    Options fused;
+    fused.fused_rope = true;
+    for (const char* name : {"Qwen2.5-7B", "Mistral-7B-v0.1", "Gemma-2-9B", "Phi-3-mini-4k-instruct"}) {
+      INFO(name);
+      fused.dtype = DType::bf16;
+      CHECK(statuses(check_needs(plan, model_needs(fixture_model(name), fused).needs, sm_90)) == std::vector<S>(5, S::present));
+    }
   }
   SECTION("what no spec edit adds: fused llama3 RoPE") {
     Options fused;
@@ -342,36 +427,9 @@ TEST_CASE("coverage: specs/default.json's plan serves the models it should", "[c
     const auto llama = check_needs(plan, model_needs(fixture_model("Llama-3.2-1B"), fused).needs, sm_90);
     CHECK(statuses(llama) == std::vector<S>{S::unsupported, S::unsupported, S::unsupported, S::present, S::present});
   }
-  SECTION("page size is a run-time value: no template has a page_size axis") {
-    for (const auto& f : plan.families) CHECK(f.axis("page_size") == nullptr);
+  SECTION("page size, windows and soft caps are run-time values: no template has such an axis") {
+    for (const auto& f : plan.families)
+      for (const char* axis : {"page_size", "sliding_window", "soft_cap", "window_left"}) CHECK(f.axis(axis) == nullptr);
   }
 }
 
-TEST_CASE("coverage: specs/release.json serves every fixture model the templates support, on every arch", "[coverage][release]") {
-  const Manifest plan = planned("release.json");
-  using S = Status;
-  const std::vector<std::pair<const char*, Options>> served = {
-      {"Llama-3.1-8B", {}}, {"Qwen2.5-7B", {}}, {"Mistral-7B-v0.1", {}}, {"Llama-3.2-1B", {}},
-      {"Gemma-2-9B", with_dtype(DType::bf16)}, {"gpt-oss-20b", with_dtype(DType::bf16)}, {"Phi-3-mini-4k-instruct", {}}};
-  std::vector<Arch> archs;
-  for (const auto& a : plan.archs) archs.push_back(*Arch::parse(a));
-  archs.push_back({12, 1, false});   // consumer Blackwell's later chip: its sm_120 code
-  archs.push_back({10, 3, false});   // sm_100a code is for 10.0 only: PTX serves 10.3
-  for (auto [name, options] : served)
-    for (const DType activations : {DType::bf16, DType::f16})
-      for (const Arch& arch : archs) {
-        options.dtype = activations;
-        INFO(name << " with " << dtype_name(activations) << " on " << arch.name());
-        const Needs n = model_needs(fixture_model(name), options);
-        const auto findings = check_needs(plan, n.needs, arch);
-        CHECK(std::all_of(findings.begin(), findings.end(), [](const Finding& f) { return f.status == S::present; }));
-        // An fp8 cache: decode, append and merge are there; paged prefill has no fp8 template yet.
-        Options fp8 = options;
-        fp8.kv_dtype = DType::e4m3;
-        const auto with_fp8 = check_needs(plan, model_needs(fixture_model(name), fp8).needs, arch);
-        for (const auto& f : with_fp8) {
-          INFO(f.need.key.uri());
-          CHECK(f.status == (f.need.key.family == "batch_prefill_paged" ? S::unsupported : S::present));
-        }
-      }
-}

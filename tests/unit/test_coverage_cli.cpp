@@ -74,11 +74,11 @@ TEST_CASE("aotinfer coverage: a package with every variant the model needs exits
 TEST_CASE("aotinfer coverage: missing variants exit 1 with spec entries the spec reader turns into them", "[coverage][cli]") {
   FakePackage fake;
   llama_package(fake);  // the spec's families: one matrix variant each, Llama-3.1-8B's
-  const Run r = cli(coverage_of(fake, "Mistral-7B-v0.1", "--arch sm_90"));
+  // Mistral's windowed layers need no variant of their own; RoPE inside attention does.
+  const Run r = cli(coverage_of(fake, "Mistral-7B-v0.1", "--arch sm_90 --fused-rope"));
   INFO(r.output);
   CHECK(r.status == 1);
-  const std::string decode =
-      "batch_decode.dtype_q-bf16.dtype_kv-bf16.head_dim-128.dtype_o-bf16.pos_encoding-none.sliding_window-true.soft_cap-false";
+  const std::string decode = "batch_decode.dtype_q-bf16.dtype_kv-bf16.head_dim-128.dtype_o-bf16.pos_encoding-rope_llama";
   CHECK_THAT(r.output, Contains("decode          missing      " + decode));
   CHECK_THAT(r.output, Contains("to add it, put {\"dtype_q\":\"bf16\",\"dtype_kv\":\"bf16\",\"head_dim\":128,") &&
                            Contains("in \"families\": {\"batch_decode\": {\"include\": [...]}} of fake.aotinfer.json"));
@@ -87,7 +87,7 @@ TEST_CASE("aotinfer coverage: missing variants exit 1 with spec entries the spec
   const nlohmann::json patch = printed_patch(r.output);
   REQUIRE(patch["families"].size() == 3);
   CHECK(patch["families"]["batch_decode"]["include"] == nlohmann::json::parse(R"([{"dtype_q": "bf16", "dtype_kv": "bf16",
-        "head_dim": 128, "dtype_o": "bf16", "pos_encoding": "none", "sliding_window": true, "soft_cap": false}])"));
+        "head_dim": 128, "dtype_o": "bf16", "pos_encoding": "rope_llama"}])"));
   // Merged into the package's spec, the printed entries add exactly the missing variants.
   nlohmann::json families = nlohmann::json::object();
   for (const auto& v : fake.manifest.variants) families[v.key.family]["matrix"] = spec_include_entry(v.key);
@@ -102,7 +102,7 @@ TEST_CASE("aotinfer coverage: missing variants exit 1 with spec entries the spec
   CHECK(added.size() == 3);
   CHECK(std::find(added.begin(), added.end(), decode) != added.end());
 
-  const Run json = cli(coverage_of(fake, "Mistral-7B-v0.1", "--arch sm_90 --json"));
+  const Run json = cli(coverage_of(fake, "Mistral-7B-v0.1", "--arch sm_90 --fused-rope --json"));
   CHECK(json.status == 1);
   const auto j = nlohmann::json::parse(json.output);
   CHECK(j["spec_patch"] == patch);
@@ -124,7 +124,7 @@ TEST_CASE("aotinfer coverage: a family the package lacks entirely gets a one-var
       "spec.json", aotinfer::test::scanned_templates());
   REQUIRE(spec.variants.size() == 1);
   CHECK(spec.variants[0].uri() ==
-        "batch_prefill_ragged.dtype_q-bf16.head_dim-128.mask-causal.dtype_kv-bf16.dtype_o-bf16.pos_encoding-none.sliding_window-false.soft_cap-false");
+        "batch_prefill_ragged.dtype_q-bf16.head_dim-128.mask-causal.dtype_kv-bf16.dtype_o-bf16.pos_encoding-none");
 }
 
 TEST_CASE("aotinfer coverage: code for other archs says which arch to add to the spec", "[coverage][cli]") {
@@ -157,7 +157,7 @@ TEST_CASE("aotinfer coverage: features no template has are unsupported, with no 
   // Attention sinks are a run-time argument, not a feature to refuse: every head_dim 64 variant
   // is a spec edit away from this package, and a note says to pass the sinks.
   for (const auto& need : j["needs"]) CHECK(need["status"] == "missing");
-  CHECK(j["needs"][0]["layers"] == "full");
+  CHECK(j["needs"].size() == 5);  // windowed and full layers share every variant
   CHECK_THAT(j["notes"].dump(), Contains("attention sinks"));
   CHECK(j["spec_patch"]["families"].size() == 5);
 

@@ -50,7 +50,7 @@ DecodePlanLimits limits(int num_sms, int ctas_per_sm, int ctas_per_item, int til
 std::string describe(const DecodePlanLimits& l) {
   std::ostringstream s;
   s << "limits {num_sms " << l.num_sms << ", ctas_per_sm " << l.ctas_per_sm << ", ctas_per_item " << l.ctas_per_item
-    << ", tile_tokens " << l.tile_tokens << ", graph_work " << l.graph_work << "}";
+    << ", tile_tokens " << l.tile_tokens << ", graph_work " << l.graph_work << ", window_left " << l.window_left << "}";
   return s.str();
 }
 
@@ -380,6 +380,36 @@ TEST_CASE("plan_decode_work property: exact coverage, minimal chunks, consistent
   CHECK(unsplit > 100);
 }
 
+TEST_CASE("plan_decode_work under a sliding window: items cover only the keys the window keeps", "[decode_plan]") {
+  const std::uint64_t seed = test_seed();
+  INFO("seed " << seed << " (AOTINFER_TEST_SEED replays it)");
+  std::mt19937_64 rng(seed);
+  DecodeWorkPlan plan;
+  int split = 0, clamped = 0;
+  for (int trial = 0; trial < 1500; ++trial) {
+    DecodePlanLimits l = random_limits(rng);
+    l.window_left = trial % 2 ? std::uniform_int_distribution<int>(0, 64)(rng) : std::uniform_int_distribution<int>(0, 8000)(rng);
+    const std::int64_t batch = trial % 3 == 0 ? 1 : std::uniform_int_distribution<std::int64_t>(1, 2 * decode_wave_items(l))(rng);
+    const std::vector<std::int32_t> lens = random_lengths(rng, std::min<std::int64_t>(batch, 2000), l.tile_tokens);
+    if (trial % 7 == 0) l.graph_work = decode_max_work(std::int32_t(lens.size()), l);
+    INFO("trial " << trial << ", " << describe(l) << ", " << describe(lens));
+    plan_decode_work(lens, l, plan);
+    REQUIRE(aotinfer::reference::decode_plan_problem(lens, l, plan) == "");
+    split += plan.split;
+    for (std::int32_t x = 0; x < plan.num_work; ++x) clamped += plan.kv_begin[x] > 0 && plan.kv_begin[x] == lens[plan.request[x]] - 1 - l.window_left;
+  }
+  CHECK(split > 100);
+  CHECK(clamped > 100);
+  // A 100k-key request under a 128-key window at batch 1 reads 129 keys, not 100k.
+  DecodePlanLimits l = limits(132, 2, 8, 16);
+  l.window_left = 128;
+  plan_decode_work(std::vector<std::int32_t>{100000}, l, plan);
+  std::int64_t keys = 0;
+  for (std::int32_t x = 0; x < plan.num_work; ++x) keys += plan.kv_end[x] - plan.kv_begin[x];
+  CHECK(keys == 129);
+  CHECK(plan.kv_begin[0] == 100000 - 129);
+}
+
 TEST_CASE("plan_decode_work in CUDA-graph mode: fixed padded grid, always split, empty padding items", "[decode_plan]") {
   const std::uint64_t seed = test_seed();
   INFO("seed " << seed << " (AOTINFER_TEST_SEED replays it)");
@@ -439,6 +469,7 @@ TEST_CASE("plan_decode_work batch-invariant (fixed split, none): a request's ite
     DecodePlanLimits l = limits(trial % 2 ? 132 : 8, 1 + trial % 2, 1 + trial % 8, trial % 3 ? 16 : 64);
     l.kv_split.mode = trial % 3 == 0 ? KvSplit::Mode::none : KvSplit::Mode::fixed;
     l.kv_split.tokens = std::uniform_int_distribution<int>(1, 5000)(rng);
+    if (trial % 4 == 1) l.window_left = std::uniform_int_distribution<int>(0, 3000)(rng);
     std::vector<std::int32_t> lens(std::uniform_int_distribution<int>(1, 40)(rng));
     for (auto& len : lens) len = std::uniform_int_distribution<int>(0, 20000)(rng);
     const std::int32_t longest = *std::max_element(lens.begin(), lens.end());

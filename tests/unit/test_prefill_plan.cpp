@@ -59,7 +59,8 @@ std::string describe(const PrefillPlanLimits& l) {
   std::ostringstream s;
   s << "limits {num_sms " << l.num_sms << ", heads " << l.num_qo_heads << "/" << l.num_kv_heads << ", large "
     << l.large.rows << "x" << l.large.ctas_per_sm << ", small " << l.small.rows << "x" << l.small.ctas_per_sm
-    << ", kv_tile_tokens " << l.kv_tile_tokens << ", causal " << l.causal << ", graph_work " << l.graph_work << "}";
+    << ", kv_tile_tokens " << l.kv_tile_tokens << ", causal " << l.causal << ", graph_work " << l.graph_work
+    << ", window_left " << l.window_left << "}";
   return s.str();
 }
 
@@ -152,8 +153,11 @@ void check_plan(const V& qo_indptr, const V& kv, const PrefillPlanLimits& l, Pre
 PrefillPlanLimits random_limits(std::mt19937& rng) {
   auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   const int groups[] = {1, 2, 3, 4, 5, 6, 7, 8, 16};
-  return make_limits(uniform(0, 1) ? 132 : 8, uniform(1, 8), groups[uniform(0, 8)], uniform(0, 1) == 1, uniform(1, 3),
-                     uniform(1, 3));
+  PrefillPlanLimits l = make_limits(uniform(0, 1) ? 132 : 8, uniform(1, 8), groups[uniform(0, 8)], uniform(0, 1) == 1,
+                                    uniform(1, 3), uniform(1, 3));
+  // A sliding window in a third of the draws: none to a few thousand keys.
+  if (uniform(0, 2) == 0) l.window_left = uniform(0, 1) ? uniform(0, 64) : uniform(0, 4000);
+  return l;
 }
 
 // A random batch of up to max_batch requests and max_total_q query tokens in all.

@@ -172,10 +172,6 @@ TEST_CASE("each kind of bad decode tensor is refused, naming it", "[tensor_check
     c.t.kv_indices.data = nullptr;
     CHECK_THAT(c.error(), Contains("kv_indices: is required"));
   }
-  SECTION("a soft_cap variant without a cap") {
-    c.config.soft_cap = true;
-    CHECK_THAT(c.error(), Contains("logits_soft_cap"));
-  }
 }
 
 TEST_CASE("prefill tensors: ragged K/V may be views of a fused tensor, q and o need the planned rows", "[tensor_checks]") {

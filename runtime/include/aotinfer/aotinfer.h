@@ -97,8 +97,8 @@ typedef struct aotinfer_batch_decode_config {
   int32_t page_size;
   const char* layout;       /* "nhd" | "hnd"; NULL: "nhd" */
   const char* pos_encoding; /* "none" | "rope_llama" | "alibi"; NULL: "none" */
-  int32_t sliding_window;   /* bool */
-  int32_t soft_cap;         /* bool */
+  int32_t sliding_window;   /* bool: each query sees its own key and the window_left keys before it */
+  int32_t window_left;      /* with sliding_window: >= 0 */
   int32_t cuda_graph;       /* bool */
   int32_t max_batch;        /* CUDA-graph mode */
   const char* kv_split;     /* "adaptive" | "fixed" | "none" (fixed, none: batch-invariant; aotinfer/attention.hpp); NULL: "adaptive" */
@@ -119,12 +119,11 @@ typedef struct aotinfer_batch_decode_run_args {
   const int32_t* q_positions; /* may be NULL */
   const float* sinks;         /* [num_qo_heads] attention-sink logits; may be NULL */
   float sm_scale;             /* 0: 1/sqrt(head_dim) */
-  float logits_soft_cap;
+  float logits_soft_cap;      /* > 0: scores are soft-capped; 0: no cap */
   float rope_scale;           /* 0: 1 */
   float rope_theta;           /* 0: 1e4 */
   float k_scale;              /* 0: 1 */
   float v_scale;              /* 0: 1 */
-  int32_t window_left;
   int64_t q_stride_token;     /* elements between requests' q rows (a fused qkv slice); 0: dense */
 } aotinfer_batch_decode_run_args;
 
@@ -165,8 +164,8 @@ typedef struct aotinfer_batch_prefill_config {
   const char* layout;       /* "nhd" | "hnd" (hnd: paged only); NULL: "nhd" */
   const char* mask;         /* "none" | "causal"; NULL: "causal" */
   const char* pos_encoding; /* "none" | "rope_llama"; NULL: "none" */
-  int32_t sliding_window;   /* bool */
-  int32_t soft_cap;         /* bool */
+  int32_t sliding_window;   /* bool: each query sees its own key and the window_left keys before it */
+  int32_t window_left;      /* with sliding_window: >= 0 */
   int32_t cuda_graph;       /* bool */
   int32_t max_batch;        /* CUDA-graph mode */
   int64_t max_total_q;      /* CUDA-graph mode */
@@ -189,10 +188,9 @@ typedef struct aotinfer_batch_prefill_run_args {
   float* lse;                      /* [total_q, num_qo_heads]; may be NULL */
   const float* sinks;              /* [num_qo_heads] attention-sink logits; may be NULL */
   float sm_scale;                  /* 0: 1/sqrt(head_dim) */
-  float logits_soft_cap;           /* soft_cap variants: > 0 */
+  float logits_soft_cap;           /* > 0: scores are soft-capped; 0: no cap */
   float rope_scale;                /* 0: 1 */
   float rope_theta;                /* 0: 1e4 */
-  int32_t window_left;             /* sliding_window variants: >= 0 */
   int64_t q_stride_token;          /* elements between q's tokens (a fused qkv slice); 0: dense */
 } aotinfer_batch_prefill_run_args;
 
@@ -259,7 +257,7 @@ typedef struct aotinfer_cascade_run_args {
   float* lse;                              /* [rows of o, num_qo_heads]; may be NULL */
   const float* sinks;                      /* [num_qo_heads] attention-sink logits; may be NULL */
   float sm_scale;                          /* 0: 1/sqrt(head_dim) */
-  float logits_soft_cap;                   /* soft_cap variants: > 0 */
+  float logits_soft_cap;                   /* > 0: scores are soft-capped; 0: no cap */
 } aotinfer_cascade_run_args;
 
 aotinfer_status aotinfer_cascade_create(const aotinfer_package* package, const aotinfer_cascade_config* config,

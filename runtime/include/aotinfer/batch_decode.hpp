@@ -40,8 +40,9 @@ struct BatchDecodeConfig {
   int page_size = 16;
   KvLayout layout = KvLayout::nhd;
   PosEncoding pos_encoding = PosEncoding::none;
-  bool sliding_window = false;  // variant with a window; run args give window_left
-  bool soft_cap = false;        // variant with logits soft cap; run args give the cap
+  // A sliding window: each query sees its own key and the window_left keys before it (< 0: every
+  // key). The plan gives each request's work only those keys.
+  std::int32_t window_left = -1;
   bool cuda_graph = false;      // fixed grid for graph capture; needs max_batch
   int max_batch = 0;
   KvSplit kv_split;             // adaptive, or batch-invariant: fixed chunks or none (attention.hpp)
@@ -63,12 +64,11 @@ struct DecodeRunArgs {
   const std::int32_t* q_positions = nullptr;     // [batch] or nullptr (= kv_len - 1)
   const float* sinks = nullptr;                  // [num_qo_heads] attention-sink logits, or nullptr
   float sm_scale = 0;                            // 0 = 1/sqrt(head_dim)
-  float logits_soft_cap = 0;                     // soft_cap variants: > 0
+  float logits_soft_cap = 0;                     // > 0: scores are soft-capped; <= 0: no cap
   float rope_scale = 1;
   float rope_theta = 1e4f;
   float k_scale = 1;                             // fp8 KV dequantisation
   float v_scale = 1;
-  std::int32_t window_left = -1;                 // sliding_window variants: >= 0
 };
 
 class BatchDecode {

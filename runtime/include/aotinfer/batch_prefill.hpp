@@ -47,8 +47,9 @@ struct BatchPrefillConfig {
   KvLayout layout = KvLayout::nhd;  // paged pools; ragged K/V are [total_kv, num_kv_heads, head_dim]
   MaskMode mask = MaskMode::causal;
   PosEncoding pos_encoding = PosEncoding::none;  // none or rope_llama
-  bool sliding_window = false;  // variant with a window; run args give window_left
-  bool soft_cap = false;        // variant with logits soft cap; run args give the cap
+  // A sliding window: query token t of a request sees keys kv_len - qo_len + t - window_left
+  // onwards (< 0: no window). The plan gives each query tile only the keys its window keeps.
+  std::int32_t window_left = -1;
   bool cuda_graph = false;      // fixed grids for graph capture; needs max_batch and max_total_q
   int max_batch = 0;
   std::int64_t max_total_q = 0;
@@ -72,10 +73,9 @@ struct PrefillRunArgs {
   float* lse = nullptr;        // [total_q, num_qo_heads] or nullptr
   const float* sinks = nullptr;  // [num_qo_heads] attention-sink logits, or nullptr
   float sm_scale = 0;          // 0 = 1/sqrt(head_dim)
-  float logits_soft_cap = 0;   // soft_cap variants: > 0
+  float logits_soft_cap = 0;   // > 0: scores are soft-capped; <= 0: no cap
   float rope_scale = 1;
   float rope_theta = 1e4f;
-  std::int32_t window_left = -1;  // sliding_window variants: >= 0
 };
 
 class BatchPrefill {

@@ -70,7 +70,7 @@ struct CascadeRunArgs {
   float* lse = nullptr;            // [rows of o, num_qo_heads] or nullptr
   const float* sinks = nullptr;    // [num_qo_heads] attention-sink logits, or nullptr
   float sm_scale = 0;              // 0 = 1/sqrt(head_dim)
-  float logits_soft_cap = 0;       // soft_cap variants: > 0
+  float logits_soft_cap = 0;       // > 0: scores are soft-capped; <= 0: no cap
 };
 
 class Cascade {

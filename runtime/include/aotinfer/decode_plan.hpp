@@ -5,8 +5,11 @@
 // (split-KV) whose partial states a merge kernel combines. The chunk size is the smallest
 // multiple of the KV tile for which the work items fit in one wave of CTAs, found by binary
 // search (the item count falls monotonically as the chunk grows). Batch-invariant plans
-// (KvSplit fixed or none) instead cut every request by its own length alone.
+// (KvSplit fixed or none) instead cut every request by its own length alone. Under a sliding
+// window a request's items cover only the keys the window keeps, and chunks count from the
+// window's first key.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -24,6 +27,11 @@ struct DecodePlanLimits {
   // so every plan of up to max_batch requests replays the same captured launches. 0 = off.
   std::int32_t graph_work = 0;
   KvSplit kv_split;  // adaptive, or a batch-invariant fixed split / none
+  // A sliding window (BatchDecodeConfig::window_left): a request of n keys attends to keys
+  // n - 1 - window_left .. n - 1 only. < 0: to every key.
+  std::int32_t window_left = -1;
+  // The first key a request of `len` keys attends to.
+  std::int32_t first_key(std::int32_t len) const { return window_left < 0 ? 0 : std::max(0, len - 1 - window_left); }
 };
 
 struct DecodeWorkPlan {

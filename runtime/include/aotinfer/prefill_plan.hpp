@@ -6,7 +6,8 @@
 //   1. picks the CTA query tile from the batch: the large tile when the average packed length
 //      exceeds the small tile (less waste on short requests otherwise);
 //   2. gives every tile its key extent (causal: only up to its last query's position; none for
-//      the first queries of a request with more queries than keys);
+//      the first queries of a request with more queries than keys; under a sliding window, only
+//      from where its first query's window starts);
 //   3. splits the extents into chunks only when the tiles alone cannot fill one wave of CTAs,
 //      with the smallest KV-tile multiple for which the items fit in one wave (binary search:
 //      the item count falls monotonically as the chunk grows);
@@ -52,6 +53,9 @@ struct PrefillPlanLimits {
   // prefill_capacity), so every plan within the capacity replays the same launches. 0 = off.
   std::int32_t graph_work = 0;
   KvSplit kv_split;  // adaptive, or a batch-invariant fixed split / none
+  // A sliding window (BatchPrefillConfig::window_left): query token t of a request sees keys
+  // from kv_len - qo_len + t - window_left on. < 0: no window.
+  std::int32_t window_left = -1;
 };
 
 // Work items, split states and merge outputs any plan within (max_total_q, max_batch) can need:
@@ -114,8 +118,8 @@ void plan_prefill_work(std::span<const std::int32_t> qo_indptr, std::span<const 
 // The same plan with the arrays written where `place` says: the planner calls it once, after
 // every check and with the plan's scalars set (padded_work, num_outputs(), num_states), and
 // writes every entry of the arrays it returns that the kernels read: request and q_row always,
-// the others only when the plan is split (otherwise every item covers its tile's keys from key 0
-// and writes o directly, which the kernels know, and copy_work_arrays fills in). The plan's
+// the others only when the plan is split (otherwise every item covers its tile's keys and writes
+// o directly, which the kernels know, and copy_work_arrays fills in). The plan's
 // vectors are left empty. `place` may throw, which ends planning.
 using PrefillArrayPlacer = std::function<PrefillWorkArrays(const PrefillWorkPlan&)>;
 void plan_prefill_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int32_t> kv_lengths,

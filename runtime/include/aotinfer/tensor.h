@@ -53,7 +53,7 @@ typedef struct aotinfer_batch_decode_tensors {
 } aotinfer_batch_decode_tensors;
 
 /* Scalars of a run; 0 means the default (sm_scale 1/sqrt(head_dim), rope_scale 1, rope_theta
- * 1e4, k_scale and v_scale 1). window_left < 0: no window. */
+ * 1e4, k_scale and v_scale 1; logits_soft_cap 0: no cap). */
 typedef struct aotinfer_attention_scalars {
   float sm_scale;
   float logits_soft_cap;
@@ -61,7 +61,6 @@ typedef struct aotinfer_attention_scalars {
   float rope_theta;
   float k_scale;
   float v_scale;
-  int32_t window_left;
 } aotinfer_attention_scalars;
 
 /* The tensors of one batch_prefill run (aotinfer/params/batch_prefill.h). Paged: k and v are

@@ -10,9 +10,9 @@ namespace {
 
 [[noreturn]] void invalid(const std::string& what) { throw Error(ErrorCode::invalid_argument, what); }
 
-std::int64_t items_for_chunk(std::span<const std::int32_t> lengths, std::int64_t chunk) {
+std::int64_t items_for_chunk(std::span<const std::int32_t> lengths, const DecodePlanLimits& l, std::int64_t chunk) {
   std::int64_t items = 0;
-  for (std::int32_t len : lengths) items += std::max<std::int64_t>(1, (len + chunk - 1) / chunk);
+  for (std::int32_t len : lengths) items += std::max<std::int64_t>(1, (len - l.first_key(len) + chunk - 1) / chunk);
   return items;
 }
 
@@ -86,8 +86,10 @@ void plan_decode_work(std::span<const std::int32_t> lengths, const DecodePlanLim
             std::to_string(batch) + " (raise max_batch)");
 
   // The smallest tile-multiple chunk whose item count fits in one wave; no split when even
-  // whole requests exceed a wave (the batch fills the GPU by itself).
-  const std::int32_t longest = lengths.empty() ? 0 : *std::max_element(lengths.begin(), lengths.end());
+  // whole requests exceed a wave (the batch fills the GPU by itself). Lengths count the keys a
+  // request attends to (its window's).
+  std::int32_t longest = 0;
+  for (std::int32_t len : lengths) longest = std::max(longest, len - l.first_key(len));
   const std::int64_t max_tiles = std::max<std::int64_t>(1, (std::int64_t(longest) + l.tile_tokens - 1) / l.tile_tokens);
   // chunk_tokens is an int32 tile multiple that may span a whole request.
   if (max_tiles * l.tile_tokens > INT32_MAX)
@@ -103,7 +105,7 @@ void plan_decode_work(std::span<const std::int32_t> lengths, const DecodePlanLim
     std::int64_t lo = 1, hi = max_tiles;  // items(max_tiles) = batch fits; find the smallest that fits
     while (lo < hi) {
       const std::int64_t mid = (lo + hi) / 2;
-      if (items_for_chunk(lengths, mid * l.tile_tokens) <= wave) hi = mid;
+      if (items_for_chunk(lengths, l, mid * l.tile_tokens) <= wave) hi = mid;
       else lo = mid + 1;
     }
     chunk_tiles = lo;
@@ -117,9 +119,9 @@ void plan_decode_work(std::span<const std::int32_t> lengths, const DecodePlanLim
   plan.kv_end.clear();
   plan.merge_indptr.assign(1, 0);
   for (std::int32_t i = 0; i < batch; ++i) {
-    const std::int32_t len = lengths[i];
-    const std::int64_t step = plan.split ? chunk : std::max<std::int64_t>(len, 1);
-    std::int64_t begin = 0;
+    const std::int32_t len = lengths[i], first = l.first_key(len);
+    const std::int64_t step = plan.split ? chunk : std::max<std::int64_t>(len - first, 1);
+    std::int64_t begin = first;
     do {
       plan.request.push_back(i);
       plan.kv_begin.push_back(std::int32_t(begin));

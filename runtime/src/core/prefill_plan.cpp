@@ -27,9 +27,10 @@ std::int64_t wave_items(const PrefillPlanLimits& l, const PrefillTile& tile) {
   return std::max<std::int64_t>(1, std::int64_t(l.num_sms) * tile.ctas_per_sm / l.num_kv_heads);
 }
 
-// A tile of packed rows of one request with the keys it can see.
+// A tile of packed rows of one request with the keys it can see, [first, extent).
 struct QueryTile {
-  std::int32_t request, q_row, rows, extent;
+  std::int32_t request, q_row, rows, first, extent;
+  std::int32_t keys() const { return extent - first; }
 };
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
@@ -54,12 +55,19 @@ class Divider {
 // rows in all) and kv keys: all of them, or under a causal mask those its last token t =
 // (last row) / group sees, 0 .. kv - qo + t (never beyond the request's keys: t < qo; none when
 // kv - qo + t < 0, a query placed before the request's first key).
+//
+// Under a sliding window the tile's keys start where its first token's window does, kv - qo + t
+// - window_left (first(); 0 without a window), which never passes the extent.
 struct TileExtent {
   bool causal;
+  std::int32_t window_left;
   std::uint32_t tile_rows;
   Divider by_group;
   std::int32_t operator()(std::int32_t qo, std::int32_t kv, std::uint32_t packed, std::uint32_t row) const {
     return causal ? std::max(0, kv - qo + std::int32_t(by_group(std::min(row + tile_rows, packed) - 1)) + 1) : kv;
+  }
+  std::int32_t first(std::int32_t qo, std::int32_t kv, std::uint32_t row) const {
+    return window_left < 0 ? 0 : std::max(0, kv - qo + std::int32_t(by_group(row)) - window_left);
   }
 };
 
@@ -207,13 +215,14 @@ void plan_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int
   // a request has fewer than 2^31 packed rows (checked above), so row + tile_rows cannot wrap.
   const Divider by_group{std::uint32_t(group)}, by_tile_rows{tile_rows};
   auto tiles_of = [&](std::uint32_t packed) { return by_tile_rows(packed + tile_rows - 1); };
-  const TileExtent extent_of{l.causal, tile_rows, by_group};
+  const TileExtent extent_of{l.causal, l.window_left, tile_rows, by_group};
   auto for_each_tile = [&](auto&& visit) {
     for (std::int32_t i = 0; i < batch; ++i) {
       const std::int32_t qo = qo_indptr[i + 1] - qo_indptr[i], kv = kv_lengths[i];
       const std::uint32_t packed = std::uint32_t(qo) * std::uint32_t(group);
       for (std::uint32_t row = 0; row < packed; row += tile_rows)
-        visit(QueryTile{i, std::int32_t(row), std::int32_t(std::min(tile_rows, packed - row)), extent_of(qo, kv, packed, row)});
+        visit(QueryTile{i, std::int32_t(row), std::int32_t(std::min(tile_rows, packed - row)), extent_of.first(qo, kv, row),
+                        extent_of(qo, kv, packed, row)});
     }
   };
   std::int64_t num_tiles = 0;
@@ -222,10 +231,15 @@ void plan_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int
   // 3. The chunk: the smallest multiple of the KV tile whose items fit in a wave. Only when the
   // tiles are fewer than a wave, so these passes are short.
   const std::int64_t wave = wave_items(l, tile);
-  const std::int64_t max_chunk_tiles = std::max<std::int64_t>(1, ceil_div(longest, l.kv_tile_tokens));
+  std::int32_t most_keys = longest;  // of a tile: under a window, fewer than the longest request's
+  if (l.window_left >= 0) {
+    most_keys = 0;
+    for_each_tile([&](const QueryTile& t) { most_keys = std::max(most_keys, t.keys()); });
+  }
+  const std::int64_t max_chunk_tiles = std::max<std::int64_t>(1, ceil_div(most_keys, l.kv_tile_tokens));
   auto items_for_chunk = [&](std::int64_t chunk) {
     std::int64_t items = 0;
-    for_each_tile([&](const QueryTile& t) { items += std::max<std::int64_t>(1, ceil_div(t.extent, chunk)); });
+    for_each_tile([&](const QueryTile& t) { items += std::max<std::int64_t>(1, ceil_div(t.keys(), chunk)); });
     return items;
   };
   std::int64_t chunk_tiles = max_chunk_tiles;
@@ -245,10 +259,11 @@ void plan_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int
   const bool split = chunk_tiles < max_chunk_tiles;
   plan.split = split;
   plan.chunk_tokens = split ? std::int32_t(chunk) : 0;
-  auto chunks_of = [&](const QueryTile& t) { return std::int32_t(std::max<std::int64_t>(1, ceil_div(t.extent, chunk))); };
-  // Chunk c of a split tile: keys [c * chunk, min(extent, (c + 1) * chunk)).
+  auto chunks_of = [&](const QueryTile& t) { return std::int32_t(std::max<std::int64_t>(1, ceil_div(t.keys(), chunk))); };
+  // Chunk c of a split tile: keys [first + c * chunk, min(extent, first + (c + 1) * chunk)).
+  auto chunk_begin = [&](const QueryTile& t, std::int32_t c) { return std::int32_t(t.first + c * chunk); };
   auto chunk_end = [&](const QueryTile& t, std::int32_t c) {
-    return std::int32_t(std::min<std::int64_t>(t.extent, (c + 1) * chunk));
+    return std::int32_t(std::min<std::int64_t>(t.extent, t.first + (c + 1) * chunk));
   };
 
   // 4. Longest first: a stable counting sort on the number of sort units of each item, 0 ..
@@ -279,7 +294,21 @@ void plan_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int
   std::int32_t* run = nullptr;
   std::size_t num_runs = 0;
   std::int64_t num_work = num_tiles, num_states = 0, num_outputs = 0;
-  if (!split) {
+  if (!split && l.window_left >= 0) {
+    // Under a window a tile's keys do not grow along its request (they stay near the window's
+    // length): every tile is a run of its own.
+    plan.runs.resize(5 * std::size_t(num_tiles));
+    run = plan.runs.data();
+    std::int32_t j = 0, request = -1;
+    for_each_tile([&](const QueryTile& t) {
+      j = t.request == request ? j + 1 : 0;
+      request = t.request;
+      const std::size_t k = units(t.keys());
+      std::int32_t* const r = run + 4 * num_runs++;
+      r[0] = t.request, r[1] = j, r[2] = j + 1, r[3] = std::int32_t(k);
+      ++bucket[k];
+    });
+  } else if (!split) {
     plan.runs.resize(5 * std::size_t(num_tiles));
     run = plan.runs.data();
     for (std::int32_t i = 0; i < batch; ++i) {
@@ -304,7 +333,7 @@ void plan_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int
     num_work = 0;
     for_each_tile([&](const QueryTile& t) {
       const std::int32_t chunks = chunks_of(t);
-      for (std::int32_t c = 0; c < chunks; ++c) ++bucket[units(chunk_end(t, c) - std::int32_t(c * chunk))];
+      for (std::int32_t c = 0; c < chunks; ++c) ++bucket[units(chunk_end(t, c) - chunk_begin(t, c))];
       num_work += chunks;
       if (chunks > 1) {
         num_outputs += std::int64_t(l.num_kv_heads) * t.rows;
@@ -355,10 +384,10 @@ void plan_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int
     for_each_tile([&](const QueryTile& t) {
       const std::int32_t chunks = chunks_of(t);
       if (chunks == 1) {  // the whole tile in one item, written directly to o
-        const std::int32_t x = bucket[units(t.extent)]++;
+        const std::int32_t x = bucket[units(t.keys())]++;
         request[x] = t.request;
         q_row[x] = t.q_row;
-        kv_begin[x] = 0;
+        kv_begin[x] = t.first;
         kv_end[x] = t.extent;
         state[x] = -1;
         state_stride[x] = 0;
@@ -366,7 +395,7 @@ void plan_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int
       }
       // State (kv_head, row, chunk) = first_state + (kv_head * rows + row) * chunks + chunk.
       for (std::int32_t c = 0; c < chunks; ++c) {
-        const std::int32_t begin = std::int32_t(c * chunk), end = chunk_end(t, c);
+        const std::int32_t begin = chunk_begin(t, c), end = chunk_end(t, c);
         const std::int32_t x = bucket[units(end - begin)]++;
         request[x] = t.request;
         q_row[x] = t.q_row;
@@ -401,18 +430,20 @@ void plan_work(std::span<const std::int32_t> qo_indptr, std::span<const std::int
 }
 
 // What an unsplit plan leaves unwritten, into the plan's vectors (padded_work entries each):
-// every item covers its tile's keys from key 0 and writes o directly; padding items are empty.
+// every item covers its tile's keys (which the kernels find themselves) and writes o directly;
+// padding items are empty.
 void whole_tile_items(std::span<const std::int32_t> qo_indptr, std::span<const std::int32_t> kv_lengths,
                       const PrefillPlanLimits& l, PrefillWorkPlan& plan) {
   const std::uint32_t group = std::uint32_t(l.num_qo_heads / l.num_kv_heads);
-  const TileExtent extent_of{l.causal, std::uint32_t(plan.tile_rows), Divider{group}};
+  const TileExtent extent_of{l.causal, l.window_left, std::uint32_t(plan.tile_rows), Divider{group}};
   for (std::int32_t x = 0; x < plan.padded_work; ++x) {
-    std::int32_t extent = 0;
+    std::int32_t first = 0, extent = 0;
     if (x < plan.num_work) {
       const std::int32_t i = plan.request[x], qo = qo_indptr[i + 1] - qo_indptr[i];
+      first = extent_of.first(qo, kv_lengths[i], std::uint32_t(plan.q_row[x]));
       extent = extent_of(qo, kv_lengths[i], std::uint32_t(qo) * group, std::uint32_t(plan.q_row[x]));
     }
-    plan.kv_begin[x] = 0;
+    plan.kv_begin[x] = first;
     plan.kv_end[x] = extent;
     plan.state[x] = -1;
     plan.state_stride[x] = 0;

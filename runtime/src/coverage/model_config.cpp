@@ -75,9 +75,25 @@ class Fields {
   std::string source_, prefix_;
 };
 
+// Multi-head latent attention caches one compressed latent (kv_lora_rank wide) and one shared
+// RoPE key (qk_rope_head_dim wide) per token instead of per-head K and V, so hidden_size /
+// num_attention_heads is the width of nothing it attends with; its queries and keys are
+// qk_nope_head_dim + qk_rope_head_dim wide.
+bool read_latent_attention(ModelConfig& m, const Fields& f) {
+  const auto rank = f.optional_int("kv_lora_rank", 1);
+  if (!rank) return false;
+  if (!f.get("qk_rope_head_dim")) f.bad("qk_rope_head_dim", "a positive integer: kv_lora_rank makes it multi-head latent attention");
+  const int rope = f.positive_int("qk_rope_head_dim");
+  m.head_dim = int(f.optional_int("qk_nope_head_dim", 0).value_or(0)) + rope;
+  m.latent_attention = "multi-head latent attention (kv_lora_rank " + std::to_string(*rank) + ", qk_rope_head_dim " +
+                       std::to_string(rope) + ")";
+  return true;
+}
+
 void read_heads(ModelConfig& m, const Fields& f) {
   m.num_qo_heads = f.positive_int("num_attention_heads");
   m.num_kv_heads = int(f.optional_int("num_key_value_heads", 1).value_or(m.num_qo_heads));
+  if (read_latent_attention(m, f)) return;
   if (const auto head_dim = f.optional_int("head_dim", 1)) {
     m.head_dim = int(*head_dim);
     return;
@@ -122,14 +138,17 @@ void read_layers(ModelConfig& m, const Fields& f) {
     return;
   }
   // Gemma 2's config does not list its layers: they alternate between the window and the whole
-  // context (transformers' Gemma2Config). Gemma 3-style configs give the period of full layers.
-  const auto pattern = f.optional_int("sliding_window_pattern", 1);
-  m.full_layers = m.model_type == "gemma2" || (pattern && *pattern > 1);
+  // context (transformers' Gemma2Config). Gemma 3-style configs give the period of full layers;
+  // Gemma 3's published ones leave it to Gemma3TextConfig's default, every 6th layer.
+  const auto pattern = f.optional_int("sliding_window_pattern", 1).value_or(m.model_type == "gemma3_text" ? 6 : 1);
+  m.full_layers = m.model_type == "gemma2" || pattern > 1;
   m.sliding_layers = true;
 }
 
 void read_rope(ModelConfig& m, const Fields& f) {
-  m.rope_theta = f.optional_positive_number("rope_theta").value_or(10000);
+  // Gemma3TextConfig's default, which Gemma 3's published configs rely on (its full layers' theta;
+  // the windowed ones use rope_local_base_freq).
+  m.rope_theta = f.optional_positive_number("rope_theta").value_or(m.model_type == "gemma3_text" ? 1e6 : 10000);
   m.partial_rotary_factor = f.optional_positive_number("partial_rotary_factor").value_or(1);
   if (m.partial_rotary_factor > 1) f.bad("partial_rotary_factor", "a fraction of head_dim in (0, 1]");
   // transformers 5 names it rope_parameters and always writes it, with rope_type "default".
@@ -142,6 +161,22 @@ void read_rope(ModelConfig& m, const Fields& f) {
   if (m.rope_type == "default") m.rope_type.clear();
   m.rope_factor = scaling.optional_positive_number("factor");
   if (const auto theta = scaling.optional_positive_number("rope_theta")) m.rope_theta = *theta;
+}
+
+// SmolLM3 leaves RoPE out of some layers: no_rope_layers has a 0 for each. Without the list,
+// transformers' SmolLM3Config makes every no_rope_layer_interval-th layer (default 4th) one.
+void read_no_rope_layers(ModelConfig& m, const Fields& f) {
+  if (const json* flags = f.get("no_rope_layers")) {
+    const std::string expected = "an array of 1 (RoPE) and 0 (no RoPE), one per layer";
+    if (!flags->is_array()) f.bad("no_rope_layers", expected);
+    for (const auto& flag : *flags) {
+      if (!flag.is_number_integer() || (flag != 0 && flag != 1)) f.bad("no_rope_layers", expected);
+      m.no_rope_layers += flag == 0;
+    }
+    return;
+  }
+  const auto layers = f.optional_int("num_hidden_layers", 1);
+  if (m.model_type == "smollm3" && layers) m.no_rope_layers = int(*layers / f.optional_int("no_rope_layer_interval", 1).value_or(4));
 }
 
 }  // namespace
@@ -163,9 +198,12 @@ ModelConfig parse_model_config(const json& config, const std::string& source) {
       if (m.torch_dtype.empty()) m.torch_dtype = fields->optional_string(key);
   read_layers(m, f);
   read_rope(m, f);
+  read_no_rope_layers(m, f);
   // final_logit_softcapping caps the LM head's logits, not attention scores.
   m.soft_cap = f.optional_positive_number("attn_logit_softcapping");
   m.query_pre_attn_scalar = f.optional_positive_number("query_pre_attn_scalar");
+  // Granite scales scores by attention_multiplier instead of 1/sqrt(head_dim) (GraniteAttention's scaling).
+  m.sm_scale = f.optional_positive_number("attention_multiplier");
   // gpt-oss's sinks are weights (self_attn.sinks) that config.json does not announce; its model type does.
   m.attention_sinks = m.model_type == "gpt_oss";
   return m;

@@ -21,8 +21,13 @@ struct ModelConfig {
   std::string model_type;  // "llama", "gemma2", ...; empty when absent
   int num_qo_heads = 0;    // num_attention_heads
   int num_kv_heads = 0;    // num_key_value_heads, else num_attention_heads
-  int head_dim = 0;        // head_dim, else hidden_size / num_attention_heads
+  int head_dim = 0;        // head_dim, else hidden_size / num_attention_heads; MLA: the query/key width
   std::string torch_dtype; // as written ("bfloat16"); empty when absent
+
+  // Multi-head latent attention (DeepSeek-V2/V3, Kimi K2: kv_lora_rank), named for messages:
+  // "multi-head latent attention (kv_lora_rank 512, qk_rope_head_dim 64)"; empty for attention
+  // over per-head K and V, the only kind the templates implement.
+  std::string latent_attention;
 
   // Which attention the layers use: some attend to the whole context, some through a window
   // (both for alternating models such as Gemma 2 and gpt-oss).
@@ -33,12 +38,14 @@ struct ModelConfig {
 
   std::optional<double> soft_cap;  // attn_logit_softcapping
   std::optional<double> query_pre_attn_scalar;
+  std::optional<double> sm_scale;  // the softmax scale itself, where config.json gives it (Granite's attention_multiplier)
   bool attention_sinks = false;
 
   double rope_theta = 10000;
   std::string rope_type;  // rope_scaling's rope_type (or type); empty for plain RoPE
   std::optional<double> rope_factor;
   double partial_rotary_factor = 1;
+  int no_rope_layers = 0;  // layers that apply no RoPE at all (SmolLM3's NoPE layers)
 };
 
 // `source` names the document in messages. Throws ConfigError.

@@ -70,11 +70,15 @@ std::vector<std::string> notes_of(const ModelConfig& m, const Options& o) {
     notes.push_back("RoPE applied by the engine (pos_encoding none); --fused-rope checks for rope_llama variants instead");
   }
   if (m.sliding_layers && m.sliding_window)
-    notes.push_back("sliding_window " + std::to_string(*m.sliding_window) + ": a run-time value of the sliding_window variants (window_left)");
+    notes.push_back("sliding_window " + std::to_string(*m.sliding_window) + ": a run-time value (window_left, " +
+                    std::to_string(*m.sliding_window - 1) + " for these layers) that every decode and prefill variant takes; "
+                    "windowed and full layers share the variants");
   if (m.attention_sinks)
     notes.push_back("attention sinks (" + m.model_type + "'s self_attn.sinks, one logit per query head): a run-time argument "
                     "(sinks) every decode and prefill variant takes");
-  if (m.soft_cap) notes.push_back("attn_logit_softcapping " + number(*m.soft_cap) + ": a run-time value of the soft_cap variants (logits_soft_cap)");
+  if (m.soft_cap)
+    notes.push_back("attn_logit_softcapping " + number(*m.soft_cap) +
+                    ": a run-time value (logits_soft_cap) that every decode and prefill variant takes");
   if (m.query_pre_attn_scalar)
     notes.push_back("query_pre_attn_scalar " + number(*m.query_pre_attn_scalar) + ": pass sm_scale = 1/sqrt(" +
                     number(*m.query_pre_attn_scalar) + ") at run time");
@@ -101,36 +105,37 @@ Needs model_needs(const ModelConfig& m, const Options& o) {
   const std::vector<std::string> common = attention_refusals(m, o);
   const PosEncoding pos = o.fused_rope ? PosEncoding::rope_llama : PosEncoding::none;
 
-  std::vector<bool> windows;
-  if (m.full_layers || !m.sliding_layers) windows.push_back(false);  // layers of other types only: refused above
-  if (m.sliding_layers) windows.push_back(true);
-  auto add = [&](Op op, VariantKey key, bool window, std::vector<std::string> refusals) {
+  // Windowed and full layers run the same variants: the window is a run-time value.
+  auto add = [&](Op op, VariantKey key, std::vector<std::string> refusals) {
     refusals.insert(refusals.begin(), common.begin(), common.end());
-    const std::string layers = windows.size() == 2 ? (window ? "window" : "full") : "";
-    n.needs.push_back({op, std::move(key), layers, std::move(refusals)});
+    n.needs.push_back({op, std::move(key), std::move(refusals)});
   };
-  for (bool window : windows) {
+  {
     BatchDecodeConfig d;
     d.dtype_q = d.dtype_o = n.activation;
     d.dtype_kv = n.kv_cache;
     d.head_dim = m.head_dim, d.num_qo_heads = m.num_qo_heads, d.num_kv_heads = m.num_kv_heads;
-    d.page_size = o.page_size, d.pos_encoding = pos, d.sliding_window = window, d.soft_cap = m.soft_cap.has_value();
-    add(Op::decode, BatchDecode::variant_key(d), window, refusal_of([&] { BatchDecode::check_config(d); }));
+    d.page_size = o.page_size, d.pos_encoding = pos;
+    add(Op::decode, BatchDecode::variant_key(d), refusal_of([&] { BatchDecode::check_config(d); }));
   }
-  for (KvStorage storage : {KvStorage::paged, KvStorage::ragged})
-    for (bool window : windows) {
+  for (KvStorage storage : {KvStorage::paged, KvStorage::ragged}) {
       BatchPrefillConfig p;
       p.dtype_q = p.dtype_o = n.activation;
       // Paged prefill reads the KV cache; ragged prefill reads the step's own K and V, activations.
       p.dtype_kv = storage == KvStorage::paged ? n.kv_cache : n.activation;
       p.head_dim = m.head_dim, p.num_qo_heads = m.num_qo_heads, p.num_kv_heads = m.num_kv_heads;
       p.kv_storage = storage, p.page_size = o.page_size, p.mask = MaskMode::causal;
-      p.pos_encoding = pos, p.sliding_window = window, p.soft_cap = m.soft_cap.has_value();
-      add(storage == KvStorage::paged ? Op::prefill_paged : Op::prefill_ragged, BatchPrefill::variant_key(p), window,
+      p.pos_encoding = pos;
+      add(storage == KvStorage::paged ? Op::prefill_paged : Op::prefill_ragged, BatchPrefill::variant_key(p),
           refusal_of([&] { BatchPrefill::check_config(p); }));
-    }
-  n.needs.push_back({Op::append, AppendPagedKv::variant_key(n.kv_cache, m.head_dim), "", {}});
-  n.needs.push_back({Op::merge, MergeState::variant_key(n.activation, m.head_dim), "", {}});
+  }
+  n.needs.push_back({Op::append, AppendPagedKv::variant_key(n.kv_cache, m.head_dim), {}});
+  n.needs.push_back({Op::merge, MergeState::variant_key(n.activation, m.head_dim), {}});
+  // Multi-head latent attention caches a latent per token, not per-head K and V: no op's variant
+  // fits it, whatever head_dim its key names. Said first, before what the axes refuse.
+  if (!m.latent_attention.empty())
+    for (auto& need : n.needs)
+      need.refusals.insert(need.refusals.begin(), m.latent_attention + ": no template implements it (they attend over per-head K and V)");
   const auto notes = notes_of(m, o);
   n.notes.insert(n.notes.end(), notes.begin(), notes.end());
   return n;

@@ -25,8 +25,7 @@ std::string_view op_name(Op op);  // "decode", "prefill paged", ...
 
 struct Need {
   Op op = Op::decode;
-  VariantKey key;      // what the op's front-end loads (BatchDecode::variant_key, ...)
-  std::string layers;  // "full" or "window" when the model has both kinds of layer, else empty
+  VariantKey key;  // what the op's front-end loads (BatchDecode::variant_key, ...); every layer's
   // Why no package can serve it, whatever its spec: model features no template implements, or
   // what the front-end refuses in the model's config (BatchDecode::check_config).
   std::vector<std::string> refusals;

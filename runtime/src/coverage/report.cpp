@@ -23,9 +23,7 @@ bool holds_family(const Manifest& m, const std::string& family) {
   return std::any_of(m.variants.begin(), m.variants.end(), [&](const ManifestVariant& v) { return v.key.family == family; });
 }
 
-std::string op_label(const Need& need) {
-  return std::string(op_name(need.op)) + (need.layers.empty() ? "" : " (" + need.layers + ")");
-}
+std::string op_label(const Need& need) { return std::string(op_name(need.op)); }
 
 std::string layers_text(const ModelConfig& m) {
   std::vector<std::string> kinds;
@@ -35,6 +33,14 @@ std::string layers_text(const ModelConfig& m) {
   return join(kinds);
 }
 
+// What the model's attention has beyond its heads and layer kinds.
+std::string features_text(const ModelConfig& m) {
+  std::string s;
+  if (!m.latent_attention.empty()) s += ", " + m.latent_attention;
+  if (m.no_rope_layers) s += ", no RoPE on " + std::to_string(m.no_rope_layers) + " layers";
+  return s;
+}
+
 std::string model_line(const Report& r) {
   const ModelConfig& m = r.model;
   const std::string group = m.num_kv_heads > 0 && m.num_qo_heads % m.num_kv_heads == 0
@@ -42,8 +48,18 @@ std::string model_line(const Report& r) {
                                 : "";
   return "model    " + m.source + ": " + (m.model_type.empty() ? "" : m.model_type + ", ") + std::to_string(m.num_qo_heads) +
          " query / " + std::to_string(m.num_kv_heads) + " KV heads" + group + ", head_dim " + std::to_string(m.head_dim) + ", " +
-         layers_text(m) + "; activations " + std::string(dtype_name(r.needs.activation)) + ", KV cache " +
+         layers_text(m) + features_text(m) + "; activations " + std::string(dtype_name(r.needs.activation)) + ", KV cache " +
          std::string(dtype_name(r.needs.kv_cache)) + "\n";
+}
+
+// The needs' notes, and the run-time values only config.json tells (needs.cpp notes the others).
+std::vector<std::string> notes_of(const Report& r) {
+  std::vector<std::string> notes = r.needs.notes;
+  if (r.model.sm_scale) {
+    const std::string scale = ordered_json(*r.model.sm_scale).dump();
+    notes.push_back("attention_multiplier " + scale + ": pass sm_scale = " + scale + " at run time, not 1/sqrt(head_dim)");
+  }
+  return notes;
 }
 
 // The lines under a finding's row: what to do about it.
@@ -114,7 +130,7 @@ std::string report_text(const Report& r) {
   std::string s = model_line(r);
   s += "package  " + r.manifest.package_name + " " + r.manifest.package_version + " (" + r.package + ", spec " +
        r.manifest.spec_file + "), checked for " + r.arch.name() + "\n";
-  std::vector<std::string> notes = r.needs.notes;
+  std::vector<std::string> notes = notes_of(r);
   if (r.manifest.families.empty())
     notes.push_back("this package's manifest does not record what its templates can build (an older aotinfer-gen wrote it), "
                     "so a variant it lacks cannot be told missing or unsupported (\"unknown\")");
@@ -151,12 +167,13 @@ ordered_json report_json(const Report& r) {
                    {"records_templates", !r.manifest.families.empty()}}},
       {"arch", r.arch.name()},
       {"serves", serves(r.findings)},
-      {"notes", r.needs.notes},
+      {"notes", notes_of(r)},
       {"needs", ordered_json::array()}};
+  if (!m.latent_attention.empty()) j["model"]["latent_attention"] = m.latent_attention;
   for (const auto& f : r.findings) {
     std::string op(op_name(f.need.op));
     std::replace(op.begin(), op.end(), ' ', '_');  // "prefill_paged": one token for programs
-    ordered_json n = {{"op", op}, {"layers", f.need.layers.empty() ? "all" : f.need.layers}, {"family", f.need.key.family},
+    ordered_json n = {{"op", op}, {"family", f.need.key.family},
                       {"uri", f.need.key.uri()}, {"status", std::string(status_name(f.status))}};
     if (!f.archs.empty()) n["archs"] = f.archs;
     if (!f.ptx.empty()) n["ptx"] = f.ptx;

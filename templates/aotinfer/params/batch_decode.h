@@ -7,9 +7,10 @@
  *   lse [batch, num_qo_heads]            float, natural log; may be NULL
  * Query head h reads KV head h / (num_qo_heads / num_kv_heads) (GQA; any group size 1..64).
  *
- * Scores: s = (q . k) * sm_scale, then (soft_cap axis) s = logits_soft_cap * tanh(s / cap), then
- * (pos_encoding alibi) s += slope(h) * (kv_pos - q_pos); keys with kv_pos < q_pos - window_left
- * are masked (sliding_window axis). rope_llama rotates q (at q_pos) and k (at kv_pos) by the
+ * Scores: s = (q . k) * sm_scale, then, when logits_soft_cap > 0, s = logits_soft_cap *
+ * tanh(s / cap), then (pos_encoding alibi) s += slope(h) * (kv_pos - q_pos). A sliding window is
+ * the plan's: it gives each request's items only the keys the window keeps (runtime
+ * BatchDecodeConfig::window_left), so the kernels need no mask for it. rope_llama rotates q (at q_pos) and k (at kv_pos) by the
  * non-interleaved ("rotate half") RoPE with frequencies rope_rcp_scale * rope_rcp_theta^(2i/d).
  * q_pos = q_positions[i] when given, else kv_len - 1. fp8 KV is dequantised as k * k_scale,
  * v * v_scale (1.0 for 16-bit KV). With sinks given, each row's softmax also holds the logit
@@ -66,9 +67,8 @@ typedef struct aotinfer_batch_decode_params {
   int32_t* merge_counters;      /* [batch, gridDim.y] split plans: finished items, 0 between runs */
 
   int32_t num_qo_heads;
-  int32_t window_left; /* sliding_window axis: keys kept are kv_pos >= q_pos - window_left */
   float sm_scale;
-  float logits_soft_cap;
+  float logits_soft_cap; /* > 0: scores are soft-capped; otherwise not */
   float rope_rcp_scale;
   float rope_rcp_theta;
   float k_scale;

@@ -11,9 +11,9 @@
  *
  * Request i has qo_len query tokens and kv_len keys; query token t sits at position
  * kv_len - qo_len + t (its queries are the last tokens of the KV). Scores:
- *   s = (q . k) * sm_scale, then (soft_cap axis) s = logits_soft_cap * tanh(s / cap);
+ *   s = (q . k) * sm_scale, then, when logits_soft_cap > 0, s = logits_soft_cap * tanh(s / cap);
  *   mask causal: key j is kept when j <= kv_len - qo_len + t;
- *   sliding_window axis: key j is kept when j >= kv_len - qo_len + t - window_left;
+ *   window_left >= 0 (a sliding window): key j is kept when j >= kv_len - qo_len + t - window_left;
  *   rope_llama: q and k are rotated at their positions (non-interleaved "rotate half", frequency
  *   rope_rcp_scale * rope_rcp_theta^(2i/d)) in fp32 and rounded to the operand type.
  * The operand type of both products is dtype_kv (q is rounded to it when the types differ);
@@ -91,9 +91,9 @@ typedef struct aotinfer_batch_prefill_params {
   float* partial_lse;
 
   int32_t num_qo_heads;
-  int32_t window_left; /* sliding_window axis */
+  int32_t window_left;   /* < 0: no window; the plan's items already hold only the keys it keeps */
   float sm_scale;
-  float logits_soft_cap;
+  float logits_soft_cap; /* > 0: scores are soft-capped; otherwise not */
   float rope_rcp_scale;
   float rope_rcp_theta;
 
