@@ -90,8 +90,9 @@ int main(int argc, char** argv) {
 
   const int qo_heads = 32, kv_heads = 8, page = 16;
   const aotinfer::KvSplit kv_split = bench::kv_split_from_env();
-  std::printf("\nbatch_decode: %d qo / %d kv heads, head_dim 128 unless named, page %d, NHD, kv_split %s %d\n", qo_heads,
-              kv_heads, page, aotinfer::kv_split_name(kv_split.mode), kv_split.tokens);
+  const bench::Features features = bench::features_from_env();
+  std::printf("\nbatch_decode: %d qo / %d kv heads, head_dim 128 unless named, page %d, NHD, kv_split %s %d, %s\n", qo_heads,
+              kv_heads, page, aotinfer::kv_split_name(kv_split.mode), kv_split.tokens, features.describe().c_str());
   std::printf("time: eager run(); graph: a graph of one run(), replayed; step: per run() in a graph of 8 back to back (layers)\n");
   std::printf("%-18s %6s %7s %6s %6s %10s %10s %8s %8s %10s %8s %8s %10s %8s %8s\n", "variant", "batch", "kv_len", "split", "ctas",
               "MB moved", "time us", "GB/s", "of copy", "graph us", "GB/s", "of copy", "step us", "GB/s", "of copy");
@@ -126,6 +127,7 @@ int main(int argc, char** argv) {
     cfg.num_kv_heads = kv_heads;
     cfg.page_size = page;
     cfg.kv_split = kv_split;
+    cfg.window_left = features.window_left;
     cfg.max_kv_len = c.kv_len;  // sizes a fixed split's CUDA-graph grid
 
     const int pages_per_req = (c.kv_len + page - 1) / page;
@@ -174,6 +176,7 @@ int main(int argc, char** argv) {
     args.kv_indices = d_indices;
     args.kv_last_page_len = d_last;
     args.o = o;
+    args.logits_soft_cap = features.soft_cap;
 
     // Eager: plan, then one run() per timed call (host launch included, as an eager engine sees it).
     aotinfer::BatchDecode decode(pkg, cfg);

@@ -70,8 +70,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   const aotinfer::KvSplit kv_split = bench::kv_split_from_env();
-  std::printf("\nbatch_prefill: bf16, %d qo heads, qo_len = kv_len, paged: page %d NHD, kv_split %s %d\n", qo_heads, page,
-              aotinfer::kv_split_name(kv_split.mode), kv_split.tokens);
+  const bench::Features features = bench::features_from_env();
+  std::printf("\nbatch_prefill: bf16, %d qo heads, qo_len = kv_len, paged: page %d NHD, kv_split %s %d, %s\n", qo_heads, page,
+              aotinfer::kv_split_name(kv_split.mode), kv_split.tokens, features.describe().c_str());
   std::printf("%-7s %-7s %5s %6s %4s %4s %5s %6s %6s %10s %8s\n", "kv", "mask", "batch", "len", "kvh", "hd", "tile", "split",
               "ctas", "time us", "TF/s");
   std::vector<Case> cases;
@@ -112,6 +113,7 @@ int main(int argc, char** argv) {
     cfg.page_size = page;
     cfg.mask = c.causal ? aotinfer::MaskMode::causal : aotinfer::MaskMode::none;
     cfg.kv_split = kv_split;
+    cfg.window_left = features.window_left;
     if (!bench::has_variant<aotinfer::BatchPrefill>(pkg, cfg)) {
       std::printf("%-7s %-7s %5d %6d %4d %4d  (not in the package: skipped)\n", kv_name.c_str(), mask.c_str(), c.batch, c.len,
                   c.kv_heads, head_dim);
@@ -155,6 +157,7 @@ int main(int argc, char** argv) {
     args.q = q, args.qo_indptr = d_qo, args.k = k, args.v = v, args.kv_indptr = d_kv;
     args.kv_indices = d_indices, args.kv_last_page_len = d_last, args.o = o;
     if (sinks) args.sinks = d_sinks;
+    args.logits_soft_cap = features.soft_cap;
     const double us = median_us(3, 20, [&](int) { prefill.run(args, nullptr); });
     check(cudaGetLastError(), "prefill");
     // Query t of qo sees len - qo + t + 1 keys under a causal mask: about qo (len - qo / 2).

@@ -7,6 +7,7 @@
 #include "aotinfer/package.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -36,6 +37,22 @@ inline aotinfer::KvSplit kv_split_from_env() {
   if (s.rfind("fixed:", 0) == 0 && std::atoi(s.c_str() + 6) > 0) return {aotinfer::KvSplit::Mode::fixed, std::atoi(s.c_str() + 6)};
   std::fprintf(stderr, "AOTINFER_BENCH_KV_SPLIT must be adaptive, none or fixed:<tokens>, got %s\n", s.c_str());
   std::exit(2);
+}
+
+// Run-time features every row takes: AOTINFER_BENCH_WINDOW=<window_left> (a sliding window; the
+// plan reads only its keys) and AOTINFER_BENCH_CAP=<logits soft cap>. Unset: neither.
+struct Features {
+  std::int32_t window_left = -1;
+  float soft_cap = 0;
+  std::string describe() const {
+    return "window_left " + std::to_string(window_left) + ", soft cap " + std::to_string(soft_cap).substr(0, 5);
+  }
+};
+inline Features features_from_env() {
+  Features f;
+  if (const char* w = std::getenv("AOTINFER_BENCH_WINDOW")) f.window_left = std::atoi(w);
+  if (const char* c = std::getenv("AOTINFER_BENCH_CAP")) f.soft_cap = float(std::atof(c));
+  return f;
 }
 
 // Whether the package holds the variant an operation (BatchDecode, BatchPrefill) needs for

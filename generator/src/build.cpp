@@ -46,6 +46,9 @@ std::set<std::string> read_outputs(const fs::path& out_dir) {
 
 constexpr const char* kLockFile = ".aotinfer-lock";
 constexpr const char* kManifest = "package/manifest.json";
+// The pid of a build that holds its folder's lock, exported to the ninja it runs: the seal and
+// compile steps of that ninja run inside the build's lock rather than against it.
+constexpr const char* kLockHolderEnv = "AOTINFER_LOCK_HOLDER";
 
 // Output folders this process has locked (canonical path -> lock file descriptor).
 std::mutex locks_mutex;
@@ -107,28 +110,35 @@ void unseal(const fs::path& out_dir) {
   if (ec) throw Error(ErrorCode::io_error, "cannot remove " + (out_dir / kManifest).string() + ": " + ec.message());
 }
 
-}  // namespace
-
-void lock_output_dir(const fs::path& out_dir) {
-  std::error_code ec;
-  fs::create_directories(out_dir, ec);
-  if (ec) throw Error(ErrorCode::io_error, "cannot create the output folder " + out_dir.string() + ": " + ec.message());
-  const std::string key = fs::canonical(out_dir).string();
-  std::lock_guard guard(locks_mutex);
-  if (locks_held.count(key)) return;
+// The lock file of out_dir, opened (created when missing); without O_CLOEXEC when the lock must
+// outlive an exec (exec_locked).
+int open_lock(const fs::path& out_dir, bool cloexec) {
   const fs::path lock = out_dir / kLockFile;
-  // A POSIX record lock, not flock: the kernel reports its holder's pid (F_GETLK), so a refused
-  // build names it without reading a pid file the holder may not have written yet. Record locks
-  // are not inherited across fork (ninja, nvcc and a compiler cache's server never keep it) and
-  // this process opens the lock file nowhere else, so no close() elsewhere drops it.
-  const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | (cloexec ? O_CLOEXEC : 0), 0644);
   if (fd < 0) throw Error(ErrorCode::io_error, "cannot open the lock file " + lock.string() + ": " + std::strerror(errno));
+  return fd;
+}
+
+// Whether the build that runs this process (through ninja) holds out_dir's lock for writing.
+bool held_by_our_build(int fd) {
+  const char* ours = std::getenv(kLockHolderEnv);
+  if (!ours) return false;
+  struct flock probe = {};
+  probe.l_type = F_WRLCK;
+  probe.l_whence = SEEK_SET;
+  return ::fcntl(fd, F_GETLK, &probe) == 0 && probe.l_type == F_WRLCK && std::to_string(probe.l_pid) == ours;
+}
+
+// Takes the lock of `fd` (F_WRLCK: a build, seal or merge; F_RDLCK: one compile of a bare ninja
+// run, which may run beside the others) or throws naming the process that holds it.
+void take_lock(const fs::path& out_dir, int fd, short type) {
   for (;;) {
     struct flock whole = {};
-    whole.l_type = F_WRLCK;
+    whole.l_type = type;
     whole.l_whence = SEEK_SET;  // l_start = l_len = 0: the whole file
-    if (::fcntl(fd, F_SETLK, &whole) == 0) break;
+    if (::fcntl(fd, F_SETLK, &whole) == 0) return;
     const int err = errno;
+    const fs::path lock = out_dir / kLockFile;
     if (err != EACCES && err != EAGAIN) {
       ::close(fd);
       throw Error(ErrorCode::io_error, "cannot lock " + lock.string() + ": " + std::strerror(err));
@@ -141,7 +151,33 @@ void lock_output_dir(const fs::path& out_dir) {
                                          ": expected no other build of this output folder, got one running (pid " + holder +
                                          " holds " + lock.string() + "); wait for it to finish, or stop it, and run again");
   }
+}
+
+}  // namespace
+
+void lock_output_dir(const fs::path& out_dir) {
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec) throw Error(ErrorCode::io_error, "cannot create the output folder " + out_dir.string() + ": " + ec.message());
+  const std::string key = fs::canonical(out_dir).string();
+  std::lock_guard guard(locks_mutex);
+  if (locks_held.count(key)) return;
+  // A POSIX record lock, not flock: the kernel reports its holder's pid (F_GETLK), so a refused
+  // build names it without reading a pid file the holder may not have written yet. Record locks
+  // are not inherited across fork (ninja, nvcc and a compiler cache's server never keep it) and
+  // this process opens the lock file nowhere else, so no close() elsewhere drops it.
+  const int fd = open_lock(out_dir, /*cloexec=*/true);
+  if (!held_by_our_build(fd)) take_lock(out_dir, fd, F_WRLCK);  // (the seal step of our build's ninja: held)
   locks_held.emplace(key, fd);
+}
+
+void exec_locked(const fs::path& out_dir, char* const* command) {
+  // The read lock stays with this process through exec (its descriptor stays open), so the
+  // compiler holds it until it exits; every compile of a bare ninja run holds one at once.
+  const int fd = open_lock(out_dir, /*cloexec=*/false);
+  if (!held_by_our_build(fd)) take_lock(out_dir, fd, F_RDLCK);
+  ::execvp(command[0], command);
+  throw Error(ErrorCode::io_error, std::string("cannot run ") + command[0] + ": " + std::strerror(errno));
 }
 
 GenerateResult generate_package(const Spec& spec, const std::vector<FamilySchema>& families, const fs::path& out_dir,
@@ -249,6 +285,7 @@ void write_build_report(const fs::path& out_dir, const Manifest& m) {
 }
 
 Manifest seal_package(const fs::path& out_dir) {
+  if (fs::is_directory(out_dir)) lock_output_dir(out_dir);  // inside a build's own ninja: that build's lock
   fs::path plan_path = out_dir / "variants.json";
   Manifest m = Manifest::load(plan_path);
   std::vector<std::string> problems;
@@ -312,7 +349,8 @@ int run_ninja(const fs::path& out_dir, int jobs) {
     if (plan.find("no work to do") == std::string::npos) unseal(out_dir);
   }
   // ninja prints "[done/total elapsed] ..." per step; an ETA from the rate so far is added.
-  std::string command = "NINJA_STATUS='[%f/%t %es] ' ninja -C '" + out_dir.string() + "' -j " + std::to_string(jobs) + " 2>&1";
+  std::string command = std::string(kLockHolderEnv) + "=" + std::to_string(::getpid()) + " NINJA_STATUS='[%f/%t %es] ' ninja -C '" +
+                        out_dir.string() + "' -j " + std::to_string(jobs) + " 2>&1";
   FILE* pipe = ::popen(command.c_str(), "r");
   if (!pipe) return 127;
   char buffer[4096];

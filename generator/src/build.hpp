@@ -29,8 +29,16 @@ struct GenerateResult {
 // Takes the output folder's lock (a POSIX record lock on <out>/.aotinfer-lock) and keeps it
 // until this process exits, so two builds never write one folder at once: a second process is
 // refused with Error(io_error) naming the holder's pid, as the kernel reports it. Taking it again in the same
-// process is a no-op. The lock is not inherited by ninja or compilers.
+// process is a no-op. The lock is not inherited by ninja or compilers. build, generate, seal and
+// merge take it; the seal step of a build's own ninja runs inside that build's lock (the build
+// exports its pid to ninja).
 void lock_output_dir(const std::filesystem::path& out_dir);
+
+// Runs `command` (execvp; returns only by throwing) holding a read lock on out_dir's lock file:
+// the compile steps of build.ninja, so that a bare `ninja -C out` and a build of the same folder
+// refuse each other as two builds do, while the compiles of one ninja run side by side. Inside
+// a build's own ninja it runs under the build's lock.
+[[noreturn]] void exec_locked(const std::filesystem::path& out_dir, char* const* command);
 
 // Locks out_dir (lock_output_dir), then writes the build tree. When the package is about to
 // change, the sealed package/manifest.json is removed first (seal writes it back last), so an

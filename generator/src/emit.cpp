@@ -112,8 +112,10 @@ std::string build_ninja(const Manifest& plan, const NinjaOptions& o) {
   s += "generator = " + ninja_path(o.generator.string()) + "\n";
   s += "nvcc_flags = " + flags + "\n\n";
   // -c with -fatbin makes the compile cacheable by ccache/sccache; -MD records template deps.
+  // `locked` holds the folder's lock for the compile (a bare ninja run and a build exclude each
+  // other); the compiler cache sees only nvcc's command line.
   s += "rule fatbin\n";
-  s += "  command = $nvcc $nvcc_flags -I$templates -MD -MF $out.d -c -fatbin -o $out $in\n";
+  s += "  command = $generator locked . -- $nvcc $nvcc_flags -I$templates -MD -MF $out.d -c -fatbin -o $out $in\n";
   s += "  depfile = $out.d\n  deps = gcc\n  description = nvcc $variant\n\n";
   s += "rule seal\n  command = $generator seal .\n  description = manifest: hash " +
        std::to_string(plan.variants.size()) + " fatbins\n  restat = 1\n\n";

@@ -35,6 +35,8 @@ commands:
                          to an unsharded build of the same spec
   seal DIR               hash DIR's built fatbins and write DIR/package/manifest.json
                          (build.ninja runs this; you rarely need it)
+  locked DIR -- CMD...   run CMD holding DIR's build lock beside other compiles (build.ninja
+                         runs its compiles so: a bare `ninja -C DIR` and a build exclude each other)
 
 options:
   -o, --out PATH         output folder (generate/build: default generated/<package name>;
@@ -285,7 +287,19 @@ int cmd_seal(const Options& o) {
 
 }  // namespace
 
+// `locked DIR -- CMD...`: its own arguments, which parse_args would read as options.
+static int cmd_locked(int argc, char** argv) {
+  if (argc < 5 || std::string(argv[3]) != "--") usage_error("locked takes DIR -- COMMAND [ARGS...]");
+  try {
+    exec_locked(argv[2], argv + 4);
+  } catch (const std::exception& e) {
+    std::cerr << "aotinfer-gen: error: " << e.what() << "\n";
+    return 1;
+  }
+}
+
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "locked") return cmd_locked(argc, argv);
   Options o = parse_args(argc, argv);
   const std::map<std::string, int (*)(const Options&)> commands = {
       {"list", cmd_list},         {"generate", cmd_generate}, {"build", cmd_build},

@@ -8,6 +8,7 @@
 
 #include "aotinfer/error.hpp"
 #include "aotinfer/files.hpp"
+#include "build.hpp"
 
 namespace aotinfer::gen {
 
@@ -93,6 +94,11 @@ ShardInfo read_shard_info(const fs::path& dir) {
 
 Manifest merge_shards(const std::vector<fs::path>& shard_dirs, const fs::path& out_dir) {
   if (shard_dirs.empty()) refuse("no shard folders given");
+  // No build writes the output or a shard while they are merged (a missing shard folder is
+  // refused below, not created).
+  lock_output_dir(out_dir);
+  for (const auto& dir : shard_dirs)
+    if (fs::is_directory(dir)) lock_output_dir(dir);
   const ShardInfo first = read_shard_info(shard_dirs.front());
   std::map<int, fs::path> seen;
   std::map<std::string, std::pair<ManifestVariant, fs::path>> found;  // uri -> variant, its package dir

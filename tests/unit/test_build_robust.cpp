@@ -184,6 +184,41 @@ TEST_CASE("a build refuses an output folder another build holds, naming its pid"
   CHECK(Package::open(out / "package").verify().empty());
 }
 
+TEST_CASE("seal, merge and a bare ninja run take the build lock too", "[build][slow]") {
+  TempDir tmp;
+  const fs::path spec = tmp.path / "tiny.json", out = tmp.path / "out", log = tmp.path / "step.log";
+  write_file_atomic(spec, tiny_spec(64));
+  // A shell command's exit status, its output in `log`.
+  auto run = [&](const std::string& command) {
+    const int status = std::system((command + " > '" + log.string() + "' 2>&1").c_str());
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+  };
+  const std::string gen = std::string("'") + AOTINFER_GEN_EXE + "'";
+  REQUIRE(run(gen + " generate '" + spec.string() + "' -o '" + out.string() + "' --launcher none") == 0);
+
+  const int fd = ::open((out / ".aotinfer-lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  REQUIRE(fd >= 0);
+  struct flock whole = {};
+  whole.l_type = F_WRLCK;
+  whole.l_whence = SEEK_SET;
+  REQUIRE(::fcntl(fd, F_SETLK, &whole) == 0);
+  const std::string busy = "expected no other build of this output folder, got one running (pid " + std::to_string(::getpid());
+
+  CHECK(run("ninja -C '" + out.string() + "'") != 0);  // its compile refuses: nothing compiled
+  CHECK_THAT(read_file(log), Contains(busy));
+  CHECK_FALSE(fs::exists(out / "package" / "manifest.json"));
+  CHECK(run(gen + " seal '" + out.string() + "'") == 1);
+  CHECK_THAT(read_file(log), Contains(busy));
+  CHECK(run(gen + " merge -o '" + (tmp.path / "merged").string() + "' '" + out.string() + "'") == 1);
+  CHECK_THAT(read_file(log), Contains(busy));
+
+  ::close(fd);  // released: a bare ninja run compiles and seals
+  REQUIRE(run("ninja -C '" + out.string() + "'") == 0);
+  CHECK(Package::open(out / "package").verify().empty());
+  // Its compiles held a read lock each, which the build's exclusive lock waits out: none is left.
+  CHECK(build(spec, out, tmp.path / "after.log") == 0);
+}
+
 TEST_CASE("two builds of one spec into one folder at once give one package or a clear refusal", "[build][slow]") {
   TempDir tmp;
   const fs::path out = tmp.path / "out";
