@@ -13,6 +13,11 @@ when PyTorch tensors are given, else the default stream), an int handle or a str
 Errors raise aotinfer.Error subclasses carrying the runtime's message. Importing needs neither a
 compiler nor PyTorch; running kernels needs the NVIDIA driver.
 
+Every attention variant serves sliding windows and logits soft caps: BatchDecode and
+BatchPrefill take window_left at creation (the plan clamps each request's work to its window,
+so layers with different windows need one object each), run() takes logits_soft_cap (> 0 caps
+the scores; layers may differ freely).
+
 The FlashInfer-compatible API is aotinfer.flashinfer; PyTorch custom ops (torch.compile, CUDA
 graphs) are in aotinfer.torch_ops.
 """
@@ -199,19 +204,41 @@ _DTYPES = ("f16", "bf16", "e4m3", "e5m2")
 _KV_SPLITS = ("adaptive", "fixed", "none")
 
 
+def _window(window_left, where):
+    """The C configs' (sliding_window, window_left) of a window_left argument: < 0 is no window
+    (the flag off), >= 0 a window of that many keys before each query's own. Fixed at creation:
+    the planner gives each request's work only the keys its window keeps."""
+    if isinstance(window_left, bool) or not hasattr(type(window_left), "__index__"):
+        raise InvalidArgument(f"{where}: window_left must be an int (< 0: no window, >= 0: the keys each query sees "
+                              f"before its own), got {window_left!r}; the sliding_window and soft_cap flags are "
+                              f"gone: every variant serves windows and soft caps", 1)
+    window_left = window_left.__index__()
+    if window_left >= 2**31:
+        raise InvalidArgument(f"{where}: window_left {window_left} is outside int32", 1)
+    return (1, window_left) if window_left >= 0 else (0, 0)
+
+
 class BatchDecode:
-    """Batch decode over a paged KV cache, plan/run (aotinfer/batch_decode.hpp)."""
+    """Batch decode over a paged KV cache, plan/run (aotinfer/batch_decode.hpp).
+
+    window_left: a sliding window, fixed here because plans depend on it: each request's query
+    sees its last key and the window_left keys before it (keys t < kv_len - 1 - window_left are
+    dropped, whatever q_positions says); < 0 (the default): every key. The logits soft cap is a
+    run() value instead: any variant serves both, so layers of one model with different windows
+    need one object (and plan) per distinct window, and any cap."""
 
     def __init__(self, package, num_qo_heads, num_kv_heads, head_dim, page_size, dtype_q="bf16", dtype_kv=None,
-                 dtype_o=None, layout="nhd", pos_encoding="none", sliding_window=False, soft_cap=False,
-                 cuda_graph=False, max_batch=0, kv_split="adaptive", kv_split_tokens=0, max_kv_len=0):
+                 dtype_o=None, layout="nhd", pos_encoding="none", window_left=-1, cuda_graph=False, max_batch=0,
+                 kv_split="adaptive", kv_split_tokens=0, max_kv_len=0):
         self.package, self.layout, self.page_size = package, layout, page_size
         self.num_qo_heads, self.num_kv_heads, self.head_dim = num_qo_heads, num_kv_heads, head_dim
+        sliding, window = _window(window_left, "batch_decode")
+        self.window_left = window if sliding else -1
         config = _capi.DecodeConfig(_text(dtype_q, "dtype_q", _DTYPES[:2]), _text(dtype_kv or dtype_q, "dtype_kv", _DTYPES),
                                     _text(dtype_o, "dtype_o", _DTYPES[:2]) if dtype_o else None,
                                     head_dim, num_qo_heads, num_kv_heads, page_size, _text(layout, "layout", ("nhd", "hnd")),
                                     _text(pos_encoding, "pos_encoding", ("none", "rope_llama", "alibi")),
-                                    int(sliding_window), int(soft_cap), int(cuda_graph), max_batch,
+                                    sliding, window, int(cuda_graph), max_batch,
                                     _text(kv_split, "kv_split", _KV_SPLITS), kv_split_tokens, max_kv_len)
         handle = ctypes.c_void_p()
         _check(_capi.lib.aotinfer_batch_decode_create(package._handle, ctypes.byref(config), ctypes.byref(handle)))
@@ -246,17 +273,18 @@ class BatchDecode:
 
     def run(self, q, k_pages, v_pages, kv_indptr, kv_indices, kv_last_page_len, o, lse=None, q_positions=None,
             sm_scale=0.0, logits_soft_cap=0.0, rope_scale=1.0, rope_theta=1e4, k_scale=1.0, v_scale=1.0,
-            window_left=-1, stream=None, sinks=None):
+            stream=None, sinks=None):
         """Runs the last plan. q, o [batch, num_qo_heads, head_dim]; lse [batch, num_qo_heads]
         float32 or None; k_pages, v_pages the pools in the config's layout (views of one
         [pages, 2, ...] tensor are fine); kv_indptr, kv_indices, kv_last_page_len (and
-        q_positions) int32 device copies of what plan saw. sinks: attention-sink logits, float32
-        [num_qo_heads] on the GPU, or None: each head's softmax also holds its sink logit (in the
-        units of the scaled scores, not soft-capped) with a zero value row, so e^sinks[h] joins
-        the denominator and lse includes it."""
+        q_positions) int32 device copies of what plan saw. logits_soft_cap > 0 caps the scaled
+        scores (cap * tanh(score / cap)); <= 0: no cap. The window is the constructor's. sinks:
+        attention-sink logits, float32 [num_qo_heads] on the GPU, or None: each head's softmax
+        also holds its sink logit (in the units of the scaled scores, not soft-capped) with a zero
+        value row, so e^sinks[h] joins the denominator and lse includes it."""
         status = _decode_run(self._address, q, k_pages, v_pages, kv_indptr, kv_indices, kv_last_page_len, o, lse,
                              q_positions, sinks, sm_scale, logits_soft_cap, rope_scale, rope_theta, k_scale, v_scale,
-                             window_left, stream)
+                             stream)
         if status:
             _raise(status)
 
@@ -264,22 +292,28 @@ class BatchDecode:
 class BatchPrefill:
     """Batch prefill (many query tokens per request) over a paged or ragged KV cache, plan/run
     (aotinfer/batch_prefill.hpp). Query token t of a request with qo_len queries and kv_len keys
-    sits at position kv_len - qo_len + t; mask="causal" lets it see keys 0 .. kv_len - qo_len + t."""
+    sits at position kv_len - qo_len + t; mask="causal" lets it see keys 0 .. kv_len - qo_len + t.
+
+    window_left: a sliding window, fixed here because plans depend on it: query token t sees keys
+    from kv_len - qo_len + t - window_left on (and, causal, none after its own); < 0 (the
+    default): no window. The logits soft cap is a run() value, as for BatchDecode."""
 
     def __init__(self, package, num_qo_heads, num_kv_heads, head_dim, kv_storage="paged", page_size=16,
                  dtype_q="bf16", dtype_kv=None, dtype_o=None, layout="nhd", mask="causal", pos_encoding="none",
-                 sliding_window=False, soft_cap=False, cuda_graph=False, max_batch=0, max_total_q=0,
-                 kv_split="adaptive", kv_split_tokens=0, max_kv_len=0):
+                 window_left=-1, cuda_graph=False, max_batch=0, max_total_q=0, kv_split="adaptive",
+                 kv_split_tokens=0, max_kv_len=0):
         self.package, self.kv_storage, self.layout, self.page_size = package, kv_storage, layout, page_size
         self.num_qo_heads, self.num_kv_heads, self.head_dim = num_qo_heads, num_kv_heads, head_dim
+        sliding, window = _window(window_left, "batch_prefill")
+        self.window_left = window if sliding else -1
         config = _capi.PrefillConfig(_text(dtype_q, "dtype_q", _DTYPES[:2]),
                                      _text(dtype_kv or dtype_q, "dtype_kv", _DTYPES[:2]),
                                      _text(dtype_o, "dtype_o", _DTYPES[:2]) if dtype_o else None, head_dim,
                                      num_qo_heads, num_kv_heads, _text(kv_storage, "kv_storage", ("paged", "ragged")),
                                      page_size, _text(layout, "layout", ("nhd", "hnd")),
                                      _text(mask, "mask", ("none", "causal")),
-                                     _text(pos_encoding, "pos_encoding", ("none", "rope_llama")), int(sliding_window),
-                                     int(soft_cap), int(cuda_graph), max_batch, max_total_q,
+                                     _text(pos_encoding, "pos_encoding", ("none", "rope_llama")), sliding, window,
+                                     int(cuda_graph), max_batch, max_total_q,
                                      _text(kv_split, "kv_split", _KV_SPLITS), kv_split_tokens, max_kv_len)
         handle = ctypes.c_void_p()
         _check(_capi.lib.aotinfer_batch_prefill_create(package._handle, ctypes.byref(config), ctypes.byref(handle)))
@@ -316,16 +350,17 @@ class BatchPrefill:
         self._batch, self._total_q, self._workspaces = batch, total_q, (float_workspace, int_workspace)
 
     def run(self, q, k, v, qo_indptr, kv_indptr, o, kv_indices=None, kv_last_page_len=None, lse=None, sm_scale=0.0,
-            logits_soft_cap=0.0, rope_scale=1.0, rope_theta=1e4, window_left=-1, stream=None, sinks=None):
+            logits_soft_cap=0.0, rope_scale=1.0, rope_theta=1e4, stream=None, sinks=None):
         """Runs the last plan. q, o [total_q, num_qo_heads, head_dim] (at least the planned total_q
         rows); lse [rows of o, num_qo_heads] float32 or None; k, v the page pools
         [pages, page_size, heads, dim] (nhd) or [pages, heads, page_size, dim] (hnd) when paged,
         [total_kv, num_kv_heads, head_dim] when ragged (token-strided views of a fused QKV tensor
         are fine); qo_indptr, kv_indptr, kv_indices and kv_last_page_len are int32 device copies
-        of what plan saw (the last two paged only). sinks: attention-sink logits, float32
-        [num_qo_heads] on the GPU, or None (as BatchDecode.run)."""
+        of what plan saw (the last two paged only). logits_soft_cap > 0 caps the scores, <= 0: no
+        cap; the window is the constructor's. sinks: attention-sink logits, float32 [num_qo_heads]
+        on the GPU, or None (as BatchDecode.run)."""
         status = _prefill_run(self._address, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_last_page_len, o, lse,
-                              sinks, sm_scale, logits_soft_cap, rope_scale, rope_theta, 1.0, 1.0, window_left, stream)
+                              sinks, sm_scale, logits_soft_cap, rope_scale, rope_theta, 1.0, 1.0, stream)
         if status:
             _raise(status)
 
@@ -393,19 +428,22 @@ class Cascade:
     tokens by its own qo_indptr and gives each group its own pages; each row attends to the
     union of its groups' keys, the levels' states merged. mask applies to the last level only
     (earlier levels are seen whole); sinks join the last level only. In CUDA-graph mode max_batch
-    bounds each level's groups, and o (and lse) need max_total_q rows."""
+    bounds each level's groups, and o (and lse) need max_total_q rows. window_left must stay < 0:
+    a window counts positions, which restart in each level, so the runtime refuses one (by
+    name); the logits soft cap is a run() value."""
 
     def __init__(self, package, num_levels, num_qo_heads, num_kv_heads, head_dim, page_size=16, dtype_q="bf16",
-                 dtype_kv=None, dtype_o=None, layout="nhd", mask="causal", soft_cap=False, cuda_graph=False,
+                 dtype_kv=None, dtype_o=None, layout="nhd", mask="causal", window_left=-1, cuda_graph=False,
                  max_batch=0, max_total_q=0, kv_split="adaptive", kv_split_tokens=0, max_kv_len=0):
         self.package, self.num_levels, self.layout, self.page_size = package, num_levels, layout, page_size
         self.num_qo_heads, self.num_kv_heads, self.head_dim = num_qo_heads, num_kv_heads, head_dim
+        sliding, window = _window(window_left, "cascade")
         level = _capi.PrefillConfig(_text(dtype_q, "dtype_q", _DTYPES[:2]),
                                     _text(dtype_kv or dtype_q, "dtype_kv", _DTYPES[:2]),
                                     _text(dtype_o, "dtype_o", _DTYPES[:2]) if dtype_o else None, head_dim,
                                     num_qo_heads, num_kv_heads, b"paged", page_size,
                                     _text(layout, "layout", ("nhd", "hnd")), _text(mask, "mask", ("none", "causal")),
-                                    b"none", 0, int(soft_cap), int(cuda_graph), max_batch, max_total_q,
+                                    b"none", sliding, window, int(cuda_graph), max_batch, max_total_q,
                                     _text(kv_split, "kv_split", _KV_SPLITS), kv_split_tokens, max_kv_len)
         config = _capi.CascadeConfig(level, num_levels)
         handle = ctypes.c_void_p()
@@ -461,8 +499,9 @@ class Cascade:
         """Runs the last plan. q, o [total_q, num_qo_heads, head_dim] (CUDA-graph mode: o with
         max_total_q rows); lse [rows of o, num_qo_heads] float32 or None; k_pages, v_pages the
         shared pools in the config's layout (views of one [pages, 2, ...] tensor are fine); the
-        four lists hold each level's int32 device copies of what plan saw. sinks: float32
-        [num_qo_heads] attention-sink logits on the GPU, or None."""
+        four lists hold each level's int32 device copies of what plan saw. logits_soft_cap > 0
+        caps the scores, <= 0: no cap. sinks: float32 [num_qo_heads] attention-sink logits on the
+        GPU, or None."""
         n = self.num_levels
         levels = [(_capi.Tensor * n)(*[_described(x, f"{name}[{l}]") for l, x in enumerate(_per_level(name, values, n))])
                   for name, values in (("qo_indptr_list", qo_indptr_list), ("kv_indptr_list", kv_indptr_list),
@@ -472,6 +511,6 @@ class Cascade:
         tensors = _capi.CascadeTensors(_described(q, "q"), _described(k_pages, "k_pages"), _described(v_pages, "v_pages"),
                                        _described(o, "o"), _described(lse, "lse"), _described(sinks, "sinks"),
                                        *[ctypes.cast(arrays, pointer) for arrays in levels])
-        scalars = _capi.Scalars(sm_scale, logits_soft_cap, 1.0, 1e4, 1.0, 1.0, -1)
+        scalars = _capi.Scalars(sm_scale, logits_soft_cap, 1.0, 1e4, 1.0, 1.0)
         _check(_capi.lib.aotinfer_cascade_tensors_run(self._handle, ctypes.byref(tensors), ctypes.byref(scalars),
                                                       _stream(stream, q)))

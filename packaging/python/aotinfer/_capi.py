@@ -19,7 +19,7 @@ c_int32_p = ctypes.POINTER(ctypes.c_int32)
 class DecodeConfig(ctypes.Structure):
     _fields_ = [("dtype_q", c_char), ("dtype_kv", c_char), ("dtype_o", c_char), ("head_dim", c_int32),
                 ("num_qo_heads", c_int32), ("num_kv_heads", c_int32), ("page_size", c_int32), ("layout", c_char),
-                ("pos_encoding", c_char), ("sliding_window", c_int32), ("soft_cap", c_int32),
+                ("pos_encoding", c_char), ("sliding_window", c_int32), ("window_left", c_int32),
                 ("cuda_graph", c_int32), ("max_batch", c_int32), ("kv_split", c_char), ("kv_split_tokens", c_int32),
                 ("max_kv_len", ctypes.c_int64)]
 
@@ -28,7 +28,7 @@ class PrefillConfig(ctypes.Structure):
     _fields_ = [("dtype_q", c_char), ("dtype_kv", c_char), ("dtype_o", c_char), ("head_dim", c_int32),
                 ("num_qo_heads", c_int32), ("num_kv_heads", c_int32), ("kv_storage", c_char), ("page_size", c_int32),
                 ("layout", c_char), ("mask", c_char), ("pos_encoding", c_char), ("sliding_window", c_int32),
-                ("soft_cap", c_int32), ("cuda_graph", c_int32), ("max_batch", c_int32), ("max_total_q", ctypes.c_int64),
+                ("window_left", c_int32), ("cuda_graph", c_int32), ("max_batch", c_int32), ("max_total_q", ctypes.c_int64),
                 ("kv_split", c_char), ("kv_split_tokens", c_int32), ("max_kv_len", ctypes.c_int64)]
 
 
@@ -74,8 +74,7 @@ class Tensor(ctypes.Structure):  # aotinfer_tensor
 
 class Scalars(ctypes.Structure):  # aotinfer_attention_scalars
     _fields_ = [("sm_scale", ctypes.c_float), ("logits_soft_cap", ctypes.c_float), ("rope_scale", ctypes.c_float),
-                ("rope_theta", ctypes.c_float), ("k_scale", ctypes.c_float), ("v_scale", ctypes.c_float),
-                ("window_left", c_int32)]
+                ("rope_theta", ctypes.c_float), ("k_scale", ctypes.c_float), ("v_scale", ctypes.c_float)]
 
 
 class CascadeConfig(ctypes.Structure):

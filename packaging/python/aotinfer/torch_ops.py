@@ -112,20 +112,20 @@ def _decode_run(decode_id: int, q: torch.Tensor, k_pages: torch.Tensor, v_pages:
                 kv_indptr: torch.Tensor, kv_indices: torch.Tensor, kv_last_page_len: torch.Tensor,
                 o: torch.Tensor, lse: Optional[torch.Tensor], q_positions: Optional[torch.Tensor],
                 sinks: Optional[torch.Tensor], sm_scale: float, logits_soft_cap: float, rope_scale: float,
-                rope_theta: float, k_scale: float, v_scale: float, window_left: int) -> None:
+                rope_theta: float, k_scale: float, v_scale: float) -> None:
     decode = _lookup(decode_id, (aotinfer.BatchDecode,), "batch_decode_run")
     decode.run(q, k_pages, v_pages, kv_indptr, kv_indices, kv_last_page_len, o, lse, q_positions, sm_scale,
-               logits_soft_cap, rope_scale, rope_theta, k_scale, v_scale, window_left, None, sinks)
+               logits_soft_cap, rope_scale, rope_theta, k_scale, v_scale, None, sinks)
 
 
 def _prefill_run(prefill_id: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qo_indptr: torch.Tensor,
                  kv_indptr: torch.Tensor, o: torch.Tensor, kv_indices: Optional[torch.Tensor],
                  kv_last_page_len: Optional[torch.Tensor], lse: Optional[torch.Tensor],
                  sinks: Optional[torch.Tensor], sm_scale: float, logits_soft_cap: float, rope_scale: float,
-                 rope_theta: float, window_left: int) -> None:
+                 rope_theta: float) -> None:
     prefill = _lookup(prefill_id, (aotinfer.BatchPrefill,), "batch_prefill_run")
     prefill.run(q, k, v, qo_indptr, kv_indptr, o, kv_indices, kv_last_page_len, lse, sm_scale, logits_soft_cap,
-                rope_scale, rope_theta, window_left, None, sinks)
+                rope_scale, rope_theta, None, sinks)
 
 
 def _merge_state(package_id: int, v_a: torch.Tensor, s_a: torch.Tensor, v_b: torch.Tensor, s_b: torch.Tensor,
@@ -197,22 +197,22 @@ def _call(op, args, stream, where):
 
 def batch_decode_run(decode, q, k_pages, v_pages, kv_indptr, kv_indices, kv_last_page_len, o, lse=None,
                      q_positions=None, sm_scale=0.0, logits_soft_cap=0.0, rope_scale=1.0, rope_theta=1e4,
-                     k_scale=1.0, v_scale=1.0, window_left=-1, stream=None, sinks=None):
-    """aotinfer.BatchDecode.run(...) as torch.ops.aotinfer.batch_decode_run: writes o (and lse)."""
+                     k_scale=1.0, v_scale=1.0, stream=None, sinks=None):
+    """aotinfer.BatchDecode.run(...) as torch.ops.aotinfer.batch_decode_run: writes o (and lse). The
+    sliding window is the decode object's (fixed when it was made), the soft cap a run value."""
     _call(torch.ops.aotinfer.batch_decode_run,
           (handle(decode), q, k_pages, v_pages, kv_indptr, kv_indices, kv_last_page_len, o, lse, q_positions, sinks,
            float(sm_scale), float(logits_soft_cap), float(rope_scale), float(rope_theta), float(k_scale),
-           float(v_scale), int(window_left)), stream, "batch_decode_run")
+           float(v_scale)), stream, "batch_decode_run")
 
 
 def batch_prefill_run(prefill, q, k, v, qo_indptr, kv_indptr, o, kv_indices=None, kv_last_page_len=None, lse=None,
-                      sm_scale=0.0, logits_soft_cap=0.0, rope_scale=1.0, rope_theta=1e4, window_left=-1,
-                      stream=None, sinks=None):
+                      sm_scale=0.0, logits_soft_cap=0.0, rope_scale=1.0, rope_theta=1e4, stream=None, sinks=None):
     """aotinfer.BatchPrefill.run(...) (paged or ragged, as the object was configured) as
-    torch.ops.aotinfer.batch_prefill_run: writes o (and lse)."""
+    torch.ops.aotinfer.batch_prefill_run: writes o (and lse). The window is the object's."""
     _call(torch.ops.aotinfer.batch_prefill_run,
           (handle(prefill), q, k, v, qo_indptr, kv_indptr, o, kv_indices, kv_last_page_len, lse, sinks,
-           float(sm_scale), float(logits_soft_cap), float(rope_scale), float(rope_theta), int(window_left)), stream,
+           float(sm_scale), float(logits_soft_cap), float(rope_scale), float(rope_theta)), stream,
           "batch_prefill_run")
 
 

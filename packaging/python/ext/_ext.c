@@ -266,14 +266,18 @@ static int stream_arg(PyObject* obj, int torch_device, void** stream) {
   return PyErr_Occurred() ? -1 : 0;
 }
 
+/* The six floats of aotinfer_attention_scalars, in its order (the sliding window is the config's,
+ * fixed at plan time; logits_soft_cap <= 0 is no cap). */
+enum { SCALARS = 6 };
+_Static_assert(sizeof(aotinfer_attention_scalars) == SCALARS * sizeof(float), "the scalars are six floats");
+
 static int scalars_arg(PyObject* const* args, aotinfer_attention_scalars* s) {
-  float* floats[] = {&s->sm_scale, &s->logits_soft_cap, &s->rope_scale, &s->rope_theta, &s->k_scale, &s->v_scale};
-  for (int i = 0; i < 6; ++i) {
+  float* floats[SCALARS] = {&s->sm_scale, &s->logits_soft_cap, &s->rope_scale, &s->rope_theta, &s->k_scale, &s->v_scale};
+  for (int i = 0; i < SCALARS; ++i) {
     *floats[i] = (float)PyFloat_AsDouble(args[i]);
     if (*floats[i] == -1.0f && PyErr_Occurred()) return -1;
   }
-  s->window_left = (int32_t)PyLong_AsLong(args[6]);
-  return s->window_left == -1 && PyErr_Occurred() ? -1 : 0;
+  return 0;
 }
 
 static int check_nargs(const char* op, Py_ssize_t nargs, Py_ssize_t want) {
@@ -297,17 +301,17 @@ static int describe_all(PyObject* const* args, const char* const* names, int cou
 
 /* decode_run(handle, q, k_pages, v_pages, kv_indptr, kv_indices, kv_last_page_len, o, lse,
  *            q_positions, sinks, sm_scale, logits_soft_cap, rope_scale, rope_theta, k_scale,
- *            v_scale, window_left, stream) -> status */
+ *            v_scale, stream) -> status */
 static PyObject* decode_run(PyObject* Py_UNUSED(self), PyObject* const* args, Py_ssize_t nargs) {
   static const char* const names[] = {"q", "k_pages", "v_pages", "kv_indptr", "kv_indices", "kv_last_page_len", "o", "lse", "q_positions", "sinks"};
   aotinfer_batch_decode_tensors t;
   aotinfer_attention_scalars s;
   int torch_device = -1;
   void* stream = NULL;
-  if (check_nargs("decode_run", nargs, 19) || unbound((void*)S.decode)) return NULL;
+  if (check_nargs("decode_run", nargs, 18) || unbound((void*)S.decode)) return NULL;
   void* handle = PyLong_AsVoidPtr(args[0]);
   if (PyErr_Occurred() || describe_all(args + 1, names, 10, &t.q, &torch_device) || scalars_arg(args + 11, &s) ||
-      stream_arg(args[18], torch_device, &stream))
+      stream_arg(args[17], torch_device, &stream))
     return NULL;
   /* The GIL is kept: a launch takes microseconds, less than releasing and taking it back. */
   return PyLong_FromLong(S.decode(handle, &t, &s, stream));
@@ -315,17 +319,17 @@ static PyObject* decode_run(PyObject* Py_UNUSED(self), PyObject* const* args, Py
 
 /* prefill_run(handle, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_last_page_len, o, lse,
  *             sinks, sm_scale, logits_soft_cap, rope_scale, rope_theta, k_scale, v_scale,
- *             window_left, stream) -> status */
+ *             stream) -> status */
 static PyObject* prefill_run(PyObject* Py_UNUSED(self), PyObject* const* args, Py_ssize_t nargs) {
   static const char* const names[] = {"q", "k", "v", "qo_indptr", "kv_indptr", "kv_indices", "kv_last_page_len", "o", "lse", "sinks"};
   aotinfer_batch_prefill_tensors t;
   aotinfer_attention_scalars s;
   int torch_device = -1;
   void* stream = NULL;
-  if (check_nargs("prefill_run", nargs, 19) || unbound((void*)S.prefill)) return NULL;
+  if (check_nargs("prefill_run", nargs, 18) || unbound((void*)S.prefill)) return NULL;
   void* handle = PyLong_AsVoidPtr(args[0]);
   if (PyErr_Occurred() || describe_all(args + 1, names, 10, &t.q, &torch_device) || scalars_arg(args + 11, &s) ||
-      stream_arg(args[18], torch_device, &stream))
+      stream_arg(args[17], torch_device, &stream))
     return NULL;
   return PyLong_FromLong(S.prefill(handle, &t, &s, stream));
 }

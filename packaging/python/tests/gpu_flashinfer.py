@@ -237,6 +237,49 @@ def decode_cases():
                                                     cap=1.5, sm_scale=0.3, sinks=True))
     guarded("decode sinks+window", lambda: decode_case("sinks + sliding window", 4, 16, "NHD", "tuple", "bf16",
                                                        window=random.randint(0, 200), sinks=True))
+    # Windows and caps on variants that had none of their own before kernel ABI 2.
+    guarded("decode window+cap f16", lambda: decode_case("window + soft cap", 8, 16, "NHD", "single", "f16",
+                                                         head_dim=64, window=random.randint(0, 200), cap=1.5))
+    guarded("decode window e5m2", lambda: decode_case("window, fp8 e5m2 KV", 4, 16, "HND", "tuple", "bf16", "e5m2",
+                                                      head_dim=256, window=random.randint(0, 200), pos="ROPE_LLAMA"))
+    guarded("decode window switch", lambda: window_switch_case("decode"))
+
+
+def window_switch_case(kind):
+    """A hybrid model's step on one wrapper: plans alternate between full and windowed layers (and
+    caps), each run checked; the wrapper keeps one aotinfer object per window, the caps share it,
+    and a window other than plan's at run() is refused. kind: "decode" or "paged prefill"."""
+    kv_heads, group, dim, page, layout = 2, 4, 128, 16, "NHD"
+    heads, batch = kv_heads * group, random.randint(2, 6)
+    lens = [random.randint(1, 400) for _ in range(batch)]
+    qo = [1] * batch if kind == "decode" else [random.randint(1, min(n, 24)) for n in lens]
+    cache = Paged(lens, page, kv_heads, dim, layout, "tuple", "bf16")
+    q = torch.randn(sum(qo), heads, dim, device=DEV).to(torch.bfloat16)
+    if kind == "decode":
+        wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(WORKSPACE, layout)
+    else:
+        wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(WORKSPACE, layout)
+    window = random.randint(0, 64)
+    tok = [0] + list(itertools_accumulate(qo))
+    for step, (w, cap) in enumerate(((-1, None), (window, None), (-1, 30.0), (window, 2.0), (window, None))):
+        if kind == "decode":
+            wrapper.plan(cache.indptr, cache.indices, cache.last, heads, kv_heads, dim, page, window_left=w,
+                         logits_soft_cap=cap, q_data_type=torch.bfloat16)
+        else:
+            wrapper.plan(indptr_of(qo), cache.indptr, cache.indices, cache.last, heads, kv_heads, dim, page,
+                         causal=True, window_left=w, logits_soft_cap=cap, q_data_type=torch.bfloat16)
+        o = wrapper.run(q, cache.cache)
+        ref = torch.cat([attention(q[tok[r]:tok[r + 1]], *cache.get(r, n), causal=True, cap=cap or 0.0, window=w)[0]
+                         for r, n in enumerate(lens)])
+        torch.cuda.synchronize()
+        check(f"{kind} window switch {step} [window_left {w}, cap {cap}, batch {batch}] o", o, ref, 1e-2)
+    report(f"{kind} window switch: objects", len(wrapper._cores) == 2,
+           f"{len(wrapper._cores)} aotinfer objects for windows -1 and {window} (caps are run values)")
+    try:
+        wrapper.run(q, cache.cache, window_left=-1)
+        report(f"{kind} window switch: run(window_left) other than plan's", False, "accepted")
+    except ValueError as e:
+        report(f"{kind} window switch: run(window_left) other than plan's", "plan again" in str(e), str(e))
 
 
 def decode_graph():
@@ -356,6 +399,7 @@ def paged_prefill_cases():
     guarded("paged prefill caller's lse", lambda: paged_prefill_case("caller's out and lse", 4, 16, "HND", "tuple",
                                                                      give_out=True))
     guarded("paged prefill sinks", lambda: paged_prefill_case("sinks", 8, 16, "NHD", "single", sinks=True))
+    guarded("paged prefill window switch", lambda: window_switch_case("paged prefill"))
     guarded("paged prefill sinks+window+cap", lambda: paged_prefill_case(
         "sinks + window + soft cap", 2, 64, "HND", "tuple", head_dim=256, window=random.randint(0, 100), cap=1.5,
         sinks=True))

@@ -330,7 +330,7 @@ def registry_checks():
     pool = torch.zeros(1, PAGE, KV_HEADS, DIM, device=DEV, dtype=BF16)
     try:
         torch.ops.aotinfer.batch_decode_run(oid, q, pool, pool, dev_i32([0, 1]), dev_i32([0]), dev_i32([1]),
-                                            torch.empty_like(q), None, None, None, 0.0, 0.0, 1.0, 1e4, 1.0, 1.0, -1)
+                                            torch.empty_like(q), None, None, None, 0.0, 0.0, 1.0, 1e4, 1.0, 1.0)
         report(False, "registry: an op naming a collected object raised nothing")
     except aotinfer.InvalidArgument as e:
         report("no longer exists" in str(e), f"registry: collected object: {e}")

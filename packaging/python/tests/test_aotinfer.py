@@ -65,6 +65,17 @@ class AbiTest(unittest.TestCase):
     def test_the_mirrors_match_the_library(self):
         self.assertEqual(_capi.layout_mismatches(), [])
 
+    def test_windows_are_config_fields_and_caps_run_values(self):
+        """The configs carry the window (a flag and window_left), no soft_cap flag; the scalars
+        lost window_left (six floats)."""
+        for mirror in (_capi.DecodeConfig, _capi.PrefillConfig):
+            names = [name for name, _ in mirror._fields_]
+            self.assertEqual(names[names.index("sliding_window") + 1], "window_left")
+            self.assertNotIn("soft_cap", names)
+        self.assertEqual([name for name, _ in _capi.Scalars._fields_],
+                         ["sm_scale", "logits_soft_cap", "rope_scale", "rope_theta", "k_scale", "v_scale"])
+        self.assertEqual(ctypes.sizeof(_capi.Scalars), 6 * 4)
+
     def test_a_shifted_field_is_caught(self):
         class Shifted(ctypes.Structure):  # a field the header does not have, ahead of the others
             _fields_ = [("added", ctypes.c_void_p)] + _capi.DecodeConfig._fields_
@@ -164,6 +175,70 @@ class FrontEndTest(unittest.TestCase):
                 message = str(e.exception)
                 for word in (option, "bogus") + allowed:
                     self.assertIn(word, message)
+
+    def test_window_left_becomes_the_config_flag_and_value(self):
+        self.assertEqual(aotinfer._window(-1, "x"), (0, 0))
+        self.assertEqual(aotinfer._window(-7, "x"), (0, 0))
+        self.assertEqual(aotinfer._window(0, "x"), (1, 0))
+
+        class Index:  # NumPy integers and the like
+            def __index__(self):
+                return 4095
+        self.assertEqual(aotinfer._window(Index(), "x"), (1, 4095))
+
+    def test_window_left_refusals_name_the_object(self):
+        """A bool (an old sliding_window=True / soft_cap flag) or a non-int is refused before the
+        C API sees the config."""
+        pkg = aotinfer.Package()
+        makers = {"batch_decode": lambda w: aotinfer.BatchDecode(pkg, 8, 2, 128, 16, window_left=w),
+                  "batch_prefill": lambda w: aotinfer.BatchPrefill(pkg, 8, 2, 128, window_left=w),
+                  "cascade": lambda w: aotinfer.Cascade(pkg, 2, 8, 2, 128, window_left=w)}
+        for name, make in makers.items():
+            for bad, words in ((True, "window_left must be an int"), (1.5, "window_left must be an int"),
+                               ("64", "window_left must be an int"), (2**31, "outside int32")):
+                with self.subTest(name=name, window_left=bad):
+                    with self.assertRaises(aotinfer.InvalidArgument) as e:
+                        make(bad)
+                    self.assertIn(f"{name}: ", str(e.exception))
+                    self.assertIn(words, str(e.exception))
+
+    def test_the_old_flags_are_gone(self):
+        pkg = aotinfer.Package()
+        for make in (lambda: aotinfer.BatchDecode(pkg, 8, 2, 128, 16, soft_cap=True),
+                     lambda: aotinfer.BatchPrefill(pkg, 8, 2, 128, sliding_window=True),
+                     lambda: aotinfer.Cascade(pkg, 2, 8, 2, 128, soft_cap=True)):
+            with self.assertRaises(TypeError):
+                make()
+        decode, prefill = object.__new__(aotinfer.BatchDecode), object.__new__(aotinfer.BatchPrefill)
+        decode._address = prefill._address = 0
+        q, i32 = FakeCudaArray((4, 8, 128)), FakeCudaArray((5,), "<i4")
+        with self.assertRaises(TypeError):  # the window is the object's now
+            decode.run(q, q, q, i32, i32, i32, q, window_left=3)
+        with self.assertRaises(TypeError):
+            prefill.run(q, q, q, i32, i32, q, window_left=3)
+        with self.assertRaises(TypeError) as e:
+            _ext.decode_run(*([None] * 19))
+        self.assertIn("takes 18 arguments", str(e.exception))
+
+    def test_windowed_configs_pass_the_c_api_checks(self):
+        """Every variant serves windows and caps: a windowed config gets as far as the driver
+        (the C API parsed it), with the package's plain variants."""
+        if _has_driver():
+            self.skipTest("a CUDA driver is present: this checks machines without one")
+        pkg = aotinfer.Package()
+        for make in (lambda: aotinfer.BatchDecode(pkg, 8, 2, 128, 16, window_left=4095),
+                     lambda: aotinfer.BatchDecode(pkg, 8, 2, 128, 16, window_left=0),
+                     lambda: aotinfer.BatchPrefill(pkg, 8, 2, 128, window_left=127),
+                     lambda: aotinfer.BatchPrefill(pkg, 8, 2, 128, kv_storage="ragged", window_left=127)):
+            with self.assertRaises(aotinfer.NoDriver):
+                make()
+
+    def test_cascade_refuses_a_window_by_name(self):
+        pkg = aotinfer.Package()
+        with self.assertRaises(aotinfer.InvalidArgument) as e:
+            aotinfer.Cascade(pkg, 2, 8, 2, 128, window_left=64)
+        self.assertIn("sliding_window", str(e.exception))
+        self.assertIn("restart in each level", str(e.exception))
 
     def test_batch_prefill_without_a_driver_the_error_is_clear(self):
         if _has_driver():

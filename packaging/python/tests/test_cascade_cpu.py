@@ -57,6 +57,17 @@ class CascadeArgumentsTest(unittest.TestCase):
     def test_config_refusals_name_the_argument(self):
         self.refused(lambda: aotinfer.Cascade(None, 2, 8, 2, 64, mask="diagonal"), "mask must be one of")
         self.refused(lambda: aotinfer.Cascade(None, 2, 8, 2, 64, layout="xyz"), "layout must be one of")
+        self.refused(lambda: aotinfer.Cascade(None, 2, 8, 2, 64, window_left=True), "cascade: window_left must be an int")
+
+    def test_a_window_is_refused_a_soft_cap_served(self):
+        """Windows count positions, which restart in each level: the runtime refuses one by name
+        (no window is a zeroed flag); the soft cap is a run value and reaches the C API."""
+        self.refused(lambda: aotinfer.Cascade(aotinfer.Package(), 2, 8, 2, 128, window_left=0),
+                     "aotinfer_cascade_create", "sliding_window", "restart in each level")
+        q, pool, i32 = FakeCudaArray((8, 8, 64)), FakeCudaArray((4, 16, 2, 64)), FakeCudaArray((3,), "<i4")
+        meta = [[i32, i32]] * 4
+        self.refused(lambda: self.cascade.run(q, pool, pool, *meta, q, logits_soft_cap=30.0, sm_scale=0.125),
+                     "aotinfer_cascade_tensors_run", NOT_HANDLE)
 
 
 if __name__ == "__main__":

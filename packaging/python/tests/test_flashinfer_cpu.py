@@ -252,22 +252,28 @@ class MappingTest(unittest.TestCase):
     def test_decode_defaults(self):
         config, features, scalars = _args.decode_plan(32, 8, 128, 16)
         self.assertEqual(config, dict(num_qo_heads=32, num_kv_heads=8, head_dim=128, page_size=16, dtype_q="f16",
-                                      dtype_kv="f16", dtype_o="f16", pos_encoding="none", sliding_window=False,
-                                      soft_cap=False, kv_split="adaptive"))
-        self.assertEqual(features, ("none", False, False))
-        self.assertEqual(scalars, (1 / math.sqrt(128), 0.0, 1.0, 1e4, -1))
+                                      dtype_kv="f16", dtype_o="f16", pos_encoding="none", window_left=-1,
+                                      kv_split="adaptive"))
+        self.assertEqual(features, ("none",))
+        self.assertEqual(scalars, (1 / math.sqrt(128), 0.0, 1.0, 1e4))
 
     def test_decode_features_and_scalars(self):
-        config, _, scalars = _args.decode_plan(
+        """The window goes into the core object's configuration (plan time), the cap into the run
+        scalars; neither selects a variant."""
+        config, features, scalars = _args.decode_plan(
             32, 8, 64, 1, pos_encoding_mode="ALIBI", window_left=127, logits_soft_cap=30.0, q_data_type="bfloat16",
             kv_data_type="float8_e4m3fn", o_data_type="torch.float16", sm_scale=0.5, rope_scale=2.0, rope_theta=5e5)
         self.assertEqual((config["dtype_q"], config["dtype_kv"], config["dtype_o"]), ("bf16", "e4m3", "f16"))
-        self.assertEqual((config["pos_encoding"], config["sliding_window"], config["soft_cap"]), ("alibi", True, True))
-        self.assertEqual(scalars, (0.5, 30.0, 2.0, 5e5, 127))
-        config, _, _ = _args.decode_plan(32, 8, 128, 16, pos_encoding_mode="ROPE_LLAMA", logits_soft_cap=0.0,
-                                         kv_data_type=DType("torch.float8_e5m2"), q_data_type="half")
-        self.assertEqual((config["pos_encoding"], config["soft_cap"], config["dtype_q"], config["dtype_kv"]),
-                         ("rope_llama", False, "f16", "e5m2"))
+        self.assertEqual((config["pos_encoding"], config["window_left"], features), ("alibi", 127, ("alibi",)))
+        self.assertEqual(scalars, (0.5, 30.0, 2.0, 5e5))
+        config, _, scalars = _args.decode_plan(32, 8, 128, 16, pos_encoding_mode="ROPE_LLAMA", logits_soft_cap=0.0,
+                                               kv_data_type=DType("torch.float8_e5m2"), q_data_type="half")
+        self.assertEqual((config["pos_encoding"], config["window_left"], scalars[1], config["dtype_q"],
+                          config["dtype_kv"]), ("rope_llama", -1, 0.0, "f16", "e5m2"))
+        for cap in (None, -1.0, 0):  # FlashInfer's "no cap" spellings
+            self.assertEqual(_args.decode_plan(32, 8, 128, 16, logits_soft_cap=cap)[2][1], 0.0)
+        self.assertNotIn("soft_cap", config)
+        self.assertNotIn("sliding_window", config)
 
     def test_data_type_fills_only_what_is_left_unset(self):  # FlashInfer 0.7's rule
         config, _, _ = _args.decode_plan(32, 8, 128, 16, q_data_type=None, data_type="bfloat16")
@@ -280,10 +286,10 @@ class MappingTest(unittest.TestCase):
             "p", 32, 8, 128, head_dim_vo=128, causal=True, pos_encoding_mode="ROPE_LLAMA", window_left=0,
             logits_soft_cap=50.0, q_data_type="bfloat16", o_data_type="float16")
         self.assertEqual(config, dict(num_qo_heads=32, num_kv_heads=8, head_dim=128, dtype_q="bf16", dtype_kv="bf16",
-                                      dtype_o="f16", mask="causal", pos_encoding="rope_llama", sliding_window=True,
-                                      soft_cap=True, kv_split="adaptive"))
-        self.assertEqual(features, ("rope_llama", True, True, "causal"))
-        self.assertEqual(scalars[1:], (50.0, 1.0, 1e4, 0))
+                                      dtype_o="f16", mask="causal", pos_encoding="rope_llama", window_left=0,
+                                      kv_split="adaptive"))
+        self.assertEqual(features, ("rope_llama", "causal"))
+        self.assertEqual(scalars[1:], (50.0, 1.0, 1e4))
         self.assertEqual(_args.prefill_plan("p", 8, 8, 64)[0]["mask"], "none")
 
     def test_batch_invariant_options(self):
@@ -315,6 +321,20 @@ class MappingTest(unittest.TestCase):
             config, _, _ = _args.prefill_plan("p", 32, 8, 128, causal=True, q_data_type="bfloat16")
             self.assertEqual(pkg.find("batch_prefill_" + storage, **prefill_axes(config)).family,
                              "batch_prefill_" + storage)
+        # Windows and soft caps need no variants of their own: the same ones serve them.
+        config, _, _ = _args.decode_plan(32, 8, 128, 16, q_data_type="bfloat16", window_left=4095,
+                                         logits_soft_cap=50.0)
+        self.assertEqual(pkg.find("batch_decode", **decode_axes(config)).uri,
+                         pkg.find("batch_decode", **decode_axes(_args.decode_plan(32, 8, 128, 16,
+                                                                                  q_data_type="bfloat16")[0])).uri)
+        for storage in ("paged", "ragged"):
+            config, _, _ = _args.prefill_plan("p", 32, 8, 128, causal=True, q_data_type="bfloat16", window_left=0,
+                                              logits_soft_cap=30.0)
+            self.assertEqual(pkg.find("batch_prefill_" + storage, **prefill_axes(config)).family,
+                             "batch_prefill_" + storage)
+        for variant in pkg.variants():
+            self.assertNotIn("sliding_window", variant.axes, variant.uri)
+            self.assertNotIn("soft_cap", variant.axes, variant.uri)
         config, _, _ = _args.decode_plan(32, 8, 256, 16, q_data_type="bfloat16")
         with self.assertRaises(aotinfer.NotFound) as miss:
             pkg.find("batch_decode", **decode_axes(config))
@@ -324,13 +344,86 @@ class MappingTest(unittest.TestCase):
 
 def decode_axes(c):
     return dict(dtype_q=c["dtype_q"], dtype_kv=c["dtype_kv"], head_dim=c["head_dim"], dtype_o=c["dtype_o"],
-                pos_encoding=c["pos_encoding"], sliding_window=c["sliding_window"], soft_cap=c["soft_cap"])
+                pos_encoding=c["pos_encoding"])
 
 
 def prefill_axes(c):
     return dict(dtype_q=c["dtype_q"], head_dim=c["head_dim"], mask=c["mask"], dtype_kv=c["dtype_kv"],
-                dtype_o=c["dtype_o"], pos_encoding=c["pos_encoding"], sliding_window=c["sliding_window"],
-                soft_cap=c["soft_cap"])
+                dtype_o=c["dtype_o"], pos_encoding=c["pos_encoding"])
+
+
+class Recorded:
+    """A core class stand-in: records the configurations it is made with."""
+    made = []
+
+    def __init__(self, package, **config):
+        Recorded.made.append(config)
+
+
+class WindowTest(unittest.TestCase):
+    """The window is plan-time (one core object per distinct window, kept), the cap a run value."""
+
+    def planned(self, wrapper, window_left):
+        """wrapper as a successful plan() with this window leaves it (no PyTorch needed)."""
+        wrapper._core, wrapper._features, wrapper._window_left, wrapper._head_dim = object(), ("none",), window_left, 128
+        wrapper._scalars = _args.scalars(128, None, None, None, 0.0)
+        return wrapper
+
+    def test_one_core_object_per_window(self):
+        Recorded.made = []
+        w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(Stand(), package=aotinfer.Package())
+        full = _args.decode_plan(32, 8, 128, 16, q_data_type="bfloat16")[0]
+        windowed = _args.decode_plan(32, 8, 128, 16, q_data_type="bfloat16", window_left=511)[0]
+        capped = _args.decode_plan(32, 8, 128, 16, q_data_type="bfloat16", window_left=511, logits_soft_cap=30.0)[0]
+        cores = [w._core_for(Recorded, c) for c in (full, windowed, full, capped, windowed)]
+        self.assertEqual([c["window_left"] for c in Recorded.made], [-1, 511])
+        self.assertIs(cores[0], cores[2])
+        self.assertIs(cores[1], cores[3])  # the cap is no configuration: the same object
+        self.assertIs(cores[1], cores[4])
+        self.assertIsNot(cores[0], cores[1])
+
+    def test_run_keeps_the_planned_window(self):
+        q, cache = Stand((4, 32, 128), "torch.bfloat16"), (Stand(), Stand())
+        for w in (self.planned(flashinfer.BatchDecodeWithPagedKVCacheWrapper(Stand()), 127),
+                  self.planned(flashinfer.BatchPrefillWithPagedKVCacheWrapper(Stand()), 127)):
+            with self.subTest(type(w).__name__), self.assertRaises(ValueError) as e:
+                w.run(q, cache, window_left=63)
+            self.assertIn("window_left=63 differs from plan()'s 127", str(e.exception))
+            self.assertIn("plan again", str(e.exception))
+
+    def test_forward_changes_the_cap_not_the_window(self):
+        """FlashInfer's deprecated forward() may change run values (the cap among them); a window
+        other than plan()'s needs a plan, another position encoding another variant."""
+        w = self.planned(flashinfer.BatchDecodeWithPagedKVCacheWrapper(Stand()), 127)
+        w._forward("NONE", 127, 30.0, 0.5, None, None)
+        self.assertEqual(w._scalars, (0.5, 30.0, 1.0, 1e4))
+        w._forward("NONE", 127, None, None, None, None)
+        self.assertEqual(w._scalars[1], 0.0)
+        with self.assertRaises(ValueError) as e:
+            w._forward("NONE", -1, 30.0, None, None, None)
+        self.assertIn("window_left=-1 differs from plan()'s 127", str(e.exception))
+        with self.assertRaises(NotImplementedError) as e:
+            w._forward("ROPE_LLAMA", 127, None, None, None, None)
+        self.assertIn("another kernel variant", str(e.exception))
+        p = self.planned(flashinfer.BatchPrefillWithPagedKVCacheWrapper(Stand()), -1)
+        p._features = ("none", "causal")
+        p._forward("p.forward", True, "NONE", False, -1, 50.0, None, None, None)
+        self.assertEqual(p._scalars[1], 50.0)
+        with self.assertRaises(NotImplementedError):
+            p._forward("p.forward", False, "NONE", False, -1, 50.0, None, None, None)  # the mask is a variant axis
+        with self.assertRaises(ValueError):
+            p._forward("p.forward", True, "NONE", False, 8, 50.0, None, None, None)
+
+    def test_window_values(self):
+        for where, plan in (("BatchDecodeWithPagedKVCacheWrapper.plan", lambda **kw: _args.decode_plan(
+                                32, 8, 128, 16, **kw)),
+                            ("p", lambda **kw: _args.prefill_plan("p", 32, 8, 128, **kw))):
+            self.assertEqual(plan(window_left=0)[0]["window_left"], 0)
+            self.assertEqual(plan(window_left=2**31 - 1)[0]["window_left"], 2**31 - 1)
+            for bad in (-2, 2**31, 1.5, True, "8"):
+                with self.subTest(where=where, window_left=bad), self.assertRaises(NotImplementedError) as e:
+                    plan(window_left=bad)
+                self.assertIn(f"{where}: window_left={bad!r}", str(e.exception))
 
 
 class RefusalTest(unittest.TestCase):
@@ -566,6 +659,8 @@ class MultiLevelCascadeTest(unittest.TestCase):
         for kwargs, words in [(dict(pos_encoding_mode="ALIBI"), "pos_encoding_mode='ALIBI'"),
                               (dict(use_fp16_qk_reduction=True), "use_fp16_qk_reduction=True"),
                               (dict(window_left=-2), "window_left=-2"),
+                              (dict(window_left=0), "window_left=0"),
+                              (dict(window_left=4095), "positions restart"),
                               (dict(q_data_type="float8_e4m3fn"), "q_data_type='float8_e4m3fn'"),
                               (dict(kv_data_type="float8_e5m2"), "kv_data_type='float8_e5m2'")]:
             with self.subTest(**{k: str(v) for k, v in kwargs.items()}):
@@ -652,11 +747,13 @@ class DecodeGraphTest(unittest.TestCase):
         w = RecordingDecode(Stand())
         w.plan = w.begin_forward = functools.partial(flashinfer.fast_decode_plan, w)
         w.plan([0, 2, 5], [0, 1, 2, 3, 4], [3, 1], 32, 8, 128, 16, data_type="bfloat16", non_blocking=False,
-               global_override_indptr_cpu=[0, 2, 5, 7, 7], fixed_split_size=4, disable_split_kv=True)
+               global_override_indptr_cpu=[0, 2, 5, 7, 7], fixed_split_size=4, disable_split_kv=True,
+               window_left=127, logits_soft_cap=30.0)
         args, kwargs = w.seen
         self.assertEqual(args, ([0, 2, 5], [0, 1, 2, 3, 4], [3, 1], 32, 8, 128, 16))
         self.assertEqual((kwargs["q_data_type"], kwargs["kv_data_type"], kwargs["non_blocking"]),
                          ("bfloat16", "bfloat16", False))
+        self.assertEqual((kwargs["window_left"], kwargs["logits_soft_cap"]), (127, 30.0))
         self.assertEqual((kwargs["fixed_split_size"], kwargs["disable_split_kv"]), (4, True))
         w.begin_forward([0, 2], [0, 1], [5], 32, 8, 128, 16)
         self.assertEqual((w.seen[0][0], w.seen[1]["q_data_type"], w.seen[1]["kv_data_type"]),
@@ -709,6 +806,7 @@ class WithoutTorchTest(unittest.TestCase):
         decode = flashinfer.BatchDecodeWithPagedKVCacheWrapper(Stand())
         page_1 = ([0, 1], [0], [1], 32, 8, 128, 1)
         for call in (lambda: multi.plan(*level_arrays(3), 32, 8, 128, 16, causal=True, q_data_type="bfloat16"),
+                     lambda: multi.plan(*level_arrays(3), 32, 8, 128, 16, logits_soft_cap=30.0),
                      lambda: flashinfer.BatchDecodeWithSharedPrefixPagedKVCacheWrapper(Stand()).begin_forward(
                          *DECODE_ARGS),
                      lambda: flashinfer.BatchPrefillWithSharedPrefixPagedKVCacheWrapper(Stand()).begin_forward(
@@ -716,7 +814,11 @@ class WithoutTorchTest(unittest.TestCase):
                      lambda: flashinfer.fast_decode_plan(decode, *DECODE_ARGS, global_override_indptr_cpu=[0, 1]),
                      lambda: flashinfer.fast_decode_plan(decode, *DECODE_ARGS, fixed_split_size=8),
                      lambda: flashinfer.fast_decode_plan(decode, *DECODE_ARGS, disable_split_kv=True),
-                     lambda: flashinfer.fast_decode_plan(decode, *page_1)):
+                     lambda: flashinfer.fast_decode_plan(decode, *page_1),
+                     lambda: flashinfer.fast_decode_plan(decode, *DECODE_ARGS, window_left=0, logits_soft_cap=1.0),
+                     lambda: decode.plan(*DECODE_ARGS, window_left=4095, logits_soft_cap=50.0),
+                     lambda: flashinfer.BatchPrefillWithRaggedKVCacheWrapper(Stand()).plan(
+                         *ragged_args(), causal=True, window_left=127, logits_soft_cap=30.0)):
             with self.assertRaises(ImportError):
                 call()
 

@@ -88,13 +88,15 @@ def graph_batch(where, sized, unsized=()):
 
 
 def features(where, pos_encoding_mode, window_left, logits_soft_cap, positions):
-    """((pos_encoding, sliding_window, soft_cap) variant axes, (cap, window_left) run values)."""
+    """(pos_encoding, window_left, cap): the position encoding (a variant axis), the sliding
+    window (plan time: the core object's config; -1 for none) and the logits soft cap (a run
+    value; 0.0 for none). Every variant serves windows and caps."""
     if pos_encoding_mode not in positions:
         refuse(where, "pos_encoding_mode", pos_encoding_mode, "served: " + ", ".join(map(repr, positions)))
-    if isinstance(window_left, bool) or not isinstance(window_left, int) or window_left < -1:
-        refuse(where, "window_left", window_left, "served: -1 (no window) or a window of >= 0 keys")
+    if isinstance(window_left, bool) or not isinstance(window_left, int) or not -1 <= window_left < 2**31:
+        refuse(where, "window_left", window_left, "served: -1 (no window) or a window of >= 0 keys (int32)")
     cap = float(logits_soft_cap) if logits_soft_cap is not None and logits_soft_cap > 0 else 0.0
-    return (positions[pos_encoding_mode], window_left >= 0, cap > 0), (cap, window_left)
+    return positions[pos_encoding_mode], window_left, cap
 
 
 def kv_split(where, fixed_split_size, disable_split_kv, keys_per_unit):
@@ -111,11 +113,11 @@ def kv_split(where, fixed_split_size, disable_split_kv, keys_per_unit):
     return dict(kv_split="fixed", kv_split_tokens=min(int(fixed_split_size) * keys_per_unit, 2**31 - 1))
 
 
-def scalars(head_dim, sm_scale, rope_scale, rope_theta, cap, window_left):
-    """The run arguments FlashInfer fixes at plan time: (sm_scale, cap, rope_scale, rope_theta, window_left)."""
+def scalars(head_dim, sm_scale, rope_scale, rope_theta, cap):
+    """The run arguments FlashInfer fixes at plan time: (sm_scale, cap, rope_scale, rope_theta).
+    (The window is no run argument: it is the core object's, from the config.)"""
     return (1.0 / math.sqrt(head_dim) if sm_scale is None else float(sm_scale), cap,
-            1.0 if rope_scale is None else float(rope_scale), 1e4 if rope_theta is None else float(rope_theta),
-            window_left)
+            1.0 if rope_scale is None else float(rope_scale), 1e4 if rope_theta is None else float(rope_theta))
 
 
 def decode_plan(num_qo_heads, num_kv_heads, head_dim, page_size, pos_encoding_mode="NONE", window_left=-1,
@@ -123,7 +125,8 @@ def decode_plan(num_qo_heads, num_kv_heads, head_dim, page_size, pos_encoding_mo
                 sm_scale=None, rope_scale=None, rope_theta=None, block_tables=None, seq_lens=None,
                 fixed_split_size=None, disable_split_kv=False, q_len_per_req=1, window_right=0, is_causal=None):
     """BatchDecodeWithPagedKVCacheWrapper.plan's arguments -> (aotinfer.BatchDecode keyword
-    arguments, variant features, run scalars)."""
+    arguments (window_left among them: one core object per window), features (the settings
+    forward() may not change: (pos_encoding,)), run scalars)."""
     where = "BatchDecodeWithPagedKVCacheWrapper.plan"
     defaults_only(where, [
         ("block_tables", block_tables, None, "pages come from indptr/indices/last_page_len"),
@@ -141,12 +144,11 @@ def decode_plan(num_qo_heads, num_kv_heads, head_dim, page_size, pos_encoding_mo
     q = dtype(where, "q_data_type", q_data_type, ("f16", "bf16"))
     kv = q if kv_data_type is None else dtype(where, "kv_data_type", kv_data_type, ("f16", "bf16", "e4m3", "e5m2"))
     o = q if o_data_type is None else dtype(where, "o_data_type", o_data_type, ("f16", "bf16"))
-    feats, (cap, window) = features(where, pos_encoding_mode, window_left, logits_soft_cap, DECODE_POSITIONS)
+    pos, window, cap = features(where, pos_encoding_mode, window_left, logits_soft_cap, DECODE_POSITIONS)
     config = dict(num_qo_heads=int(num_qo_heads), num_kv_heads=int(num_kv_heads), head_dim=int(head_dim),
-                  page_size=int(page_size), dtype_q=q, dtype_kv=kv, dtype_o=o, pos_encoding=feats[0],
-                  sliding_window=feats[1], soft_cap=feats[2],
+                  page_size=int(page_size), dtype_q=q, dtype_kv=kv, dtype_o=o, pos_encoding=pos, window_left=window,
                   **kv_split(where, fixed_split_size, disable_split_kv, int(page_size)))
-    return config, feats, scalars(head_dim, sm_scale, rope_scale, rope_theta, cap, window)
+    return config, (pos,), scalars(head_dim, sm_scale, rope_scale, rope_theta, cap)
 
 
 def prefill_plan(where, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo=None, custom_mask=None,
@@ -156,8 +158,9 @@ def prefill_plan(where, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo=Non
                  token_pos_in_items_ptr=None, token_pos_in_items_len=0, max_item_len_ptr=None, seq_lens=None,
                  seq_lens_q=None, block_tables=None, fixed_split_size=None, disable_split_kv=False, v_indptr=None,
                  o_indptr=None, keys_per_split_unit=1):
-    """The prefill wrappers' plan arguments -> (aotinfer.BatchPrefill keyword arguments, variant
-    features, run scalars). The wrappers take FlashInfer's hints (max_token_per_sequence,
+    """The prefill wrappers' plan arguments -> (aotinfer.BatchPrefill keyword arguments (with
+    window_left), features (those forward() may not change: (pos_encoding, mask)), run scalars).
+    The wrappers take FlashInfer's hints (max_token_per_sequence,
     max_sequence_kv, uniform_q_len) and ignore them, as FlashInfer's fa2/fa3 backends do.
     keys_per_split_unit: fixed_split_size's unit in keys (the page size for a paged cache)."""
     if head_dim_vo is not None and head_dim_vo != head_dim_qk:
@@ -179,12 +182,12 @@ def prefill_plan(where, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo=Non
     q = dtype(where, "q_data_type", q_data_type, ("f16", "bf16"))
     kv = q if kv_data_type is None else dtype(where, "kv_data_type", kv_data_type, ("f16", "bf16"))
     o = q if o_data_type is None else dtype(where, "o_data_type", o_data_type, ("f16", "bf16"))
-    feats, (cap, window) = features(where, pos_encoding_mode, window_left, logits_soft_cap, PREFILL_POSITIONS)
-    feats += ("causal" if causal else "none",)
+    pos, window, cap = features(where, pos_encoding_mode, window_left, logits_soft_cap, PREFILL_POSITIONS)
+    mask = "causal" if causal else "none"
     config = dict(num_qo_heads=int(num_qo_heads), num_kv_heads=int(num_kv_heads), head_dim=int(head_dim_qk),
-                  dtype_q=q, dtype_kv=kv, dtype_o=o, mask=feats[3], pos_encoding=feats[0], sliding_window=feats[1],
-                  soft_cap=feats[2], **kv_split(where, fixed_split_size, disable_split_kv, keys_per_split_unit))
-    return config, feats, scalars(head_dim_qk, sm_scale, rope_scale, rope_theta, cap, window)
+                  dtype_q=q, dtype_kv=kv, dtype_o=o, mask=mask, pos_encoding=pos, window_left=window,
+                  **kv_split(where, fixed_split_size, disable_split_kv, keys_per_split_unit))
+    return config, (pos, mask), scalars(head_dim_qk, sm_scale, rope_scale, rope_theta, cap)
 
 
 def unserved(where, args, **named):
@@ -206,4 +209,5 @@ def lse_options(where, lse_base, lse_layout):
 
 def window_changed(where, window_left, planned):
     raise ValueError(f"aotinfer.flashinfer {where}: window_left={window_left} differs from plan()'s {planned}; "
-                     "plan again with it (the window is fixed at plan time)")
+                     "plan again with it (the window is fixed at plan time: the plan gives each request only the "
+                     "keys its window keeps)")

@@ -1,6 +1,7 @@
 """What the wrappers and functions share: PyTorch imported on first use, the shared package, the
-int workspace, one aotinfer object per configuration, the run scalars fixed at plan time, and
-the tensor plumbing of run()."""
+int workspace, one aotinfer object per configuration (the sliding window included: it is fixed
+at plan time), the run scalars fixed at plan time (the soft cap among them), and the tensor
+plumbing of run()."""
 from .. import Package
 from . import _args
 
@@ -145,9 +146,10 @@ class Wrapper:
         self._kv_layout = kv_layout
         self._use_cuda_graph = bool(use_cuda_graph)
         self._package = package
-        self._cores = {}    # configuration -> aotinfer.BatchDecode / BatchPrefill
+        self._cores = {}    # configuration (window_left included) -> aotinfer.BatchDecode / BatchPrefill
         self._core = None   # the last plan's; None until a plan succeeds
         self._features = None
+        self._window_left = -1
 
     @property
     def is_cuda_graph_enabled(self):
@@ -183,23 +185,27 @@ class Wrapper:
         self._o_dtype = getattr(torch, _args.TORCH_NAMES[config["dtype_o"]])
         self._head_dim = config["head_dim"]
         self._features, self._scalars, self._sm_scale = features, scalars, scalars[0]
+        self._window_left = config["window_left"]
         self._core = core
 
     def _planned(self, where, window_left):
         if self._core is None:
             raise RuntimeError(f"aotinfer.flashinfer {where}: call plan() first")
-        if window_left is not None and window_left != self._scalars[4]:
-            _args.window_changed(where, window_left, self._scalars[4])
+        if window_left is not None and window_left != self._window_left:
+            _args.window_changed(where, window_left, self._window_left)
 
     def _override(self, where, features, sm_scale, rope_scale, rope_theta, cap, window_left):
-        """forward(): FlashInfer's deprecated per-call settings. Only run scalars may change: a
-        setting that selects another kernel variant needs plan()."""
+        """forward(): FlashInfer's deprecated per-call settings. Only run scalars may change (the
+        soft cap among them): a setting that selects another kernel variant, or another window
+        (the plan's), needs plan()."""
         if self._core is None:
             raise RuntimeError(f"aotinfer.flashinfer {where}: call plan() first")
         if features != self._features:
             raise NotImplementedError(f"aotinfer.flashinfer {where}: these settings select another kernel variant "
                                       f"than plan()'s ({features} vs {self._features}); pass them to plan()")
-        self._scalars = _args.scalars(self._head_dim, sm_scale, rope_scale, rope_theta, cap, window_left)
+        if window_left != self._window_left:
+            _args.window_changed(where, window_left, self._window_left)
+        self._scalars = _args.scalars(self._head_dim, sm_scale, rope_scale, rope_theta, cap)
         self._sm_scale = self._scalars[0]
 
     def _outputs(self, where, q, out, lse, return_lse, lse_layout):

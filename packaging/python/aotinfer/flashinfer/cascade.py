@@ -135,7 +135,10 @@ class MultiLevelCascadeAttentionWrapper:
         """Per level (lists of num_levels entries): qo_indptr [batch_i + 1] in tokens, each ending at
         the number of query tokens; paged_kv_indptr [batch_i + 1] in pages; paged_kv_indices;
         paged_kv_last_page_len [batch_i]. The other arguments hold for every level, as in the
-        paged prefill wrapper's plan()."""
+        paged prefill wrapper's plan(), except window_left, which must be -1: a query's window
+        counts its keys over all levels, while each level's plan would count from its own end
+        (aotinfer.Cascade refuses windows for the same reason). logits_soft_cap applies to every
+        level's scores."""
         where = _MULTI + ".plan"
         self._planned = False  # a failed plan leaves nothing runnable
         levels = [_per_level(where, name, given, self._num_levels) for name, given in (
@@ -146,6 +149,11 @@ class MultiLevelCascadeAttentionWrapper:
                         rope_scale=rope_scale, rope_theta=rope_theta, q_data_type=q_data_type,
                         kv_data_type=kv_data_type)
         _args.prefill_plan(where, num_qo_heads, num_kv_heads, head_dim, causal=causal, **settings)  # refusals name us
+        if window_left != -1:
+            _args.refuse(where, "window_left", window_left,
+                         "served: -1 (no window): a window counts a query's keys over all levels, which each level's "
+                         "plan cannot see (its positions restart); plan the model's windowed layers on a "
+                         "BatchPrefillWithPagedKVCacheWrapper / BatchDecodeWithPagedKVCacheWrapper")
         last = self._num_levels - 1
         tokens = []
         _base.need_torch()

@@ -39,7 +39,9 @@ class BatchDecodeWithPagedKVCacheWrapper(_base.Wrapper):
              kv_data_type=None, o_data_type=None, data_type=None, sm_scale=None, rope_scale=None, rope_theta=None,
              non_blocking=True, block_tables=None, seq_lens=None, fixed_split_size=None, disable_split_kv=False,
              q_len_per_req=1, *, window_right=0, is_causal=None):
-        """indptr [batch + 1], indices [indptr[-1]], last_page_len [batch] (int32, on any device)."""
+        """indptr [batch + 1], indices [indptr[-1]], last_page_len [batch] (int32, on any device).
+        window_left (>= 0: a sliding window; -1: none) is fixed here, as it shapes the plan (one
+        core object per distinct window, kept); logits_soft_cap is kept for run()."""
         config, features, scalars = _args.decode_plan(
             num_qo_heads, num_kv_heads, head_dim, page_size, pos_encoding_mode, window_left, logits_soft_cap,
             q_data_type, kv_data_type, o_data_type, data_type, sm_scale, rope_scale, rope_theta, block_tables,
@@ -100,7 +102,7 @@ class BatchDecodeWithPagedKVCacheWrapper(_base.Wrapper):
         run(self._core, q, k, v, self._paged_kv_indptr_buf, self._paged_kv_indices_buf,
             self._paged_kv_last_page_len_buf, o, lse_rows, None, s[0] if q_scale is None else s[0] * float(q_scale),
             s[1], s[2], s[3], 1.0 if k_scale is None else float(k_scale), 1.0 if v_scale is None else float(v_scale),
-            s[4], sinks=sinks)
+            sinks=sinks)
         return o if o is out and lse_rows is None else self._deliver(o, out, lse_rows, return_lse)
 
     run_return_lse = functools.partialmethod(run, return_lse=True)
@@ -114,12 +116,13 @@ class BatchDecodeWithPagedKVCacheWrapper(_base.Wrapper):
         s = self._scalars
         _base.call("batch_decode_run", BatchDecode.run, self._core, q, k, v, self._paged_kv_indptr_buf,
                    self._paged_kv_indices_buf, self._paged_kv_last_page_len_buf, o, lse, None, s[0], s[1], s[2], s[3],
-                   1.0, 1.0, s[4])
+                   1.0, 1.0)
         return o, lse
 
     def forward(self, q, paged_kv_cache, pos_encoding_mode="NONE", q_scale=None, k_scale=None, v_scale=None,
                 window_left=-1, logits_soft_cap=None, sm_scale=None, rope_scale=None, rope_theta=None):
-        """Deprecated in FlashInfer: run() with per-call settings (only run scalars may differ from plan's)."""
+        """Deprecated in FlashInfer: run() with per-call settings (only run scalars, the soft cap
+        among them, may differ from plan's; the window is plan's)."""
         self._forward(pos_encoding_mode, window_left, logits_soft_cap, sm_scale, rope_scale, rope_theta)
         return self.run(q, paged_kv_cache, q_scale=q_scale, k_scale=k_scale, v_scale=v_scale)
 
@@ -130,9 +133,9 @@ class BatchDecodeWithPagedKVCacheWrapper(_base.Wrapper):
         return self.run(q, paged_kv_cache, q_scale=q_scale, k_scale=k_scale, v_scale=v_scale, return_lse=True)
 
     def _forward(self, pos_encoding_mode, window_left, logits_soft_cap, sm_scale, rope_scale, rope_theta):
-        features, (cap, window) = _args.features(_FORWARD, pos_encoding_mode, window_left, logits_soft_cap,
-                                                 _args.DECODE_POSITIONS)
-        self._override(_FORWARD, features, sm_scale, rope_scale, rope_theta, cap, window)
+        pos, window, cap = _args.features(_FORWARD, pos_encoding_mode, window_left, logits_soft_cap,
+                                          _args.DECODE_POSITIONS)
+        self._override(_FORWARD, (pos,), sm_scale, rope_scale, rope_theta, cap, window)
 
 
 # FlashInfer's flashinfer.decode also holds its CUDA-graph helpers (decode_graph.py).

@@ -77,10 +77,9 @@ class _Prefill(_base.Wrapper):
                  sm_scale, rope_scale, rope_theta):
         _args.defaults_only(where, [("use_fp16_qk_reduction", use_fp16_qk_reduction, False,
                                      "scores accumulate in fp32")])
-        features, (cap, window) = _args.features(where, pos_encoding_mode, window_left, logits_soft_cap,
-                                                 _args.PREFILL_POSITIONS)
-        self._override(where, features + ("causal" if causal else "none",), sm_scale, rope_scale, rope_theta, cap,
-                       window)
+        pos, window, cap = _args.features(where, pos_encoding_mode, window_left, logits_soft_cap,
+                                          _args.PREFILL_POSITIONS)
+        self._override(where, (pos, "causal" if causal else "none"), sm_scale, rope_scale, rope_theta, cap, window)
 
 
 class BatchPrefillWithPagedKVCacheWrapper(_Prefill):
@@ -109,7 +108,8 @@ class BatchPrefillWithPagedKVCacheWrapper(_Prefill):
              max_token_per_sequence=None, max_sequence_kv=None, fixed_split_size=None, disable_split_kv=False,
              uniform_q_len=None):
         """qo_indptr [batch + 1] in tokens; paged_kv_indptr [batch + 1] in pages, paged_kv_indices,
-        paged_kv_last_page_len [batch] (int32, on any device)."""
+        paged_kv_last_page_len [batch] (int32, on any device). window_left is fixed here (one core
+        object per distinct window), logits_soft_cap kept for run()."""
         config, features, scalars = _args.prefill_plan(
             _PAGED + ".plan", num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo, custom_mask, packed_custom_mask,
             causal, pos_encoding_mode, use_fp16_qk_reduction, sm_scale, window_left, logits_soft_cap, rope_scale,
@@ -157,7 +157,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_Prefill):
         s = self._scalars
         run = _base.traced("batch_prefill_run") if _base.torch.compiler.is_compiling() else BatchPrefill.run
         run(self._core, q, k, v, self._qo_indptr_buf, self._paged_kv_indptr_buf, o, self._paged_kv_indices_buf,
-            self._paged_kv_last_page_len_buf, lse, sm_scale, s[1], s[2], s[3], s[4], sinks=sinks)
+            self._paged_kv_last_page_len_buf, lse, sm_scale, s[1], s[2], s[3], sinks=sinks)
 
     run_return_lse = functools.partialmethod(run, return_lse=True)
 
@@ -198,7 +198,8 @@ class BatchPrefillWithRaggedKVCacheWrapper(_Prefill):
              token_pos_in_items_ptr=None, token_pos_in_items_len=0, max_item_len_ptr=None, fixed_split_size=None,
              disable_split_kv=False, seq_lens=None, seq_lens_q=None, max_token_per_sequence=None,
              max_sequence_kv=None, v_indptr=None, o_indptr=None, uniform_q_len=None):
-        """qo_indptr and kv_indptr [batch + 1], in tokens (int32, on any device)."""
+        """qo_indptr and kv_indptr [batch + 1], in tokens (int32, on any device). window_left and
+        logits_soft_cap as the paged wrapper's."""
         config, features, scalars = _args.prefill_plan(
             _RAGGED + ".plan", num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo, custom_mask, packed_custom_mask,
             causal, pos_encoding_mode, use_fp16_qk_reduction, sm_scale, window_left, logits_soft_cap, rope_scale,
@@ -231,7 +232,7 @@ class BatchPrefillWithRaggedKVCacheWrapper(_Prefill):
         s = self._scalars
         run = _base.traced("batch_prefill_run") if _base.torch.compiler.is_compiling() else BatchPrefill.run
         run(self._core, q, k, v, self._qo_indptr_buf, self._kv_indptr_buf, o, None, None, lse, sm_scale, s[1], s[2],
-            s[3], s[4], sinks=sinks)
+            s[3], sinks=sinks)
 
     run_return_lse = functools.partialmethod(run, return_lse=True)
 

@@ -25,22 +25,37 @@ generation/continuous_batching/cache.py):
     gather that transformers' sdpa/eager paths then do (index_select of the whole KV at
     read_index) is skipped. The page ids come from read_index (or write_index when no request
     has past KV): the slot of token p * block_size of request i is block_id * block_size.
-  - Per forward step, the first attention layer plans (host metadata from cu_seq_lens_q/k: one
-    small device-to-host read; page ids gathered on the GPU; one host-to-device copy) and every
-    later layer of the step reuses the plan: a step change is noticed when the layer index does
-    not increase (or the step's input tensors change), which costs no GPU work.
+  - Per forward step, the first attention layer of each kind plans (host metadata from
+    cu_seq_lens_q/k: one small device-to-host read; one host-to-device copy) and every later
+    layer of the step with the same window reuses the plan: a step change is noticed when the
+    layer index does not increase (or the step's input tensors change), which costs no GPU work.
+    The plan of paged layers holds no page ids: each layer group's page ids (its own blocks) are
+    gathered on the GPU from that group's read_index once per step, so the full-attention
+    groups of a hybrid model share one plan.
   - Decode-only steps (one query token per request) run aotinfer.BatchDecode; prefill, chunked
     prefill and mixed steps run aotinfer.BatchPrefill (paged, causal: query token t of a request
     with q_len queries and kv_len keys sits at kv_len - q_len + t, as in transformers).
-  - Sliding-window layers (transformers keeps a rolling buffer per request, whose slots are not
-    in token order and cannot be read as pages) use transformers' own gather (cache.update) and
-    aotinfer.BatchPrefill over ragged KV with window_left = sliding_window - 1; this needs a
-    batch_prefill_ragged variant with sliding_window (not in the default package: aotinfer
-    raises NotFound naming the spec entry that adds it).
+  - Layers transformers caches as sliding-window layers (it keeps a rolling buffer per request,
+    whose slots are not in token order and cannot be read as pages) use transformers' own gather
+    (cache.update) and aotinfer.BatchPrefill over the gathered, ragged KV.
 
-Honoured: scaling (sm_scale), logits soft cap ("softcap" kwarg, soft_cap variants), sliding
-windows, GQA, attention sinks (gpt-oss: the "s_aux" kwarg, else module.sinks, one logit per
-query head, passed as float32 sinks to every BatchDecode / BatchPrefill run of the layer).
+Sliding windows (hybrid models, no package rebuild: every variant serves any window). A layer's
+window is the model's: the `sliding_window` transformers passes to the attention function (its
+modules set it per layer from config.layer_types: Gemma 2/3 and gpt-oss alternate sliding and
+full layers, Qwen2 with use_sliding_window windows the layers from max_window_layers on,
+Mistral-style configs window every layer), else module.sliding_window, else what the cache says
+(cache.sliding_windows; 1 or none: full attention). A window of W keys (transformers counts the
+query's own key) is window_left = W - 1, the same on paged KV (decode: the last W keys of each
+request) and on the gathered rolling buffer (query token t sees the W keys ending at its own).
+The window is fixed when an aotinfer object is planned, so each step plans once per distinct
+(window, KV storage): full layers share one plan, windowed layers another, never one per layer
+(LAYERS says which window each layer last ran with).
+
+Honoured: scaling (sm_scale: transformers passes `scaling`, e.g. Gemma's query_pre_attn_scalar
+** -0.5), logits soft cap (the "softcap" kwarg, Gemma 2's attn_logit_softcapping; else
+module.attn_logit_softcapping), sliding windows (above), GQA, attention sinks (gpt-oss: the
+"s_aux" kwarg, else module.sinks, one logit per query head, passed as float32 sinks to every
+BatchDecode / BatchPrefill run of the layer).
 Refused with an error: dropout, value head dim != query head dim, dtypes other than
 float16/bfloat16, non-causal modules, transformers' block-table decode path (only enabled for
 flash attention), CUDA-graph capture of the forward (continuous batching's use_cuda_graph: plans
@@ -63,9 +78,11 @@ _STATE = "_aotinfer_attention_state"  # attribute of the PagedAttentionCache hol
 
 _package = None
 _registered = {}
-# Plans made, by kind ("decode", "prefill", "ragged"), and attention calls served: a cheap way to
-# see which kernels a run used.
-STATS = {"decode": 0, "prefill": 0, "ragged": 0, "calls": 0}
+# Plans made, by kind ("decode", "prefill", "ragged"), attention calls served and forward steps
+# seen: a cheap way to see which kernels a run used (and that a step plans once per window).
+STATS = {"decode": 0, "prefill": 0, "ragged": 0, "calls": 0, "steps": 0}
+# layer index -> (window_left, "paged" | "ragged") of the layer's last call.
+LAYERS = {}
 
 
 def register(name=NAME, package=None):
@@ -92,16 +109,19 @@ def _shared_package():
 
 
 class _Plan:
-    """One planned step of one kind of layer: what run() needs for every layer of the step."""
+    """One planned step of one kind of layer (a KV storage and a window): what run() needs for
+    every layer of the step. Paged plans keep the gather positions of the page ids; kv_indices
+    holds each layer group's page ids, gathered from its read or write index on first use."""
     __slots__ = ("key", "kind", "core", "stream", "batch", "total_q", "qo_indptr", "kv_indptr", "kv_indices",
-                 "kv_last_page_len")
+                 "kv_last_page_len", "gather", "reads", "last_slot")
 
 
 class _CacheState:
     """aotinfer's state for one transformers PagedAttentionCache: core objects per
-    configuration, workspaces (grown on demand) and the plans of the current step. Plans that are
-    live in the same step (full and sliding layers of a hybrid model) need their own workspaces;
-    one slot's plans of successive steps share theirs (stream order keeps them apart)."""
+    configuration (the window included: it is fixed at plan time), workspaces (grown on demand)
+    and the plans of the current step. Plans that are live in the same step (layers of a hybrid
+    model with different windows) need their own core objects and workspaces; one slot's plans
+    of successive steps share theirs (stream order keeps them apart)."""
 
     def __init__(self, device):
         self.device = device
@@ -175,10 +195,12 @@ def _to_device(arrays, device):
     return [meta[o:o + len(a)] for o, a in zip(offsets, arrays)]
 
 
-def _plan_paged(state, key, q_host, k_host, slots, slots_are_reads, block_size, num_pages, config, stream):
+def _plan_paged(state, key, q_host, k_host, slots_are_reads, block_size, num_pages, config, stream, device):
     """Plans one step over the paged pools: decode when every request has one query token,
-    prefill otherwise. slots: transformers' read_index (every request's KV slots, request i from
-    cu_seq_lens_k[i]) or, when no request reads past KV, write_index (from cu_seq_lens_q[i])."""
+    prefill otherwise. The page ids come later, per layer group (_page_ids): the slots of token
+    p * block_size of request i are read from transformers' read_index (every request's KV
+    slots, request i from cu_seq_lens_k[i]) or, when no request reads past KV, its write_index
+    (from cu_seq_lens_q[i]); plan.gather holds those positions."""
     batch = len(q_host) - 1
     qo_lens = [q_host[i + 1] - q_host[i] for i in range(batch)]
     kv_lens = [k_host[i + 1] - k_host[i] for i in range(batch)]
@@ -195,18 +217,15 @@ def _plan_paged(state, key, q_host, k_host, slots, slots_are_reads, block_size, 
         pages_indptr.append(pages_indptr[-1] + pages)
         last.append(n - (pages - 1) * block_size if pages else 0)
         positions.extend(range(base[i], base[i] + pages * block_size, block_size))
-    if positions and positions[-1] >= slots.shape[0]:
-        raise ValueError(f"paged|{NAME}: the KV slot index has {slots.shape[0]} entries, the batch needs "
-                         f"{positions[-1] + 1}")
 
     plan = _Plan()
     plan.key, plan.batch, plan.total_q = key, batch, q_host[batch]
     decode = batch > 0 and all(n == 1 for n in qo_lens)
     plan.kind = "decode" if decode else "prefill"
-    # One host-to-device copy of all int32 metadata, then the page ids gathered on the GPU.
-    plan.qo_indptr, plan.kv_indptr, plan.kv_last_page_len, gather = _to_device(
-        (q_host, pages_indptr, last, positions), slots.device)
-    plan.kv_indices = torch.div(slots.index_select(0, gather), block_size, rounding_mode="floor").to(torch.int32)
+    # One host-to-device copy of all int32 metadata; the page ids are gathered on the GPU.
+    plan.qo_indptr, plan.kv_indptr, plan.kv_last_page_len, plan.gather = _to_device(
+        (q_host, pages_indptr, last, positions), device)
+    plan.reads, plan.last_slot, plan.kv_indices = slots_are_reads, positions[-1] if positions else -1, {}
 
     if decode:
         core = state.core("decode", page_size=block_size, **config)
@@ -220,6 +239,40 @@ def _plan_paged(state, key, q_host, k_host, slots, slots_are_reads, block_size, 
         core.plan(q_host, pages_indptr, fw, iw, kv_last_page_len=last, num_pages=num_pages, stream=stream)
     plan.core, plan.stream = core, stream
     return plan
+
+
+def _page_ids(plan, group, slots, block_size):
+    """The page ids of one layer group under a paged plan: its slots (read_index or write_index)
+    gathered at the plan's positions, divided by the block size. Once per group and step."""
+    ids_key = (group, slots.data_ptr(), slots.shape[0])
+    ids = plan.kv_indices.get(ids_key)
+    if ids is None:
+        if plan.last_slot >= slots.shape[0]:
+            raise ValueError(f"paged|{NAME}: the KV slot index of layer group {group} has {slots.shape[0]} entries, "
+                             f"the batch needs {plan.last_slot + 1}")
+        ids = torch.div(slots.index_select(0, plan.gather), block_size, rounding_mode="floor").to(torch.int32)
+        plan.kv_indices[ids_key] = ids
+    return ids
+
+
+def _layer_window(module, kwargs, cache, layer_idx):
+    """(window_left, rolling): the layer's sliding window as aotinfer's window_left (-1: full
+    attention) and whether transformers keeps the layer's KV as a rolling buffer (its sliding
+    layer groups) rather than in token order. The window is the model's (the sliding_window
+    transformers passes, else the module's), else the cache's; transformers' window of W keys
+    counts the query's own, so window_left = W - 1."""
+    cached = getattr(cache, "sliding_windows", None) or {}
+    cache_window = cached.get(layer_idx, 1)
+    rolling = cache_window is not None and cache_window > 1  # transformers: 1 = full attention
+    window = kwargs["sliding_window"] if "sliding_window" in kwargs else getattr(module, "sliding_window", None)
+    if isinstance(window, bool) or (window is not None and not isinstance(window, int)):
+        raise ValueError(f"paged|{NAME}: layer {layer_idx}: sliding_window must be an int or None, got {window!r}")
+    if window is None or window <= 0:
+        window = cache_window if rolling else None
+    if rolling and window > cache_window:
+        _refuse(f"layer {layer_idx} has a sliding window of {window} keys, but transformers' cache keeps only "
+                f"{cache_window} for it")
+    return (window - 1 if window else -1), rolling
 
 
 def _plan_ragged(state, key, q_host, k_host, config, stream, device):
@@ -266,8 +319,8 @@ def paged_attention_forward(module, query, key, value, attention_mask=None, scal
     if dtype is None or key.dtype != query.dtype or cache.dtype != query.dtype:
         _refuse(f"dtypes must be float16 or bfloat16 and equal (query {query.dtype}, key {key.dtype}, "
                 f"cache {cache.dtype})")
-    softcap = kwargs.get("softcap")
-    softcap = float(softcap) if softcap else 0.0
+    softcap = kwargs["softcap"] if "softcap" in kwargs else getattr(module, "attn_logit_softcapping", None)
+    softcap = float(softcap) if softcap else 0.0  # a run value: any cap, any layer
     sm_scale = float(scaling) if scaling is not None else float(getattr(module, "scaling", 1.0 / math.sqrt(head_dim)))
     sinks = kwargs.get("s_aux")
     if sinks is None:
@@ -277,9 +330,8 @@ def paged_attention_forward(module, query, key, value, attention_mask=None, scal
 
     layer_idx = module.layer_idx
     group, layer_in_group = cache.layer_index_to_group_indices[layer_idx]
-    window = cache.sliding_windows.get(layer_idx, 1)
-    sliding = window != 1
-    layer_type = "sliding_attention" if sliding else "full_attention"
+    window_left, rolling = _layer_window(module, kwargs, cache, layer_idx)
+    layer_type = "sliding_attention" if rolling else "full_attention"  # the cache's group type
     cu_q = kwargs["cu_seq_lens_q"]
     cu_k = kwargs["cu_seq_lens_k"]
     if isinstance(cu_k, dict):
@@ -294,6 +346,7 @@ def paged_attention_forward(module, query, key, value, attention_mask=None, scal
     if state.last_layer is None or layer_idx <= state.last_layer:  # a new forward step
         state.plans.clear()
         state.host.clear()
+        STATS["steps"] += 1
         if query.is_cuda:
             # Continuous batching fills its input tensors (cu_seq_lens, read/write indices) on
             # the default stream and computes on its own: order our reads of them after those.
@@ -302,16 +355,19 @@ def paged_attention_forward(module, query, key, value, attention_mask=None, scal
                 current.wait_stream(default)
     state.last_layer = layer_idx
 
+    # The window is part of the configuration (plan time); the soft cap, scale and sinks are not.
     config = dict(num_qo_heads=num_qo_heads, num_kv_heads=num_kv_heads, head_dim=head_dim, dtype_q=dtype,
-                  soft_cap=softcap > 0, sliding_window=sliding)
-    fingerprint = (cu_q.data_ptr(), cu_q.shape[0], cu_k.data_ptr(), tokens, read_index.data_ptr(),
-                   read_index.shape[0], write_index.data_ptr(), write_index.shape[0])
-    key_ = (layer_type, tuple(sorted(config.items())), fingerprint)
+                  window_left=window_left)
+    fingerprint = (cu_q.data_ptr(), cu_q.shape[0], cu_k.data_ptr(), cu_k.shape[0], tokens)
+    # Paged plans also depend on where the page ids are read (read_index, or write_index when no
+    # request has past KV), not on which group's index: every group of a kind shares the plan.
+    reads = None if rolling else read_index.shape[0] > 0
+    key_ = (layer_type, tuple(sorted(config.items())), fingerprint, reads)
     plan = state.plans.get(key_)
 
     k_new = key.transpose(1, 2).squeeze(0)  # [tokens, kv_heads, dim], a view
     v_new = value.transpose(1, 2).squeeze(0)
-    if sliding:
+    if rolling:
         # transformers' rolling buffer is not in token order: let it gather (and write) the KV.
         k_all, v_all = cache.update(key_states=key, value_states=value, layer_idx=layer_idx,
                                     read_index=kwargs["read_index"], write_index=kwargs["write_index"])
@@ -327,15 +383,18 @@ def paged_attention_forward(module, query, key, value, attention_mask=None, scal
     if plan is None:
         q_host, k_host = _host_lengths(state, layer_type, cu_q, cu_k, fingerprint)
         stream = _stream() if query.is_cuda else None
-        if sliding:
+        if rolling:
             plan = _plan_ragged(state, key_, q_host, k_host, config, stream, query.device)
         else:
-            reads = read_index.shape[0] > 0
-            plan = _plan_paged(state, key_, q_host, k_host, read_index if reads else write_index, reads,
-                               cache.block_size, k_all.shape[0], config, stream)
+            plan = _plan_paged(state, key_, q_host, k_host, reads, cache.block_size, k_all.shape[0], config, stream,
+                               query.device)
+        # A core object holds one plan: another key of this step planned on it is stale now.
+        for other in [k for k, p in state.plans.items() if p.core is plan.core]:
+            del state.plans[other]
         state.plans[key_] = plan
         STATS[plan.kind] += 1
     STATS["calls"] += 1
+    LAYERS[layer_idx] = (window_left, "ragged" if rolling else "paged")
 
     q = query.transpose(1, 2).squeeze(0)  # [tokens, heads, dim]
     if not q.is_contiguous():
@@ -345,13 +404,16 @@ def paged_attention_forward(module, query, key, value, attention_mask=None, scal
     if n < tokens:  # padding tokens (static shapes): their rows are ignored by transformers; keep them finite
         o[n:].zero_()
     if n > 0:
-        window_left = window - 1 if sliding else -1
-        if plan.kind == "decode":
-            plan.core.run(q[:n], k_all, v_all, plan.kv_indptr, plan.kv_indices, plan.kv_last_page_len, o[:n],
-                          sm_scale=sm_scale, logits_soft_cap=softcap, window_left=window_left, stream=plan.stream,
-                          sinks=sinks)
+        if rolling:
+            plan.core.run(q[:n], k_all, v_all, plan.qo_indptr, plan.kv_indptr, o[:n], sm_scale=sm_scale,
+                          logits_soft_cap=softcap, stream=plan.stream, sinks=sinks)
         else:
-            plan.core.run(q[:n], k_all, v_all, plan.qo_indptr, plan.kv_indptr, o[:n], kv_indices=plan.kv_indices,
-                          kv_last_page_len=plan.kv_last_page_len, sm_scale=sm_scale, logits_soft_cap=softcap,
-                          window_left=window_left, stream=plan.stream, sinks=sinks)
+            kv_indices = _page_ids(plan, group, read_index if plan.reads else write_index, cache.block_size)
+            if plan.kind == "decode":
+                plan.core.run(q[:n], k_all, v_all, plan.kv_indptr, kv_indices, plan.kv_last_page_len, o[:n],
+                              sm_scale=sm_scale, logits_soft_cap=softcap, stream=plan.stream, sinks=sinks)
+            else:
+                plan.core.run(q[:n], k_all, v_all, plan.qo_indptr, plan.kv_indptr, o[:n], kv_indices=kv_indices,
+                              kv_last_page_len=plan.kv_last_page_len, sm_scale=sm_scale, logits_soft_cap=softcap,
+                              stream=plan.stream, sinks=sinks)
     return o.unsqueeze(0), None
