@@ -359,7 +359,7 @@ TEST_CASE("coverage: multi-head latent attention is reported as what no template
     INFO(f.need.key.uri());
     CHECK(f.status == Status::unsupported);
     CHECK_THAT(f.reasons.at(0), Contains(mla));
-    for (const auto& reason : f.reasons) CHECK_THAT(reason, !Contains("head_dim 56"));
+    CHECK(f.reasons.size() == 1);  // not also "head_dim 192: the template takes 64, 96, 128, 256"
   }
   const Report report{deepseek, n, m, "pkg", sm_90, findings};
   const std::string model_line = "deepseek_v3, 128 query / 128 KV heads (GQA group 1), head_dim 192, full attention, " + mla + ";";

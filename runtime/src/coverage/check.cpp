@@ -59,8 +59,9 @@ const ManifestVariant* find_variant(const Manifest& m, const VariantKey& key) {
 
 Finding check_need(const Manifest& m, const Need& need, const Arch& arch) {
   Finding f{need, Status::missing, need.refusals, {}, {}};
-  const auto templates = m.families.empty() ? axis_refusals(m, need.key) : template_refusals(m, need.key);
-  f.reasons.insert(f.reasons.end(), templates.begin(), templates.end());
+  // What the template lacks matters only when the model itself is served: beside "multi-head
+  // latent attention", "head_dim 192" would send a reader to add a variant that cannot help.
+  if (f.reasons.empty()) f.reasons = m.families.empty() ? axis_refusals(m, need.key) : template_refusals(m, need.key);
   if (!f.reasons.empty()) {
     f.status = Status::unsupported;
   } else if (const ManifestVariant* v = find_variant(m, need.key)) {
