@@ -303,7 +303,7 @@ void BatchPrefill::run(const PrefillRunArgs& a, Stream stream) const {
                                              align_up(std::size_t(s.state_capacity) * dim * 4));
   }
   p.num_qo_heads = c.num_qo_heads;
-  p.window_left = c.window_left < 0 ? -1 : c.window_left;
+  p.window_left = c.window_left < 0 ? AOTINFER_NO_WINDOW : c.window_left;
   p.sm_scale = a.sm_scale != 0 ? a.sm_scale : 1.f / std::sqrt(float(c.head_dim));
   p.logits_soft_cap = a.logits_soft_cap;
   p.rope_rcp_scale = 1.f / a.rope_scale;

@@ -195,9 +195,9 @@ struct PrefillMma {
     int64_t ahead = key_offset(rows, begin + (kStages - 1) * kKv, end);  // of the next stage to load
 
     // Softmax in log2 units with one FFMA per score: p = exp2(x * scale - m * scale), where x is
-    // the raw product, or (soft cap) the capped score already in log2 units.
-    const bool capped = p.logits_soft_cap > 0.f, windowed = p.window_left >= 0;  // uniform branches
-    const float scale = capped ? 1.f : p.sm_scale * kLog2e;
+    // the raw product, or (soft cap) the capped product (score_fragment.cuh).
+    const bool capped = p.logits_soft_cap > 0.f;  // the same for every thread: a uniform branch
+    const float scale = p.sm_scale * kLog2e;
     float row_m[kMmaQ][2], row_l[kMmaQ][2];
     float o[kMmaQ][kDimTiles][4];
 #pragma unroll
@@ -251,7 +251,7 @@ struct PrefillMma {
 
       // Masks only where the tile crosses an edge some row of the CTA can see.
       const bool edge = start + kKv > end || (mask == MaskMode::causal && start + kKv - 1 > q_offset + t_first) ||
-                        (windowed && start < q_offset + t_last - p.window_left);
+                        start < q_offset + t_last - p.window_left;
       // Element (m, j, e) is row (m, e / 2), key start + 8 j + 2 (lane % 4) + e % 2. The mask is a
       // loop of its own behind a warp-uniform branch: interleaved with the max below, the
       // compiler turned it into selects that every stage paid for.
@@ -266,7 +266,7 @@ struct PrefillMma {
           for (int h = 0; h < 2; ++h) {
             const int t = (q_row + warp * kWarpRows + m * 16 + lane / 4 + 8 * h) / group;
             if constexpr (mask == MaskMode::causal) key_hi[h] = q_offset + t;
-            if (windowed) key_lo[h] = q_offset + t - p.window_left;
+            key_lo[h] = q_offset + t - p.window_left;
           }
           mask_scores(s[m], start, end, key_lo, key_hi);
         }

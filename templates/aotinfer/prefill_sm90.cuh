@@ -505,8 +505,8 @@ struct PrefillSm90 {
                                                 const Cta& cta, const FastDiv& by_group, int g, int done, int n) {
     const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
     // Softmax in log2 units (score_fragment.cuh).
-    const bool capped = p.logits_soft_cap > 0.f, windowed = p.window_left >= 0;  // uniform branches
-    const float scale = capped ? 1.f : p.sm_scale * kLog2e;
+    const bool capped = p.logits_soft_cap > 0.f;  // the same for every thread: a uniform branch
+    const float scale = p.sm_scale * kLog2e;
     float row_m[2] = {-INFINITY, -INFINITY}, row_l[2] = {0.f, 0.f};
     float o[kDimTiles][4], s[kKvTiles][4];
 #pragma unroll
@@ -522,7 +522,7 @@ struct PrefillSm90 {
     for (int h = 0; h < 2; ++h) {
       const int t = int(by_group(uint32_t(cta.q_row + 64 * g + 16 * warp + lane / 4 + 8 * h)));
       if constexpr (mask == MaskMode::causal) key_hi[h] = cta.q_offset + t;
-      if (windowed) key_lo[h] = cta.q_offset + t - p.window_left;
+      key_lo[h] = cta.q_offset + t - p.window_left;
     }
 
     const uint32_t q_addr = sm90::smem_u32(sh.q_slot(n)) + g * 64 * 128;
@@ -558,7 +558,7 @@ struct PrefillSm90 {
       // Masks only where the tile crosses an edge some row of the CTA can see.
       const bool edge = start + kKv > cta.end ||
                         (mask == MaskMode::causal && start + kKv - 1 > cta.q_offset + cta.t_first) ||
-                        (windowed && start < cta.q_offset + cta.t_last - p.window_left);
+                        start < cta.q_offset + cta.t_last - p.window_left;
       if (edge) mask_scores(s, start, cta.end, key_lo, key_hi);
       softmax_step</*kLazyMax=*/true>(s, row_m, row_l, alpha, scale);
     };

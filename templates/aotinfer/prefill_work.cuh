@@ -124,7 +124,7 @@ struct PrefillCta {
     state_stride = split ? p.work_state_stride[item] : 0;
     end = split ? min(p.work_kv_end[item], rows.length) : rows.length;
     if constexpr (mask == MaskMode::causal) end = min(end, q_offset + t_last + 1);
-    if (p.window_left >= 0) begin = max(begin, q_offset + t_first - p.window_left);
+    begin = max(begin, q_offset + t_first - p.window_left);
     num_tiles = end > begin ? (end - begin + kv_tile - 1) / kv_tile : 0;
   }
 
@@ -159,7 +159,7 @@ struct PrefillCta {
   __device__ __forceinline__ bool takes_sink(const aotinfer_batch_prefill_params& p) const {
     if (!p.sinks) return false;
     if (state < 0) return true;
-    const int first_key = p.window_left >= 0 ? max(0, q_offset + t_first - p.window_left) : 0;
+    const int first_key = max(0, q_offset + t_first - p.window_left);
     return p.work_kv_begin[item] <= first_key;
   }
   // The sink of packed row q_row + row, folded into its normalisation (when takes_sink).

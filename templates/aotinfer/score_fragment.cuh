@@ -11,14 +11,16 @@
 
 namespace aotinfer {
 
-// Raw products to capped scores in log2 units, cap * tanh(s * sm_scale / cap) * log2(e); before
-// the mask, since a masked score must stay -inf.
+// Raw products s to capped products, (cap / sm_scale) * tanh(s * sm_scale / cap): scaled by
+// sm_scale they are the capped scores, so the softmax takes the same scale (sm_scale * log2 e)
+// with or without a cap. Before the mask, since a masked score must stay -inf.
+// (Written per score: the kernels' key loops have no registers for two hoisted quotients.)
 template <int kTiles>
 __device__ __forceinline__ void soft_cap_scores(float (&s)[kTiles][4], float sm_scale, float cap) {
 #pragma unroll
   for (int j = 0; j < kTiles; ++j)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) s[j][e] = cap * tanhf(s[j][e] * sm_scale / cap) * kLog2e;
+    for (int e = 0; e < 4; ++e) s[j][e] = __fdividef(cap * tanhf(__fdividef(s[j][e] * sm_scale, cap)), sm_scale);
 }
 
 // -inf for the keys at or past `end` and, per row half h, outside [key_lo[h], key_hi[h]]; the tile

@@ -13,7 +13,8 @@
  * kv_len - qo_len + t (its queries are the last tokens of the KV). Scores:
  *   s = (q . k) * sm_scale, then, when logits_soft_cap > 0, s = logits_soft_cap * tanh(s / cap);
  *   mask causal: key j is kept when j <= kv_len - qo_len + t;
- *   window_left >= 0 (a sliding window): key j is kept when j >= kv_len - qo_len + t - window_left;
+ *   window: key j is kept when j >= kv_len - qo_len + t - window_left (window_left
+ *   AOTINFER_NO_WINDOW: every key);
  *   rope_llama: q and k are rotated at their positions (non-interleaved "rotate half", frequency
  *   rope_rcp_scale * rope_rcp_theta^(2i/d)) in fp32 and rounded to the operand type.
  * The operand type of both products is dtype_kv (q is rounded to it when the types differ);
@@ -57,6 +58,10 @@
 #include "aotinfer/abi.h"
 #include "aotinfer/params/paged_kv.h"
 
+/* window_left of a prefill without a sliding window: longer than any request (2^30 keys), and
+ * far enough from INT32_MIN that kv_len - qo_len + t - window_left cannot wrap. */
+#define AOTINFER_NO_WINDOW (1 << 30)
+
 /* Ragged KV: request i owns tokens indptr[i] .. indptr[i+1] of k and v, token t of KV head h at
  * element t * stride_token + h * stride_head (its head_dim values contiguous). */
 typedef struct aotinfer_ragged_kv {
@@ -91,7 +96,8 @@ typedef struct aotinfer_batch_prefill_params {
   float* partial_lse;
 
   int32_t num_qo_heads;
-  int32_t window_left;   /* < 0: no window; the plan's items already hold only the keys it keeps */
+  int32_t window_left;   /* >= 0; no window is one longer than any request (the runtime passes
+                          * AOTINFER_NO_WINDOW), so the kernels need no branch for it */
   float sm_scale;
   float logits_soft_cap; /* > 0: scores are soft-capped; otherwise not */
   float rope_rcp_scale;
