@@ -136,7 +136,7 @@ struct PrefillMma {
                                                                  kKv);
     const KvRows<dtype_kv>& rows = cta.rows;
     const int kv_head = cta.kv_head, q_row = cta.q_row, group = cta.group, valid_rows = cta.valid_rows;
-    const int q_offset = cta.q_offset, t_first = cta.t_first, t_last = cta.t_last;
+    const int q_offset = cta.q_offset, t_first = cta.t_first;
     const int begin = cta.begin, end = cta.end, num_tiles = cta.num_tiles;
 
     if constexpr (kRope) {
@@ -196,7 +196,7 @@ struct PrefillMma {
 
     // Softmax in log2 units with one FFMA per score: p = exp2(x * scale - m * scale), where x is
     // the raw product, or (soft cap) the capped product (score_fragment.cuh).
-    const bool capped = p.logits_soft_cap > 0.f;  // the same for every thread: a uniform branch
+    const bool capped = p.soft_cap_out > 0.f;  // the same for every thread: a uniform branch
     const float scale = p.sm_scale * kLog2e;
     float row_m[kMmaQ][2], row_l[kMmaQ][2];
     float o[kMmaQ][kDimTiles][4];
@@ -249,15 +249,18 @@ struct PrefillMma {
         }
       }
 
-      // Masks only where the tile crosses an edge some row of the CTA can see.
+      // Masks only where the tile crosses an edge some row of the CTA can see. A window's edges
+      // lie within kRows keys of `begin` (begin is at least where the first row's window starts,
+      // the last row's starts at most kRows - 1 tokens later): tested on the tile index, which
+      // keeps no register live across the loop for it.
       const bool edge = start + kKv > end || (mask == MaskMode::causal && start + kKv - 1 > q_offset + t_first) ||
-                        start < q_offset + t_last - p.window_left;
+                        (p.window_left != AOTINFER_NO_WINDOW && tile * kKv < kRows);
       // Element (m, j, e) is row (m, e / 2), key start + 8 j + 2 (lane % 4) + e % 2. The mask is a
       // loop of its own behind a warp-uniform branch: interleaved with the max below, the
       // compiler turned it into selects that every stage paid for.
       if (capped)
 #pragma unroll
-        for (int m = 0; m < kMmaQ; ++m) soft_cap_scores(s[m], p.sm_scale, p.logits_soft_cap);
+        for (int m = 0; m < kMmaQ; ++m) soft_cap_scores(s[m], p.soft_cap_in, p.soft_cap_out);
       if (edge) {
 #pragma unroll
         for (int m = 0; m < kMmaQ; ++m) {

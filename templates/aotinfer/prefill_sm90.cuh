@@ -505,7 +505,7 @@ struct PrefillSm90 {
                                                 const Cta& cta, const FastDiv& by_group, int g, int done, int n) {
     const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
     // Softmax in log2 units (score_fragment.cuh).
-    const bool capped = p.logits_soft_cap > 0.f;  // the same for every thread: a uniform branch
+    const bool capped = p.soft_cap_out > 0.f;  // the same for every thread: a uniform branch
     const float scale = p.sm_scale * kLog2e;
     float row_m[2] = {-INFINITY, -INFINITY}, row_l[2] = {0.f, 0.f};
     float o[kDimTiles][4], s[kKvTiles][4];
@@ -516,14 +516,10 @@ struct PrefillSm90 {
     auto& o_flat = reinterpret_cast<float(&)[kDimTiles * 4]>(o);
     auto& s_flat = reinterpret_cast<float(&)[kKvTiles * 4]>(s);
 
-    // Keys the rows of this thread see (mask edges), per row half.
-    int key_lo[2] = {INT_MIN, INT_MIN}, key_hi[2] = {INT_MAX, INT_MAX};
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int t = int(by_group(uint32_t(cta.q_row + 64 * g + 16 * warp + lane / 4 + 8 * h)));
-      if constexpr (mask == MaskMode::causal) key_hi[h] = cta.q_offset + t;
-      key_lo[h] = cta.q_offset + t - p.window_left;
-    }
+    // The query token of this thread's rows, per row half; their last keys (causal mask).
+    auto token = [&](int h) { return int(by_group(uint32_t(cta.q_row + 64 * g + 16 * warp + lane / 4 + 8 * h))); };
+    int key_hi[2] = {INT_MAX, INT_MAX};
+    if constexpr (mask == MaskMode::causal) key_hi[0] = cta.q_offset + token(0), key_hi[1] = cta.q_offset + token(1);
 
     const uint32_t q_addr = sm90::smem_u32(sh.q_slot(n)) + g * 64 * 128;
     // Ring stage and phase parity of the pair's tile t.
@@ -554,12 +550,17 @@ struct PrefillSm90 {
     float alpha[2];
     auto softmax_scores = [&](int t) {
       const int start = cta.begin + t * kKv;
-      if (capped) soft_cap_scores(s, p.sm_scale, p.logits_soft_cap);
-      // Masks only where the tile crosses an edge some row of the CTA can see.
+      if (capped) soft_cap_scores(s, p.soft_cap_in, p.soft_cap_out);
+      // Masks only where the tile crosses an edge some row of the CTA can see (a window's: within
+      // kRows keys of begin, as in the mma.sync kernel; its first keys are worked out here, where
+      // they cost no register across the loop).
       const bool edge = start + kKv > cta.end ||
                         (mask == MaskMode::causal && start + kKv - 1 > cta.q_offset + cta.t_first) ||
-                        start < cta.q_offset + cta.t_last - p.window_left;
-      if (edge) mask_scores(s, start, cta.end, key_lo, key_hi);
+                        (p.window_left != AOTINFER_NO_WINDOW && t * kKv < kRows);
+      if (edge) {
+        const int key_lo[2] = {cta.q_offset + token(0) - p.window_left, cta.q_offset + token(1) - p.window_left};
+        mask_scores(s, start, cta.end, key_lo, key_hi);
+      }
       softmax_step</*kLazyMax=*/true>(s, row_m, row_l, alpha, scale);
     };
     // O shrinks by the alpha of the tile whose P V product goes out next, in that product's turn

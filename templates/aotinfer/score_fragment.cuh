@@ -8,19 +8,20 @@
 
 #include "aotinfer/attention.cuh"
 #include "aotinfer/mma.cuh"
+#include "aotinfer/params/batch_prefill.h"
 
 namespace aotinfer {
 
-// Raw products s to capped products, (cap / sm_scale) * tanh(s * sm_scale / cap): scaled by
-// sm_scale they are the capped scores, so the softmax takes the same scale (sm_scale * log2 e)
-// with or without a cap. Before the mask, since a masked score must stay -inf.
-// (Written per score: the kernels' key loops have no registers for two hoisted quotients.)
+// Raw products s to capped products, out * tanh(s * in) with in = sm_scale / cap and out =
+// cap / sm_scale (the params hold both, so the key loops keep no quotient in a register):
+// scaled by sm_scale they are the capped scores, so the softmax takes the same scale
+// (sm_scale * log2 e) with or without a cap. Before the mask, since a masked score must stay -inf.
 template <int kTiles>
-__device__ __forceinline__ void soft_cap_scores(float (&s)[kTiles][4], float sm_scale, float cap) {
+__device__ __forceinline__ void soft_cap_scores(float (&s)[kTiles][4], float in, float out) {
 #pragma unroll
   for (int j = 0; j < kTiles; ++j)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) s[j][e] = __fdividef(cap * tanhf(__fdividef(s[j][e] * sm_scale, cap)), sm_scale);
+    for (int e = 0; e < 4; ++e) s[j][e] = out * tanhf(s[j][e] * in);
 }
 
 // -inf for the keys at or past `end` and, per row half h, outside [key_lo[h], key_hi[h]]; the tile

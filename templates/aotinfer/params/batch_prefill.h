@@ -11,7 +11,7 @@
  *
  * Request i has qo_len query tokens and kv_len keys; query token t sits at position
  * kv_len - qo_len + t (its queries are the last tokens of the KV). Scores:
- *   s = (q . k) * sm_scale, then, when logits_soft_cap > 0, s = logits_soft_cap * tanh(s / cap);
+ *   s = (q . k) * sm_scale, then with a soft cap (soft_cap_out > 0) s = cap * tanh(s / cap);
  *   mask causal: key j is kept when j <= kv_len - qo_len + t;
  *   window: key j is kept when j >= kv_len - qo_len + t - window_left (window_left
  *   AOTINFER_NO_WINDOW: every key);
@@ -99,7 +99,8 @@ typedef struct aotinfer_batch_prefill_params {
   int32_t window_left;   /* >= 0; no window is one longer than any request (the runtime passes
                           * AOTINFER_NO_WINDOW), so the kernels need no branch for it */
   float sm_scale;
-  float logits_soft_cap; /* > 0: scores are soft-capped; otherwise not */
+  float soft_cap_in;     /* sm_scale / logits_soft_cap; 0: no cap */
+  float soft_cap_out;    /* logits_soft_cap / sm_scale; 0: no cap */
   float rope_rcp_scale;
   float rope_rcp_theta;
 
