@@ -330,16 +330,24 @@ TEST_CASE("batch-invariant causal prefill: chunked prefill gives the bytes of on
         // same bytes. Elsewhere a row's tile-mates change, and the LSE may differ in its last bit
         // (measured, cause not found; docs/ARCHITECTURE.md): o stays the same bytes without a
         // split, and where split states are merged with those LSEs it was seen up to 2.5 bf16
-        // steps (2^-7 of the value) apart with 128-key chunks: bounded here at 4.
+        // steps apart with 128-key chunks: bounded here at 4 steps of the row's largest value
+        // (2^-7 of it; an element near 0 in a row of larger ones has a far smaller step of its
+        // own, which a merge's rounding of the row does not keep).
         if (a % (128 / kGroup) == 0) {
           CHECK(same_bytes(got, want));
         } else if (split.mode == KvSplit::Mode::none) {
           CHECK(same_bytes({got.o, {}}, {want.o, {}}));
         } else {
-          double worst = 0;  // in units of the larger value's bf16 step
-          for (std::size_t i = 0; i < got.o.size(); ++i) {
-            const double x = from_bits(got.o[i], kType), y = from_bits(want.o[i], kType);
-            worst = std::max(worst, std::abs(x - y) / std::max(std::ldexp(std::max(std::abs(x), std::abs(y)), -7), 1e-30));
+          double worst = 0;  // in units of the bf16 step of the row's largest value
+          for (std::size_t row = 0; row < got.o.size() / kDim; ++row) {
+            double largest = 0;
+            for (std::size_t d = 0; d < kDim; ++d)
+              largest = std::max({largest, std::abs(from_bits(got.o[row * kDim + d], kType)),
+                                  std::abs(from_bits(want.o[row * kDim + d], kType))});
+            for (std::size_t d = 0; d < kDim; ++d) {
+              const double x = from_bits(got.o[row * kDim + d], kType), y = from_bits(want.o[row * kDim + d], kType);
+              worst = std::max(worst, std::abs(x - y) / std::max(std::ldexp(largest, -7), 1e-30));
+            }
           }
           INFO("largest o difference: " << worst << " bf16 steps");
           CHECK(worst <= 4.0);
