@@ -154,6 +154,18 @@ std::map<std::string, std::string> files_under(const fs::path& dir) {
   return files;
 }
 
+// Holds <out>/.aotinfer-lock as a build would (a write record lock on all of it) until the
+// returned descriptor is closed.
+int hold_build_lock(const fs::path& out) {
+  const int fd = ::open((out / ".aotinfer-lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  REQUIRE(fd >= 0);
+  struct flock whole = {};
+  whole.l_type = F_WRLCK;
+  whole.l_whence = SEEK_SET;
+  REQUIRE(::fcntl(fd, F_SETLK, &whole) == 0);
+  return fd;
+}
+
 }  // namespace
 
 TEST_CASE("a build refuses an output folder another build holds, naming its pid", "[build][slow]") {
@@ -162,13 +174,7 @@ TEST_CASE("a build refuses an output folder another build holds, naming its pid"
   write_file_atomic(spec, tiny_spec(64));
   fs::create_directories(out);
 
-  // Hold the lock as a build would: a write record lock on all of <out>/.aotinfer-lock.
-  const int fd = ::open((out / ".aotinfer-lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  REQUIRE(fd >= 0);
-  struct flock whole = {};
-  whole.l_type = F_WRLCK;
-  whole.l_whence = SEEK_SET;
-  REQUIRE(::fcntl(fd, F_SETLK, &whole) == 0);
+  const int fd = hold_build_lock(out);
   const std::string pid = std::to_string(::getpid());
 
   CHECK(build(spec, out, tmp.path / "refused.log") == 1);
@@ -196,12 +202,7 @@ TEST_CASE("seal, merge and a bare ninja run take the build lock too", "[build][s
   const std::string gen = std::string("'") + AOTINFER_GEN_EXE + "'";
   REQUIRE(run(gen + " generate '" + spec.string() + "' -o '" + out.string() + "' --launcher none") == 0);
 
-  const int fd = ::open((out / ".aotinfer-lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  REQUIRE(fd >= 0);
-  struct flock whole = {};
-  whole.l_type = F_WRLCK;
-  whole.l_whence = SEEK_SET;
-  REQUIRE(::fcntl(fd, F_SETLK, &whole) == 0);
+  const int fd = hold_build_lock(out);
   const std::string busy = "expected no other build of this output folder, got one running (pid " + std::to_string(::getpid());
 
   CHECK(run("ninja -C '" + out.string() + "'") != 0);  // its compile refuses: nothing compiled

@@ -293,48 +293,40 @@ def sharpen(model, factor=4.0):
             layer.self_attn.q_proj.weight.mul_(factor)
 
 
-def build_qwen2():
-    config_class, model_class = model_classes("Qwen2Config", "Qwen2ForCausalLM")
-    config = config_class(vocab_size=HYBRID_VOCAB, hidden_size=1024, intermediate_size=2048, num_hidden_layers=4,
-                          num_attention_heads=8, num_key_value_heads=2, max_position_embeddings=4096,
-                          use_sliding_window=True, sliding_window=WINDOW, max_window_layers=2,
-                          tie_word_embeddings=False)
-    model = instantiate(model_class, config)
+def hybrid_model(config_name, model_name, **config):
+    """A 4-layer model of transformers' classes config_name/model_name with random, sharpened
+    weights: the shared settings, then the model's own."""
+    config_class, model_class = model_classes(config_name, model_name)
+    shared = dict(vocab_size=HYBRID_VOCAB, num_hidden_layers=4, num_attention_heads=8, sliding_window=WINDOW,
+                  max_position_embeddings=4096, tie_word_embeddings=False)
+    model = instantiate(model_class, config_class(**shared, **config))
     sharpen(model)
+    return model
+
+
+def build_qwen2():
+    model = hybrid_model("Qwen2Config", "Qwen2ForCausalLM", hidden_size=1024, intermediate_size=2048,
+                         num_key_value_heads=2, use_sliding_window=True, max_window_layers=2)
     return model, dict(softcap=False, sinks=False)
 
 
 def build_gemma2():
-    config_class, model_class = model_classes("Gemma2Config", "Gemma2ForCausalLM")
-    config = config_class(vocab_size=HYBRID_VOCAB, hidden_size=1024, intermediate_size=2048, num_hidden_layers=4,
-                          num_attention_heads=8, num_key_value_heads=4, head_dim=256, query_pre_attn_scalar=64,
-                          sliding_window=WINDOW, attn_logit_softcapping=2.0, final_logit_softcapping=None,
-                          max_position_embeddings=4096, tie_word_embeddings=False)
-    model = instantiate(model_class, config)
-    sharpen(model)
+    model = hybrid_model("Gemma2Config", "Gemma2ForCausalLM", hidden_size=1024, intermediate_size=2048,
+                         num_key_value_heads=4, head_dim=256, query_pre_attn_scalar=64, attn_logit_softcapping=2.0,
+                         final_logit_softcapping=None)
     return model, dict(softcap=True, sinks=False)
 
 
 def build_gemma3():
-    config_class, model_class = model_classes("Gemma3TextConfig", "Gemma3ForCausalLM")
-    config = config_class(vocab_size=HYBRID_VOCAB, hidden_size=1024, intermediate_size=2048, num_hidden_layers=4,
-                          num_attention_heads=8, num_key_value_heads=4, head_dim=128, query_pre_attn_scalar=64,
-                          sliding_window=WINDOW, final_logit_softcapping=None, attn_logit_softcapping=None,
-                          layer_types=["sliding_attention"] * 3 + ["full_attention"], max_position_embeddings=4096,
-                          tie_word_embeddings=False)
-    model = instantiate(model_class, config)
-    sharpen(model)
+    model = hybrid_model("Gemma3TextConfig", "Gemma3ForCausalLM", hidden_size=1024, intermediate_size=2048,
+                         num_key_value_heads=4, head_dim=128, query_pre_attn_scalar=64, final_logit_softcapping=None,
+                         attn_logit_softcapping=None, layer_types=["sliding_attention"] * 3 + ["full_attention"])
     return model, dict(softcap=False, sinks=False)
 
 
 def build_gpt_oss():
-    config_class, model_class = model_classes("GptOssConfig", "GptOssForCausalLM")
-    config = config_class(vocab_size=HYBRID_VOCAB, hidden_size=512, intermediate_size=512, num_hidden_layers=4,
-                          num_attention_heads=8, num_key_value_heads=2, head_dim=64, num_local_experts=4,
-                          num_experts_per_tok=2, sliding_window=WINDOW, max_position_embeddings=4096,
-                          tie_word_embeddings=False)
-    model = instantiate(model_class, config)
-    sharpen(model)
+    model = hybrid_model("GptOssConfig", "GptOssForCausalLM", hidden_size=512, intermediate_size=512,
+                         num_key_value_heads=2, head_dim=64, num_local_experts=4, num_experts_per_tok=2)
     with torch.no_grad():
         for layer in model.model.layers:
             layer.self_attn.sinks.uniform_(-2.0, 6.0)  # from negligible to dominant, as gpu_flashinfer.py's
