@@ -96,6 +96,12 @@ def build_model():
     return instantiate(LlamaForCausalLM, config)
 
 
+def tokens_agree(ref_tokens, our_tokens, new_tokens):
+    """Whether two runs generated the same first new_tokens tokens for every request (then every
+    step of both saw the same inputs, and all their steps are comparable)."""
+    return all(x == y for a, b in zip(ref_tokens, our_tokens) for j, (x, y) in enumerate(zip(a, b)) if j < new_tokens)
+
+
 def instantiate(model_class, config):
     """A random bf16 model whose greedy decoding has wide margins (see the module docstring)."""
     with torch.device(DEVICE):
@@ -206,13 +212,7 @@ def compare(setup, prompts, model, aotinfer_name):
         report(first < TOLERANCE, f"[{label}] first-step logits ({list(rec_ref.logits[0].shape)}): relative error "
                                   f"{first:.2e} (tolerance {TOLERANCE:g})")
         # Steps are comparable while the tokens fed back agree (then both runs see the same inputs).
-        agree_until = NEW_TOKENS
-        for a, b in zip(ref["tokens"], ours["tokens"]):
-            for j, (x, y) in enumerate(zip(a, b)):
-                if x != y:
-                    agree_until = min(agree_until, j)
-                    break
-        steps = len(rec_ref.logits) if agree_until == NEW_TOKENS else 1
+        steps = len(rec_ref.logits) if tokens_agree(ref["tokens"], ours["tokens"], NEW_TOKENS) else 1
         worst_logits = max(rel_err(rec_ours.logits[s], rec_ref.logits[s]) for s in range(steps))
         report(worst_logits < TOLERANCE, f"[{label}] logits of {steps} steps: worst relative error {worst_logits:.2e}")
         worst_attn, where = 0.0, None
@@ -487,13 +487,7 @@ def compare_recorded(label, ref, ours, layers, new_tokens, tolerance=TOLERANCE):
     same_steps = len(rec_ref.logits) == len(rec_ours.logits) and len(rec_ref.logits) > 0
     report(same_steps, f"{label} forward steps: reference {len(rec_ref.logits)}, aotinfer {len(rec_ours.logits)}")
     if same_steps:
-        agree_until = new_tokens
-        for a, b in zip(ref["tokens"], ours["tokens"]):
-            for j, (x, y) in enumerate(zip(a, b)):
-                if x != y:
-                    agree_until = min(agree_until, j)
-                    break
-        steps = len(rec_ref.logits) if agree_until == new_tokens else 1
+        steps = len(rec_ref.logits) if tokens_agree(ref["tokens"], ours["tokens"], new_tokens) else 1
         worst_logits = max(rel_err(rec_ours.logits[s], rec_ref.logits[s]) for s in range(steps))
         report(worst_logits < tolerance, f"{label} logits of {steps} steps: worst relative error {worst_logits:.2e} "
                                          f"(tolerance {tolerance:g})")
