@@ -96,6 +96,19 @@ def build_model():
     return instantiate(LlamaForCausalLM, config)
 
 
+def worst_attention(rec_ours, rec_ref, layers, steps):
+    """The largest relative error of the recorded attention outputs over the first `steps` steps
+    of every layer (inf where shapes differ), and its (layer, step)."""
+    worst, where = 0.0, None
+    for layer in range(layers):
+        for s in range(min(steps, len(rec_ref.attn[layer]), len(rec_ours.attn[layer]))):
+            a, b = rec_ours.attn[layer][s], rec_ref.attn[layer][s]
+            e = float("inf") if a.shape != b.shape else rel_err(a, b)
+            if e > worst:
+                worst, where = e, (layer, s)
+    return worst, where
+
+
 def tokens_agree(ref_tokens, our_tokens, new_tokens):
     """Whether two runs generated the same first new_tokens tokens for every request (then every
     step of both saw the same inputs, and all their steps are comparable)."""
@@ -215,16 +228,7 @@ def compare(setup, prompts, model, aotinfer_name):
         steps = len(rec_ref.logits) if tokens_agree(ref["tokens"], ours["tokens"], NEW_TOKENS) else 1
         worst_logits = max(rel_err(rec_ours.logits[s], rec_ref.logits[s]) for s in range(steps))
         report(worst_logits < TOLERANCE, f"[{label}] logits of {steps} steps: worst relative error {worst_logits:.2e}")
-        worst_attn, where = 0.0, None
-        for layer in range(LAYERS):
-            for s in range(min(steps, len(rec_ref.attn[layer]), len(rec_ours.attn[layer]))):
-                a, b = rec_ours.attn[layer][s], rec_ref.attn[layer][s]
-                if a.shape != b.shape:
-                    worst_attn, where = float("inf"), (layer, s, "shape")
-                    break
-                e = rel_err(a, b)
-                if e > worst_attn:
-                    worst_attn, where = e, (layer, s)
+        worst_attn, where = worst_attention(rec_ours, rec_ref, LAYERS, steps)
         report(worst_attn < TOLERANCE, f"[{label}] attention outputs of {LAYERS} layers x {steps} steps: worst "
                                        f"relative error {worst_attn:.2e} at (layer, step) {where}")
 
@@ -491,13 +495,7 @@ def compare_recorded(label, ref, ours, layers, new_tokens, tolerance=TOLERANCE):
         worst_logits = max(rel_err(rec_ours.logits[s], rec_ref.logits[s]) for s in range(steps))
         report(worst_logits < tolerance, f"{label} logits of {steps} steps: worst relative error {worst_logits:.2e} "
                                          f"(tolerance {tolerance:g})")
-        worst_attn, where = 0.0, None
-        for layer in range(layers):
-            for s in range(min(steps, len(rec_ref.attn[layer]), len(rec_ours.attn[layer]))):
-                a, b = rec_ours.attn[layer][s], rec_ref.attn[layer][s]
-                e = float("inf") if a.shape != b.shape else rel_err(a, b)
-                if e > worst_attn:
-                    worst_attn, where = e, (layer, s)
+        worst_attn, where = worst_attention(rec_ours, rec_ref, layers, steps)
         report(worst_attn < tolerance, f"{label} attention outputs of {layers} layers x {steps} steps: worst "
                                        f"relative error {worst_attn:.2e} at (layer, step) {where}")
     total = sum(len(t) for t in ref["tokens"])
