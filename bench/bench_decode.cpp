@@ -108,6 +108,8 @@ int main(int argc, char** argv) {
         if (head_dim != 128 || pe != aotinfer::PosEncoding::none || kv == aotinfer::DType::f16)
           cases.push_back({64, 4096, kv, head_dim, pe});
 
+  if (features.rope)
+    for (Case& c : cases) c.pos_encoding = aotinfer::PosEncoding::rope_llama;
   // AOTINFER_BENCH_ONLY="bf16:64:4096,e4m3 rope:64:4096" runs those rows only (bench_util.hpp).
   const bench::OnlyRows only;
   for (const Case& c : cases) {

@@ -5,7 +5,8 @@
 // Usage: aotinfer_bench_prefill PACKAGE_DIR RESULTS.jsonl   (AOTINFER_BENCH_ONLY=ragged:causal:4:4096:8
 // runs that row only, and a comma-separated list those rows; ...:8:64 names one of head_dim 64,
 // 96 or 256, ragged:causal:1:32768:8:q256 a chunked prefill; AOTINFER_BENCH_SINKS=1 passes
-// attention sinks to every run, AOTINFER_BENCH_PAGE=64 another page size than 16)
+// attention sinks to every run, AOTINFER_BENCH_PAGE=64 another page size than 16; the features of
+// bench_util.hpp, such as AOTINFER_BENCH_ROPE=1, apply to every row)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -114,6 +115,7 @@ int main(int argc, char** argv) {
     cfg.mask = c.causal ? aotinfer::MaskMode::causal : aotinfer::MaskMode::none;
     cfg.kv_split = kv_split;
     cfg.window_left = features.window_left;
+    if (features.rope) cfg.pos_encoding = aotinfer::PosEncoding::rope_llama;
     if (!bench::has_variant<aotinfer::BatchPrefill>(pkg, cfg)) {
       std::printf("%-7s %-7s %5d %6d %4d %4d  (not in the package: skipped)\n", kv_name.c_str(), mask.c_str(), c.batch, c.len,
                   c.kv_heads, head_dim);

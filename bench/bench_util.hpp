@@ -39,19 +39,23 @@ inline aotinfer::KvSplit kv_split_from_env() {
   std::exit(2);
 }
 
-// Run-time features every row takes: AOTINFER_BENCH_WINDOW=<window_left> (a sliding window; the
-// plan reads only its keys) and AOTINFER_BENCH_CAP=<logits soft cap>. Unset: neither.
+// Features every row takes: AOTINFER_BENCH_WINDOW=<window_left> (a sliding window; the plan
+// reads only its keys), AOTINFER_BENCH_CAP=<logits soft cap> and AOTINFER_BENCH_ROPE=1 (the RoPE
+// variants, rotating q and k in the kernel). Unset: none of them.
 struct Features {
   std::int32_t window_left = -1;
   float soft_cap = 0;
+  bool rope = false;
   std::string describe() const {
-    return "window_left " + std::to_string(window_left) + ", soft cap " + std::to_string(soft_cap).substr(0, 5);
+    return "window_left " + std::to_string(window_left) + ", soft cap " + std::to_string(soft_cap).substr(0, 5) +
+           (rope ? ", RoPE in the kernel" : "");
   }
 };
 inline Features features_from_env() {
   Features f;
   if (const char* w = std::getenv("AOTINFER_BENCH_WINDOW")) f.window_left = std::atoi(w);
   if (const char* c = std::getenv("AOTINFER_BENCH_CAP")) f.soft_cap = float(std::atof(c));
+  if (const char* r = std::getenv("AOTINFER_BENCH_ROPE")) f.rope = std::string(r) == "1";
   return f;
 }
 

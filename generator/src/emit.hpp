@@ -27,11 +27,11 @@ struct NinjaOptions {
   std::string launcher;                 // e.g. "ccache"; empty for none
 };
 
-std::string build_ninja(const Manifest& plan, const NinjaOptions& options);
+std::string build_ninja(const Manifest& plan, const std::string& nvcc_flags, const NinjaOptions& options);
 
 // The flags every fatbin of the package compiles with (also written to nvcc-flags.txt, an input
 // of every compile, so that changing them rebuilds everything).
-std::string nvcc_flags(const Manifest& plan);
+std::string nvcc_flags(const Spec& spec);
 
 // The nvcc flags that select the code a package holds: SASS for each arch, compressed.
 std::vector<std::string> gencode_flags(const std::vector<std::string>& archs);

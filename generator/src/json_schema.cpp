@@ -70,6 +70,8 @@ ordered_json spec_json_schema(const std::vector<FamilySchema>& families) {
             {"archs",
              {{"type", "array"}, {"items", {{"enum", known_arch_names()}}}, {"minItems", 1}, {"uniqueItems", true}}},
             {"ptx", {{"enum", known_ptx_names()}}},
+            {"sass_from_ptx",
+             {{"type", "array"}, {"items", {{"enum", known_arch_names()}}}, {"uniqueItems", true}}},
             {"families",
              {{"type", "object"}, {"properties", family_props}, {"additionalProperties", false}, {"minProperties", 1}}}}},
           {"required", {"format", "package", "archs", "families"}},

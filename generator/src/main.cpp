@@ -158,6 +158,9 @@ Spec read_spec(const Options& o, const std::vector<FamilySchema>& families) {
     if (std::find(spec.archs.begin(), spec.archs.end(), a) == spec.archs.end())
       throw SpecError("--archs " + a + " is not among the archs of " + spec.file + " (" + have + ")");
   spec.archs = o.archs;
+  std::erase_if(spec.sass_from_ptx, [&](const std::string& a) {
+    return std::find(spec.archs.begin(), spec.archs.end(), a) == spec.archs.end();
+  });
   return spec;
 }
 

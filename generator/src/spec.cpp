@@ -266,7 +266,7 @@ Spec parse_spec(std::string_view text, const std::string& file, const std::vecto
 
   Reader r(file);
   r.object(doc, "");
-  r.only_keys(doc, "", {"$schema", "format", "package", "archs", "ptx", "families"});
+  r.only_keys(doc, "", {"$schema", "format", "package", "archs", "ptx", "sass_from_ptx", "families"});
 
   Spec spec;
   spec.file = file;
@@ -295,6 +295,27 @@ Spec parse_spec(std::string_view text, const std::string& file, const std::vecto
     if (!Arch::parse_ptx(spec.ptx))
       r.fail("/ptx", "unknown PTX arch '" + spec.ptx + "'; allowed: " + join(known_ptx_names()) +
                          " (e.g. \"compute_80\": the driver compiles it for any newer GPU)");
+  }
+  if (doc.contains("sass_from_ptx")) {
+    const json& from = doc.at("sass_from_ptx");
+    if (!from.is_array()) r.fail("/sass_from_ptx", "expected a list of archs from \"archs\"");
+    if (spec.ptx.empty()) r.fail("/sass_from_ptx", "needs \"ptx\": these archs' SASS is compiled from that PTX");
+    const Arch ptx = *Arch::parse_ptx(spec.ptx);
+    for (std::size_t i = 0; i < from.size(); ++i) {
+      const std::string p = "/sass_from_ptx/" + std::to_string(i);
+      const std::string name = r.string(from[i], p);
+      if (std::find(spec.archs.begin(), spec.archs.end(), name) == spec.archs.end())
+        r.fail(p, "'" + name + "' is not among \"archs\" (" + join(spec.archs) + ")");
+      const Arch arch = *Arch::parse(name);
+      if (arch.specific || arch.family)
+        r.fail(p, "'" + name + "' has arch-specific or family features, which only its own front-end pass compiles; "
+                  "list plain archs (\"sm_120\") here");
+      if (ptx.specific || ptx.family || arch.number() < ptx.number())
+        r.fail(p, "'" + name + "' cannot be compiled from " + spec.ptx + ": that needs plain PTX of an arch no newer than it");
+      if (std::find(spec.sass_from_ptx.begin(), spec.sass_from_ptx.end(), name) != spec.sass_from_ptx.end())
+        r.fail(p, "duplicate arch '" + name + "'");
+      spec.sass_from_ptx.push_back(name);
+    }
   }
 
   const json& fams = r.object(r.required(doc, "", "families"), "/families");

@@ -25,6 +25,7 @@ struct Spec {
   std::string package_version;
   std::vector<std::string> archs;   // in spec order
   std::string ptx;                  // PTX arch embedded as a forward-compatible fallback, "" for none
+  std::vector<std::string> sass_from_ptx;  // archs whose SASS ptxas builds from `ptx` (no front-end pass of their own)
   std::string sha256;               // of the canonical (sorted, compact) JSON
   std::vector<VariantKey> variants; // every axis filled in, template-parameter order
 };

@@ -81,13 +81,28 @@ struct FastDiv {
   __device__ __forceinline__ uint32_t operator()(uint32_t n) const { return uint32_t((uint64_t(n) * m) >> s); }
 };
 
+// sin and cos of a RoPE angle pos * freq (up to about 2^17 rad at 128k positions): reduced to
+// [-pi, pi] by Cody-Waite with a two-part 2 pi (the first product is exact under FMA; the part
+// left out is below 1e-9 rad at that range), then the SFU's sine and cosine, whose error is under
+// 2^-21 there. The angle itself is already rounded to float, so precise sincosf buys nothing here;
+// it also inlines a Payne-Hanek path at every call site, which cost each RoPE variant about 0.8 s
+// of compile per arch.
+__device__ __forceinline__ void rope_sincos(float angle, float* sin, float* cos) {
+  constexpr float kTwoPiHi = 6.28318548202514648f;     // float(2 pi)
+  constexpr float kTwoPiLo = -1.74845553e-07f;          // float(2 pi - kTwoPiHi)
+  const float turns = rintf(angle * 0.159154943091895336f);
+  float reduced = fmaf(-turns, kTwoPiHi, angle);
+  reduced = fmaf(-turns, kTwoPiLo, reduced);
+  __sincosf(reduced, sin, cos);
+}
+
 // Llama RoPE ("rotate half") on 8 dimension pairs: lo[e] is dimension dim + e, hi[e] its partner
 // dim + e + head_dim / 2; both rotate by pos * freq[dim + e].
 __device__ __forceinline__ void rope_rotate8(float (&lo)[8], float (&hi)[8], const float* freq, int dim, int pos) {
 #pragma unroll
   for (int e = 0; e < 8; ++e) {
     float sin, cos;
-    sincosf(float(pos) * freq[dim + e], &sin, &cos);
+    rope_sincos(float(pos) * freq[dim + e], &sin, &cos);
     const float rotated_lo = lo[e] * cos - hi[e] * sin;
     hi[e] = hi[e] * cos + lo[e] * sin;
     lo[e] = rotated_lo;

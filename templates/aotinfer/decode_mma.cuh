@@ -188,9 +188,9 @@ struct DecodeMma {
   // RoPE: rotates a landed K block (keys at positions start, start + 1, ...) into k_s, the mma
   // operand rows: in place for 16-bit KV; fp8 widens its raw bytes to f16 on the way, into the
   // warp's converted block. Lane = (kRopeDims adjacent low-half dimensions: a 32-bit word of
-  // the landed row, a token phase); it starts from exact angles at its first token and steps by
+  // the landed row, a token phase); it starts from angles computed afresh at its first token and steps by
   // its token stride with one complex multiply per dimension, so a block costs kRopeDims
-  // sincosf per lane. Zero-filled keys past the end stay zero.
+  // rope_sincos per lane. Zero-filled keys past the end stay zero.
   static constexpr int kRopeDims = 4 / int(sizeof(dtype_kv));  // dimensions in a landed 32-bit word
   static constexpr int kRopeWords = kWarpDim / 2 / kRopeDims;  // such words in the low half of a row
   static constexpr int kRopeTokenStride = 32 / kRopeWords;
@@ -204,7 +204,7 @@ struct DecodeMma {
 #pragma unroll
     for (int e = 0; e < kRopeDims; ++e) {
       r.freq[e] = p.rope_rcp_scale * powf(p.rope_rcp_theta, float(2 * (dim + e)) / float(head_dim));
-      sincosf(float(kRopeTokenStride) * r.freq[e], &r.step_sin[e], &r.step_cos[e]);
+      rope_sincos(float(kRopeTokenStride) * r.freq[e], &r.step_sin[e], &r.step_cos[e]);
     }
     return r;
   }
@@ -235,7 +235,7 @@ struct DecodeMma {
     const int dim = kRopeDims * (lane % kRopeWords), first = lane / kRopeWords;
     float cos[kRopeDims], sin[kRopeDims];
 #pragma unroll
-    for (int e = 0; e < kRopeDims; ++e) sincosf(float(start + first) * r.freq[e], &sin[e], &cos[e]);
+    for (int e = 0; e < kRopeDims; ++e) rope_sincos(float(start + first) * r.freq[e], &sin[e], &cos[e]);
 #pragma unroll
     for (int token = first; token < kBlock; token += kRopeTokenStride) {
       float lo[kRopeDims], hi[kRopeDims];

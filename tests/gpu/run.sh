@@ -7,7 +7,7 @@
 #      (tests/gpu/prefill_sm90.sh),
 #   4. run the benchmarks (bench/run.sh) unless --no-bench.
 # Usage: tests/gpu/run.sh [--no-bench] [PACKAGE_DIR...]
-#   (default: the ci, head_dim 96 (tests/gpu/head_dim_96.json) and default packages)
+#   (default: the ci and default packages)
 # Logs go to $OUT (or build-gpu/out). Every GPU program runs under a time limit, so a kernel
 # that never finishes fails its step instead of holding the machine.
 set -euo pipefail
@@ -27,7 +27,7 @@ hopper=0
 [ "$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2> /dev/null | head -1)" = 9.0 ] && hopper=1
 # The last package is the benchmarks'.
 [ ${#packages[@]} -gt 0 ] ||
-  packages=(generated/aotinfer-ci/package generated/aotinfer-head-dim-96/package generated/aotinfer-default/package)
+  packages=(generated/aotinfer-ci/package generated/aotinfer-default/package)
 
 generator=OFF
 [ -f /usr/lib/llvm-14/lib/cmake/clang/ClangConfig.cmake ] && generator=ON
@@ -41,7 +41,6 @@ if [ $generator = ON ]; then
   ninja -C build-gpu aotinfer-gen >> "$out/build.log" 2>&1
   build-gpu/generator/aotinfer-gen build specs/ci.json
   build-gpu/generator/aotinfer-gen build specs/default.json
-  build-gpu/generator/aotinfer-gen build tests/gpu/head_dim_96.json
 fi
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader || true

@@ -87,7 +87,7 @@ TEST_CASE("the planned manifest and build.ninja cover every variant and arch") {
   REQUIRE(plan.variants.size() == 4);
   CHECK(plan.variants[0].file == "kernels/toy.dtype-f16.mode-plain.head_dim-64.fatbin");
   CHECK(plan.variants[0].entries.size() == 2);
-  std::string ninja = build_ninja(plan, ninja_options());
+  std::string ninja = build_ninja(plan, nvcc_flags(spec), ninja_options());
   CHECK_THAT(ninja, Contains("-gencode=arch=compute_80,code=sm_80"));
   CHECK_THAT(ninja, Contains("-gencode=arch=compute_90a,code=sm_90a"));
   CHECK_THAT(ninja, Contains("-Xfatbin=-compress-all"));
@@ -95,6 +95,38 @@ TEST_CASE("the planned manifest and build.ninja cover every variant and arch") {
                              "src/toy.dtype-bf16.mode-plain.head_dim-128.cu"));
   CHECK_THAT(ninja, Contains("build package/manifest.json: seal variants.json |"));
   CHECK_THAT(ninja, Contains(".cu | nvcc-flags.txt"));  // a flag change recompiles everything
+}
+
+TEST_CASE("archs listed in sass_from_ptx compile from the spec's PTX, in one front-end pass with it") {
+  // `head`: the spec's keys before "families".
+  auto spec_with = [](const std::string& head) {
+    return parse_spec(R"({"format": 1, "package": {"name": "toy-pkg", "version": "2.0"}, )" + head + R"(,
+                          "families": {"toy": {"matrix": {"dtype": ["f16"], "head_dim": [64]}}}})",
+                      "specs/toy.json", toy_families());
+  };
+  const std::string archs = R"("archs": ["sm_120", "sm_80", "sm_90a"], "ptx": "compute_80")";
+  CHECK(nvcc_flags(spec_with(archs)) == nvcc_flags(toy_spec("[64]")) + " -gencode=arch=compute_120,code=sm_120" +
+                                             " -gencode=arch=compute_80,code=compute_80");
+  const std::string flags = nvcc_flags(spec_with(archs + R"(, "sass_from_ptx": ["sm_120"])"));
+  CHECK_THAT(flags, Contains("-gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90a,code=sm_90a "
+                             "-gencode=arch=compute_80,code=[compute_80,sm_120]"));
+  CHECK(flags.find("compute_120") == std::string::npos);
+
+  auto refusal = [&](const std::string& head) {
+    try {
+      spec_with(head);
+    } catch (const SpecError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  CHECK_THAT(refusal(archs + R"(, "sass_from_ptx": ["sm_100"])"), Contains("/sass_from_ptx/0: 'sm_100' is not among \"archs\""));
+  CHECK_THAT(refusal(archs + R"(, "sass_from_ptx": ["sm_90a"])"), Contains("arch-specific or family features"));
+  CHECK_THAT(refusal(archs + R"(, "sass_from_ptx": ["sm_120", "sm_120"])"), Contains("duplicate arch 'sm_120'"));
+  CHECK_THAT(refusal(archs + R"(, "sass_from_ptx": "sm_120")"), Contains("expected a list of archs"));
+  CHECK_THAT(refusal(R"("archs": ["sm_80", "sm_120"], "sass_from_ptx": ["sm_120"])"), Contains("needs \"ptx\""));
+  CHECK_THAT(refusal(R"("archs": ["sm_80", "sm_90"], "ptx": "compute_90", "sass_from_ptx": ["sm_80"])"),
+             Contains("'sm_80' cannot be compiled from compute_90"));
 }
 
 TEST_CASE("the planned manifest records every family's axes as aotinfer-gen families prints them") {
