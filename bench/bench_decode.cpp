@@ -110,7 +110,7 @@ int main(int argc, char** argv) {
 
   if (features.rope)
     for (Case& c : cases) c.pos_encoding = aotinfer::PosEncoding::rope_llama;
-  // AOTINFER_BENCH_ONLY="bf16:64:4096,e4m3 rope:64:4096" runs those rows only (bench_util.hpp).
+  // AOTINFER_BENCH_ONLY="bf16:64:4096,e4m3 rope_llama:64:4096" runs those rows only (bench_util.hpp).
   const bench::OnlyRows only;
   for (const Case& c : cases) {
     const int head_dim = c.head_dim;
