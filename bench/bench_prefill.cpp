@@ -5,7 +5,8 @@
 // Usage: aotinfer_bench_prefill PACKAGE_DIR RESULTS.jsonl   (AOTINFER_BENCH_ONLY=ragged:causal:4:4096:8
 // runs that row only, and a comma-separated list those rows; ...:8:64 names one of head_dim 64,
 // 96 or 256, ragged:causal:1:32768:8:q256 a chunked prefill; AOTINFER_BENCH_SINKS=1 passes
-// attention sinks to every run, AOTINFER_BENCH_PAGE=64 another page size than 16; the features of
+// attention sinks to every run, AOTINFER_BENCH_PAGE=64 another page size than 16,
+// AOTINFER_BENCH_KV=e4m3 (or e5m2) an fp8 K/V cache under the bf16 queries; the features of
 // bench_util.hpp, such as AOTINFER_BENCH_ROPE=1, apply to every row)
 #include <cuda_runtime.h>
 
@@ -14,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <random>
 #include <string>
 #include <tuple>
@@ -27,10 +29,17 @@ namespace {
 using bench::check;
 using bench::median_us;
 
-// Random bf16 values of magnitude near 1 (timing on zeros can flatter a kernel).
-void fill(void* p, size_t bytes) {
-  std::vector<unsigned short> host(bytes / 2);
+// Random values of magnitude near 1 in a 16-bit type or fp8 (timing on zeros can flatter a
+// kernel; the fp8 patterns are never NaN).
+void fill(void* p, size_t bytes, size_t element = 2) {
   std::mt19937 rng(11);
+  if (element == 1) {
+    std::vector<unsigned char> host(bytes);
+    for (auto& x : host) x = static_cast<unsigned char>(0x30 | (rng() & 0x87));
+    check(cudaMemcpy(p, host.data(), bytes, cudaMemcpyHostToDevice), "fill");
+    return;
+  }
+  std::vector<unsigned short> host(bytes / 2);
   for (auto& x : host) x = static_cast<unsigned short>(0x3c00 | (rng() & 0x80ff));
   check(cudaMemcpy(p, host.data(), bytes, cudaMemcpyHostToDevice), "fill");
 }
@@ -72,8 +81,16 @@ int main(int argc, char** argv) {
   }
   const aotinfer::KvSplit kv_split = bench::kv_split_from_env();
   const bench::Features features = bench::features_from_env();
-  std::printf("\nbatch_prefill: bf16, %d qo heads, qo_len = kv_len, paged: page %d NHD, kv_split %s %d, %s\n", qo_heads, page,
-              aotinfer::kv_split_name(kv_split.mode), kv_split.tokens, features.describe().c_str());
+  const char* kv_env = std::getenv("AOTINFER_BENCH_KV");
+  const std::optional<aotinfer::DType> kv_dtype = aotinfer::parse_dtype(kv_env ? kv_env : "bf16");
+  if (!kv_dtype || (*kv_dtype != aotinfer::DType::bf16 && aotinfer::dtype_size(*kv_dtype) != 1)) {
+    std::fprintf(stderr, "AOTINFER_BENCH_KV must be bf16, e4m3 or e5m2, got %s\n", kv_env);
+    return 2;
+  }
+  const size_t kv_element = aotinfer::dtype_size(*kv_dtype);
+  std::printf("\nbatch_prefill: bf16 q and o, %s K/V, %d qo heads, qo_len = kv_len, paged: page %d NHD, kv_split %s %d, %s\n",
+              std::string(aotinfer::dtype_name(*kv_dtype)).c_str(), qo_heads, page, aotinfer::kv_split_name(kv_split.mode), kv_split.tokens,
+              features.describe().c_str());
   std::printf("%-7s %-7s %5s %6s %4s %4s %5s %6s %6s %10s %8s\n", "kv", "mask", "batch", "len", "kvh", "hd", "tile", "split",
               "ctas", "time us", "TF/s");
   std::vector<Case> cases;
@@ -115,6 +132,7 @@ int main(int argc, char** argv) {
     cfg.mask = c.causal ? aotinfer::MaskMode::causal : aotinfer::MaskMode::none;
     cfg.kv_split = kv_split;
     cfg.window_left = features.window_left;
+    cfg.dtype_kv = *kv_dtype;
     if (features.rope) cfg.pos_encoding = aotinfer::PosEncoding::rope_llama;
     if (!bench::has_variant<aotinfer::BatchPrefill>(pkg, cfg)) {
       std::printf("%-7s %-7s %5d %6d %4d %4d  (not in the package: skipped)\n", kv_name.c_str(), mask.c_str(), c.batch, c.len,
@@ -126,7 +144,7 @@ int main(int argc, char** argv) {
     const int qo = c.qo_len ? c.qo_len : c.len;
     const long tokens = long(c.batch) * qo;
     const size_t q_bytes = size_t(tokens) * qo_heads * head_dim * 2;
-    const size_t kv_bytes = size_t(c.batch) * c.len * c.kv_heads * head_dim * 2;  // pages hold exactly the keys
+    const size_t kv_bytes = size_t(c.batch) * c.len * c.kv_heads * head_dim * kv_element;  // pages hold exactly the keys
     std::vector<int> qo_indptr(c.batch + 1), kv_indptr(c.batch + 1), last(c.batch, page);
     const int pages_per_req = c.len / page;
     for (int i = 0; i <= c.batch; ++i) {
@@ -138,7 +156,7 @@ int main(int argc, char** argv) {
     std::shuffle(indices.begin(), indices.end(), std::mt19937(7));  // pages scattered as in a real pool
 
     void *q = device(q_bytes), *o = device(q_bytes), *k = device(kv_bytes), *v = device(kv_bytes);
-    fill(q, q_bytes), fill(k, kv_bytes), fill(v, kv_bytes);
+    fill(q, q_bytes), fill(k, kv_bytes, kv_element), fill(v, kv_bytes, kv_element);
     int *d_qo = static_cast<int*>(device(qo_indptr.size() * 4)), *d_kv = static_cast<int*>(device(kv_indptr.size() * 4));
     int *d_last = static_cast<int*>(device(last.size() * 4)), *d_indices = static_cast<int*>(device(indices.size() * 4));
     check(cudaMemcpy(d_qo, qo_indptr.data(), qo_indptr.size() * 4, cudaMemcpyHostToDevice), "upload");

@@ -48,7 +48,7 @@ template <typename dtype_q, int head_dim, MaskMode mask, typename dtype_kv = dty
 struct AOTINFER_FAMILY("batch_prefill_paged")
     AOTINFER_VALUES("dtype_q", "f16", "bf16")
     AOTINFER_VALUES("head_dim", 64, 96, 128, 256)
-    AOTINFER_VALUES("dtype_kv", "f16", "bf16")
+    AOTINFER_VALUES("dtype_kv", "f16", "bf16", "e4m3", "e5m2")
     AOTINFER_VALUES("dtype_o", "f16", "bf16")
     AOTINFER_VALUES("pos_encoding", "none", "rope_llama") batch_prefill_paged {
   AOTINFER_PREFILL_ENTRIES(PagedKvRows)
@@ -59,7 +59,7 @@ template <typename dtype_q, int head_dim, MaskMode mask, typename dtype_kv = dty
 struct AOTINFER_FAMILY("batch_prefill_ragged")
     AOTINFER_VALUES("dtype_q", "f16", "bf16")
     AOTINFER_VALUES("head_dim", 64, 96, 128, 256)
-    AOTINFER_VALUES("dtype_kv", "f16", "bf16")
+    AOTINFER_VALUES("dtype_kv", "f16", "bf16", "e4m3", "e5m2")
     AOTINFER_VALUES("dtype_o", "f16", "bf16")
     AOTINFER_VALUES("pos_encoding", "none", "rope_llama") batch_prefill_ragged {
   AOTINFER_PREFILL_ENTRIES(RaggedKvRows)

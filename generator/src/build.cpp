@@ -189,9 +189,8 @@ GenerateResult generate_package(const Spec& spec, const std::vector<FamilySchema
   std::vector<std::pair<std::string, std::string>> files;  // relative path, content
   for (const auto& v : result.plan.variants)
     files.emplace_back("src/" + v.key.uri() + ".cu", variant_source(family_of(families, v.key.family), v.key));
-  const std::string flags = nvcc_flags(spec);
-  files.emplace_back("build.ninja", build_ninja(result.plan, flags, ninja));
-  files.emplace_back("nvcc-flags.txt", flags + "\n");
+  files.emplace_back("build.ninja", build_ninja(result.plan, spec, ninja));
+  files.emplace_back("nvcc-flags.txt", nvcc_flags_text(spec));
   files.emplace_back("variants.json", result.plan.dump());
   files.insert(files.end(), extra_files.begin(), extra_files.end());
 

@@ -27,13 +27,13 @@ struct NinjaOptions {
   std::string launcher;                 // e.g. "ccache"; empty for none
 };
 
-std::string build_ninja(const Manifest& plan, const std::string& nvcc_flags, const NinjaOptions& options);
+std::string build_ninja(const Manifest& plan, const Spec& spec, const NinjaOptions& options);
 
-// The flags every fatbin of the package compiles with (also written to nvcc-flags.txt, an input
-// of every compile, so that changing them rebuilds everything).
-std::string nvcc_flags(const Spec& spec);
-
-// The nvcc flags that select the code a package holds: SASS for each arch, compressed.
-std::vector<std::string> gencode_flags(const std::vector<std::string>& archs);
+// The flags the fatbins of the package compile with, or of one family where the spec gives it its
+// own sass_from_ptx (nvcc-flags.txt holds them all and is an input of every compile, so that
+// changing them rebuilds everything).
+std::string nvcc_flags(const Spec& spec, const std::string& family = "");
+// nvcc-flags.txt: the spec's flags, then each family's own ("family: flags") where it has any.
+std::string nvcc_flags_text(const Spec& spec);
 
 }  // namespace aotinfer::gen

@@ -24,6 +24,10 @@ ordered_json one_or_many(const Axis& axis) {
           {"oneOf", {one, {{"type", "array"}, {"items", one}, {"minItems", 1}, {"uniqueItems", true}}}}};
 }
 
+ordered_json sass_from_ptx_schema() {
+  return {{"type", "array"}, {"items", {{"enum", known_arch_names()}}}, {"uniqueItems", true}};
+}
+
 ordered_json family_schema(const FamilySchema& f) {
   ordered_json matrix_props = ordered_json::object(), single_props = ordered_json::object();
   ordered_json required = ordered_json::array();
@@ -43,7 +47,8 @@ ordered_json family_schema(const FamilySchema& f) {
           {"properties",
            {{"matrix", matrix},
             {"exclude", {{"type", "array"}, {"items", exclusion}}},
-            {"include", {{"type", "array"}, {"items", inclusion}}}}},
+            {"include", {{"type", "array"}, {"items", inclusion}}},
+            {"sass_from_ptx", sass_from_ptx_schema()}}},
           {"required", {"matrix"}},
           {"additionalProperties", false}};
 }
@@ -70,8 +75,7 @@ ordered_json spec_json_schema(const std::vector<FamilySchema>& families) {
             {"archs",
              {{"type", "array"}, {"items", {{"enum", known_arch_names()}}}, {"minItems", 1}, {"uniqueItems", true}}},
             {"ptx", {{"enum", known_ptx_names()}}},
-            {"sass_from_ptx",
-             {{"type", "array"}, {"items", {{"enum", known_arch_names()}}}, {"uniqueItems", true}}},
+            {"sass_from_ptx", sass_from_ptx_schema()},
             {"families",
              {{"type", "object"}, {"properties", family_props}, {"additionalProperties", false}, {"minProperties", 1}}}}},
           {"required", {"format", "package", "archs", "families"}},

@@ -158,9 +158,9 @@ Spec read_spec(const Options& o, const std::vector<FamilySchema>& families) {
     if (std::find(spec.archs.begin(), spec.archs.end(), a) == spec.archs.end())
       throw SpecError("--archs " + a + " is not among the archs of " + spec.file + " (" + have + ")");
   spec.archs = o.archs;
-  std::erase_if(spec.sass_from_ptx, [&](const std::string& a) {
-    return std::find(spec.archs.begin(), spec.archs.end(), a) == spec.archs.end();
-  });
+  auto outside = [&](const std::string& a) { return std::find(spec.archs.begin(), spec.archs.end(), a) == spec.archs.end(); };
+  std::erase_if(spec.sass_from_ptx, outside);
+  for (auto& [family, archs] : spec.family_sass_from_ptx) std::erase_if(archs, outside);
   return spec;
 }
 

@@ -178,9 +178,30 @@ void expand(const Reader& r, const FamilySchema& family, const Assignment& matri
   recurse(recurse, 0);
 }
 
+// Archs of spec.archs whose SASS compiles from spec.ptx (the spec's or a family's list). Whether
+// the templates compile the same code from that PTX as from the arch's own virtual arch is the
+// spec's claim (docs/SPEC.md); what is checked is that ptxas can do it.
+std::vector<std::string> read_sass_from_ptx(const Reader& r, const json& from, const std::string& pointer, const Spec& spec) {
+  if (!from.is_array()) r.fail(pointer, "expected a list of archs from \"archs\"");
+  if (spec.ptx.empty()) r.fail(pointer, "needs \"ptx\": these archs' SASS is compiled from that PTX");
+  const Arch ptx = *Arch::parse_ptx(spec.ptx);
+  std::vector<std::string> archs;
+  for (std::size_t i = 0; i < from.size(); ++i) {
+    const std::string p = pointer + "/" + std::to_string(i);
+    const std::string name = r.string(from[i], p);
+    if (std::find(spec.archs.begin(), spec.archs.end(), name) == spec.archs.end())
+      r.fail(p, "'" + name + "' is not among \"archs\" (" + join(spec.archs) + ")");
+    if (ptx.specific || ptx.family || Arch::parse(name)->number() < ptx.number())
+      r.fail(p, "'" + name + "' cannot be compiled from " + spec.ptx + ": that needs plain PTX of an arch no newer than it");
+    if (std::find(archs.begin(), archs.end(), name) != archs.end()) r.fail(p, "duplicate arch '" + name + "'");
+    archs.push_back(name);
+  }
+  return archs;
+}
+
 std::vector<VariantKey> read_family(const Reader& r, const json& j, const std::string& pointer, const FamilySchema& family) {
   r.object(j, pointer);
-  r.only_keys(j, pointer, {"matrix", "exclude", "include"});
+  r.only_keys(j, pointer, {"matrix", "exclude", "include", "sass_from_ptx"});
 
   std::string matrix_ptr = pointer + "/matrix";
   const json& matrix_json = r.required(j, pointer, "matrix");
@@ -296,27 +317,7 @@ Spec parse_spec(std::string_view text, const std::string& file, const std::vecto
       r.fail("/ptx", "unknown PTX arch '" + spec.ptx + "'; allowed: " + join(known_ptx_names()) +
                          " (e.g. \"compute_80\": the driver compiles it for any newer GPU)");
   }
-  if (doc.contains("sass_from_ptx")) {
-    const json& from = doc.at("sass_from_ptx");
-    if (!from.is_array()) r.fail("/sass_from_ptx", "expected a list of archs from \"archs\"");
-    if (spec.ptx.empty()) r.fail("/sass_from_ptx", "needs \"ptx\": these archs' SASS is compiled from that PTX");
-    const Arch ptx = *Arch::parse_ptx(spec.ptx);
-    for (std::size_t i = 0; i < from.size(); ++i) {
-      const std::string p = "/sass_from_ptx/" + std::to_string(i);
-      const std::string name = r.string(from[i], p);
-      if (std::find(spec.archs.begin(), spec.archs.end(), name) == spec.archs.end())
-        r.fail(p, "'" + name + "' is not among \"archs\" (" + join(spec.archs) + ")");
-      const Arch arch = *Arch::parse(name);
-      if (arch.specific || arch.family)
-        r.fail(p, "'" + name + "' has arch-specific or family features, which only its own front-end pass compiles; "
-                  "list plain archs (\"sm_120\") here");
-      if (ptx.specific || ptx.family || arch.number() < ptx.number())
-        r.fail(p, "'" + name + "' cannot be compiled from " + spec.ptx + ": that needs plain PTX of an arch no newer than it");
-      if (std::find(spec.sass_from_ptx.begin(), spec.sass_from_ptx.end(), name) != spec.sass_from_ptx.end())
-        r.fail(p, "duplicate arch '" + name + "'");
-      spec.sass_from_ptx.push_back(name);
-    }
-  }
+  if (doc.contains("sass_from_ptx")) spec.sass_from_ptx = read_sass_from_ptx(r, doc.at("sass_from_ptx"), "/sass_from_ptx", spec);
 
   const json& fams = r.object(r.required(doc, "", "families"), "/families");
   if (fams.empty()) r.fail("/families", "no families: a package needs at least one");
@@ -328,6 +329,8 @@ Spec parse_spec(std::string_view text, const std::string& file, const std::vecto
     auto it = std::find_if(families.begin(), families.end(), [&wanted = name](const auto& f) { return f.name == wanted; });
     if (it == families.end()) r.fail(p, "unknown family '" + name + "'; known families: " + join(known));
     for (auto& key : read_family(r, body, p, *it)) spec.variants.push_back(std::move(key));
+    if (body.contains("sass_from_ptx"))
+      spec.family_sass_from_ptx[name] = read_sass_from_ptx(r, body.at("sass_from_ptx"), p + "/sass_from_ptx", spec);
   }
 
   spec.sha256 = sha256_hex(doc.dump());

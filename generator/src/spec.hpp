@@ -1,6 +1,7 @@
 // Spec files (docs/SPEC.md): read, validate against the family schemas, expand into variants.
 #pragma once
 #include <filesystem>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -26,6 +27,11 @@ struct Spec {
   std::vector<std::string> archs;   // in spec order
   std::string ptx;                  // PTX arch embedded as a forward-compatible fallback, "" for none
   std::vector<std::string> sass_from_ptx;  // archs whose SASS ptxas builds from `ptx` (no front-end pass of their own)
+  std::map<std::string, std::vector<std::string>> family_sass_from_ptx;  // a family's own list, replacing the above
+  const std::vector<std::string>& sass_from_ptx_of(const std::string& family) const {
+    auto it = family_sass_from_ptx.find(family);
+    return it == family_sass_from_ptx.end() ? sass_from_ptx : it->second;
+  }
   std::string sha256;               // of the canonical (sorted, compact) JSON
   std::vector<VariantKey> variants; // every axis filled in, template-parameter order
 };

@@ -304,7 +304,9 @@ void BatchPrefill::run(const PrefillRunArgs& a, Stream stream) const {
   }
   p.num_qo_heads = c.num_qo_heads;
   p.window_left = c.window_left < 0 ? AOTINFER_NO_WINDOW : c.window_left;
-  p.sm_scale = a.sm_scale != 0 ? a.sm_scale : 1.f / std::sqrt(float(c.head_dim));
+  // k_scale scales every score, so it is part of sm_scale (and of the soft cap's quotients).
+  p.sm_scale = (a.sm_scale != 0 ? a.sm_scale : 1.f / std::sqrt(float(c.head_dim))) * a.k_scale;
+  p.v_scale = a.v_scale;
   if (a.logits_soft_cap > 0) p.soft_cap_in = p.sm_scale / a.logits_soft_cap, p.soft_cap_out = a.logits_soft_cap / p.sm_scale;
   p.rope_rcp_scale = 1.f / a.rope_scale;
   p.rope_rcp_theta = 1.f / a.rope_theta;

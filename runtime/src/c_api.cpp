@@ -659,6 +659,8 @@ aotinfer_status aotinfer_batch_prefill_run(const aotinfer_batch_prefill* prefill
     args.rope_scale = in->rope_scale != 0 ? in->rope_scale : 1.f;
     args.rope_theta = in->rope_theta != 0 ? in->rope_theta : 1e4f;
     args.q_stride = in->q_stride_token;
+    args.k_scale = in->k_scale != 0 ? in->k_scale : 1.f;
+    args.v_scale = in->v_scale != 0 ? in->v_scale : 1.f;
     prefill->prefill.run(args, static_cast<aotinfer::Stream>(stream));
   });
 }

@@ -242,6 +242,8 @@ PrefillRunArgs prefill_run_args(const BatchPrefillConfig& c, const PlannedShape&
   a.logits_soft_cap = s.logits_soft_cap;
   a.rope_scale = or_default(s.rope_scale, 1.f);
   a.rope_theta = or_default(s.rope_theta, 1e4f);
+  a.k_scale = or_default(s.k_scale, 1.f);
+  a.v_scale = or_default(s.v_scale, 1.f);
   return a;
 }
 

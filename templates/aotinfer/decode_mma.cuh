@@ -141,11 +141,7 @@ struct DecodeMma {
     const int r = dim % (head_dim / 2);
     return r / kHalf * kWarpDim + o_column(dim / (head_dim / 2) * kHalf + r % kHalf);
   }
-  static __device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t pair) {
-    constexpr __nv_fp8_interpretation_t kind = std::is_same_v<dtype_kv, __nv_fp8_e4m3> ? __NV_E4M3 : __NV_E5M2;
-    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(pair & 0xffffu), kind);
-    return uint32_t(h.x) | (uint32_t(h.y) << 16);
-  }
+  static __device__ __forceinline__ uint32_t fp8x2_to_f16x2(uint32_t pair) { return widen_fp8x2<dtype_kv>(pair); }
 
   // Where lane l < kBlock's token of a block lives: its page (a page-table read) and slot; slot
   // -1 past the end. The main loop looks a block's pages up one block before its copies, so

@@ -6,6 +6,8 @@
 #include <cuda_fp8.h>
 #include <stdint.h>
 
+#include <type_traits>
+
 namespace aotinfer {
 
 __device__ __forceinline__ float to_float(float x) { return x; }
@@ -22,6 +24,16 @@ template <>
 __device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+// Two fp8 values (the low 16 bits of `pair`) widened to an f16 pair, exactly: f16 holds every
+// e4m3 and e5m2 value.
+template <typename fp8>
+__device__ __forceinline__ uint32_t widen_fp8x2(uint32_t pair) {
+  static_assert(sizeof(fp8) == 1, "e4m3 or e5m2");
+  constexpr __nv_fp8_interpretation_t kind = std::is_same_v<fp8, __nv_fp8_e4m3> ? __NV_E4M3 : __NV_E5M2;
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(pair & 0xffffu), kind);
+  return uint32_t(h.x) | (uint32_t(h.y) << 16);
+}
 
 // Sixteen bytes of T, moved with one 128-bit load or store.
 template <typename T>

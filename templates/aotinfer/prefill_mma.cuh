@@ -5,7 +5,9 @@
 //   S = Q K^T: A = Q rows (ldmatrix), B = K rows (ldmatrix);
 //   O += P V:  A = P (the S accumulators, repacked in registers), B = V (ldmatrix.trans).
 // Where the KV rows live is the KvRows policy (paged pages or ragged rows), so both prefill
-// families share this kernel.
+// families share this kernel. fp8 K/V land raw (half the bytes of a 16-bit stage) and, once a
+// stage has landed, the CTA widens it into one pair of f16 operand tiles that both products
+// read (f16 holds every e4m3 and e5m2 value, so the products see the cache exactly).
 #pragma once
 #include <limits.h>
 #include <math.h>
@@ -24,8 +26,9 @@ namespace aotinfer {
 template <typename dtype_q, typename dtype_kv, int head_dim, typename dtype_o, MaskMode mask, PosEncoding pos_encoding,
           template <typename> class KvRows, int kMmaQ>
 struct PrefillMma {
-  static_assert(sizeof(dtype_kv) == 2 && sizeof(dtype_q) == 2 && sizeof(dtype_o) == 2, "16-bit operands and output");
-  using dtype = dtype_kv;  // the mma operand type
+  static_assert(sizeof(dtype_q) == 2 && sizeof(dtype_o) == 2, "16-bit queries and output");
+  static constexpr bool kFp8 = sizeof(dtype_kv) == 1;
+  using dtype = std::conditional_t<kFp8, __half, dtype_kv>;  // the mma operand type
   static constexpr bool kRope = pos_encoding == PosEncoding::rope_llama;
   static constexpr int kWarps = 4;
   static constexpr int kThreads = 32 * kWarps;
@@ -36,24 +39,31 @@ struct PrefillMma {
   static constexpr int kKv = head_dim <= 64 ? 64 : 32;
   static constexpr int kChunks = head_dim / 8;  // 16-byte chunks per row
   static constexpr int kRowBytes = swizzled_row_bytes(head_dim);  // of a shared-memory row
-  static constexpr int kTileBytes = kKv * kRowBytes;  // K (or V) of one stage
+  static constexpr int kTileBytes = kKv * kRowBytes;  // K (or V) operand tile
   static constexpr int kStageBytes = 2 * kTileBytes;
+  // What a pipeline stage holds: the operand tiles, or for fp8 K then V rows as they are
+  // (kRawChunks 16-byte chunks a row, unswizzled), plus the one pair of widened operand tiles.
+  static constexpr int kRawChunks = head_dim * int(sizeof(dtype_kv)) / 16;
+  static constexpr int kRawTileBytes = kFp8 ? kKv * head_dim : kTileBytes;
+  static constexpr int kLandBytes = 2 * kRawTileBytes;
+  static constexpr int kWideBytes = kFp8 ? kStageBytes : 0;
   static constexpr int kQBytes = kRows * kRowBytes;
   // Three stages where they fit beside q in the shared memory of two CTAs per SM, else two.
-  static constexpr int kStages = kQBytes + 3 * kStageBytes <= 96 * 1024 ? 3 : 2;
-  static constexpr int kFreqOffset = kQBytes + kStages * kStageBytes;
+  static constexpr int kStages = kQBytes + kWideBytes + 3 * kLandBytes <= 96 * 1024 ? 3 : 2;
+  static constexpr int kWideOffset = kQBytes + kStages * kLandBytes;
+  static constexpr int kFreqOffset = kWideOffset + kWideBytes;
   static constexpr int kSmemBytes = kFreqOffset + (kRope ? head_dim / 2 * 4 : 0);
   static constexpr int kKSteps = head_dim / 16;  // of Q K^T
   static constexpr int kKvTiles = kKv / 8;       // n-tiles of S
   static constexpr int kDimTiles = head_dim / 8;  // n-tiles of O
   // q rows land by cp.async unless they must be rotated or converted on the way.
-  static constexpr bool kQCopied = std::is_same_v<dtype_q, dtype_kv> && !kRope;
+  static constexpr bool kQCopied = std::is_same_v<dtype_q, dtype> && !kRope;
   // KV loads: kThreadsPerKey threads share a key; an instruction of theirs covers consecutive
   // chunks (whole 32-byte sectors), and a thread looks up one page per stage.
   static constexpr int kThreadsPerKey = kThreads / kKv;
-  static constexpr int kChunksPerThread = kChunks / kThreadsPerKey;
+  static constexpr int kChunksPerThread = (kRawChunks + kThreadsPerKey - 1) / kThreadsPerKey;
   static_assert(head_dim % 32 == 0 && kThreads % kKv == 0 && kChunks % kThreadsPerKey == 0 &&
-                    kRows * kChunks % kThreads == 0,
+                    kRows * kChunks % kThreads == 0 && 2 * kKv * kRawChunks % kThreads == 0,
                 "tile shape");
 
   static constexpr aotinfer_launch_info launch =
@@ -92,17 +102,39 @@ struct PrefillMma {
   // Keys [start, start + kKv) into a stage; keys >= end are zero-filled.
   static __device__ __forceinline__ void load_kv(const KvRows<dtype_kv>& rows, char* stage, int start, int end,
                                                  int64_t offset) {
+    constexpr int kPerChunk = 16 / int(sizeof(dtype_kv));  // elements of a 16-byte chunk
     const int key = threadIdx.x / kThreadsPerKey, lane_of_key = threadIdx.x % kThreadsPerKey;
     const bool valid = start + key < end;
     // One base address per tensor; the chunks are constant offsets from it.
-    const dtype_kv* k_src = rows.k + offset + lane_of_key * 8;
-    const dtype_kv* v_src = rows.v + offset + lane_of_key * 8;
-    char* k_dst = stage + key * kRowBytes;
+    const dtype_kv* k_src = rows.k + offset + lane_of_key * kPerChunk;
+    const dtype_kv* v_src = rows.v + offset + lane_of_key * kPerChunk;
+    char* k_dst = stage + key * (kFp8 ? head_dim : kRowBytes);
 #pragma unroll
     for (int i = 0; i < kChunksPerThread; ++i) {
-      const int at = ((i * kThreadsPerKey + lane_of_key) ^ (key & 7)) << 4;
-      cp_async_16(k_dst + at, k_src + i * kThreadsPerKey * 8, valid);
-      cp_async_16(k_dst + kTileBytes + at, v_src + i * kThreadsPerKey * 8, valid);
+      const int chunk = i * kThreadsPerKey + lane_of_key;
+      if (kRawChunks % kThreadsPerKey != 0 && chunk >= kRawChunks) break;  // fp8 head_dim 96: 6 chunks, 4 threads
+      const int at = (kFp8 ? chunk : chunk ^ (key & 7)) << 4;
+      cp_async_16(k_dst + at, k_src + i * kThreadsPerKey * kPerChunk, valid);
+      cp_async_16(k_dst + kRawTileBytes + at, v_src + i * kThreadsPerKey * kPerChunk, valid);
+    }
+  }
+
+  // fp8: a landed stage (K rows, then V rows) widened into the operand tiles at `wide`. Lanes
+  // take consecutive raw chunks, so a quarter-warp reads 128 contiguous bytes.
+  static __device__ __forceinline__ void widen_kv(const char* land, char* wide) {
+    constexpr int kUnits = 2 * kKv * kRawChunks;  // raw chunks of K and V
+#pragma unroll
+    for (int i = 0; i < kUnits / kThreads; ++i) {
+      const int u = i * kThreads + int(threadIdx.x);
+      const int tensor = u / (kKv * kRawChunks), key = u / kRawChunks % kKv, chunk = u % kRawChunks;
+      const uint4 raw = *reinterpret_cast<const uint4*>(land + tensor * kRawTileBytes + key * head_dim + chunk * 16);
+      const uint4 lo = {widen_fp8x2<dtype_kv>(raw.x), widen_fp8x2<dtype_kv>(raw.x >> 16), widen_fp8x2<dtype_kv>(raw.y),
+                        widen_fp8x2<dtype_kv>(raw.y >> 16)};
+      const uint4 hi = {widen_fp8x2<dtype_kv>(raw.z), widen_fp8x2<dtype_kv>(raw.z >> 16), widen_fp8x2<dtype_kv>(raw.w),
+                        widen_fp8x2<dtype_kv>(raw.w >> 16)};
+      char* tile = wide + tensor * kTileBytes;
+      *reinterpret_cast<uint4*>(tile + swizzle(key, 2 * chunk)) = lo;
+      *reinterpret_cast<uint4*>(tile + swizzle(key, 2 * chunk + 1)) = hi;
     }
   }
 
@@ -189,7 +221,7 @@ struct PrefillMma {
     }
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
-      if (s < num_tiles) load_kv(rows, stages + s * kStageBytes, begin + s * kKv, end, key_offset(rows, begin + s * kKv, end));
+      if (s < num_tiles) load_kv(rows, stages + s * kLandBytes, begin + s * kKv, end, key_offset(rows, begin + s * kKv, end));
       cp_async_commit();
     }
     int64_t ahead = key_offset(rows, begin + (kStages - 1) * kKv, end);  // of the next stage to load
@@ -215,11 +247,16 @@ struct PrefillMma {
       __syncthreads();  // this tile (and q) landed; everyone is done with the tile before it
       {
         const int next = tile + kStages - 1;
-        if (next < num_tiles) load_kv(rows, stages + (next % kStages) * kStageBytes, begin + next * kKv, end, ahead);
+        if (next < num_tiles) load_kv(rows, stages + (next % kStages) * kLandBytes, begin + next * kKv, end, ahead);
         cp_async_commit();
         ahead = key_offset(rows, begin + (next + 1) * kKv, end);
       }
-      char* k_s = stages + (tile % kStages) * kStageBytes;
+      char* k_s = stages + (tile % kStages) * kLandBytes;
+      if constexpr (kFp8) {
+        widen_kv(k_s, smem + kWideOffset);
+        __syncthreads();
+        k_s = smem + kWideOffset;
+      }
       const char* v_s = k_s + kTileBytes;
       const int start = begin + tile * kKv;
       if constexpr (kRope) {
@@ -308,6 +345,7 @@ struct PrefillMma {
         RowResult r(row_m[m][h], row_l[m][h], scale);
         const int row = warp * kWarpRows + m * 16 + lane / 4 + 8 * h;
         if (cta.takes_sink(p)) cta.add_sink(p, row, r);
+        r.inv *= p.v_scale;
         if (state_base < 0) {
 #pragma unroll
           for (int j = 0; j < kDimTiles; ++j) {

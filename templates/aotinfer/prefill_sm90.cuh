@@ -646,6 +646,7 @@ struct PrefillSm90 {
       const int row = 64 * g + 16 * warp + lane / 4 + 8 * h;
       if (row >= cta.valid_rows) continue;
       if (cta.takes_sink(p)) cta.add_sink(p, row, r);
+      r.inv *= p.v_scale;
       if (state_base < 0) {
         if constexpr (kStagedOutput) {
 #pragma unroll

@@ -106,6 +106,7 @@ struct Case {
   std::vector<float> sinks{};  // [num_qo_heads] attention-sink logits, or empty
   bool c_api = false;          // plan and run through the C API's raw entry points
   int q_pad = 0;               // q tokens this many elements (NaN) apart beyond their heads: a fused qkv slice
+  float k_scale = 1, v_scale = 1;  // K/V dequantisation (fp8 caches)
 };
 
 // The q image with each token's row followed by `pad` NaN elements (16-bit types).
@@ -157,12 +158,13 @@ Problem make_problem(std::mt19937_64& rng, const Case& c) {
   qv.fill(p.q_bytes.data(), p.q.data(), std::int64_t(p.q.size()));
 
   const std::int64_t row = std::int64_t(KVH) * d;  // elements per token
+  const std::size_t esize = aotinfer::dtype_size(cfg.dtype_kv);
   p.k.resize(batch);
   p.v.resize(batch);
   std::vector<std::vector<std::uint8_t>> kb(batch), vb(batch);
   for (std::size_t i = 0; i < batch; ++i) {
     const std::int64_t n = std::int64_t(c.kv_lens[i]) * row;
-    p.k[i].resize(n), p.v[i].resize(n), kb[i].resize(n * 2), vb[i].resize(n * 2);
+    p.k[i].resize(n), p.v[i].resize(n), kb[i].resize(n * esize), vb[i].resize(n * esize);
     kvv.fill(kb[i].data(), p.k[i].data(), n);
     kvv.fill(vb[i].data(), p.v[i].data(), n);
     p.total_kv += c.kv_lens[i];
@@ -176,8 +178,8 @@ Problem make_problem(std::mt19937_64& rng, const Case& c) {
     }
     // Spare NaN rows past the batch's, as a buffer with room for more tokens holds: a tile's
     // last rows reach past its request, and none of these may weigh in a result.
-    p.k_bytes.resize(p.k_bytes.size() + 3 * row * 2, 0xff);
-    p.v_bytes.resize(p.v_bytes.size() + 3 * row * 2, 0xff);
+    p.k_bytes.resize(p.k_bytes.size() + 3 * row * esize, 0xff);
+    p.v_bytes.resize(p.v_bytes.size() + 3 * row * esize, 0xff);
     return p;
   }
   // Paged: pages in a random order among a few spare (NaN) pages.
@@ -194,16 +196,16 @@ Problem make_problem(std::mt19937_64& rng, const Case& c) {
   std::shuffle(perm.begin(), perm.end(), rng);
   p.indices.assign(perm.begin(), perm.begin() + p.kv_indptr.back());
   const std::int64_t page_elems = std::int64_t(page) * row;
-  p.k_bytes.assign(p.num_pages * page_elems * 2, 0xff);
-  p.v_bytes.assign(p.num_pages * page_elems * 2, 0xff);
+  p.k_bytes.assign(p.num_pages * page_elems * esize, 0xff);  // NaN in every type, fp8 too
+  p.v_bytes.assign(p.num_pages * page_elems * esize, 0xff);
   for (std::size_t i = 0; i < batch; ++i)
     for (std::int32_t t = 0; t < c.kv_lens[i]; ++t)
       for (int h = 0; h < KVH; ++h) {
         const std::int64_t pg = p.indices[p.kv_indptr[i] + t / page], slot = t % page;
         const std::int64_t at = pg * page_elems +
                                 (cfg.layout == KvLayout::nhd ? (slot * KVH + h) * d : (std::int64_t(h) * page + slot) * d);
-        std::memcpy(&p.k_bytes[at * 2], &kb[i][(std::int64_t(t) * KVH + h) * d * 2], d * 2);
-        std::memcpy(&p.v_bytes[at * 2], &vb[i][(std::int64_t(t) * KVH + h) * d * 2], d * 2);
+        std::memcpy(&p.k_bytes[at * esize], &kb[i][(std::int64_t(t) * KVH + h) * d * esize], d * esize);
+        std::memcpy(&p.v_bytes[at * esize], &vb[i][(std::int64_t(t) * KVH + h) * d * esize], d * esize);
       }
   return p;
 }
@@ -225,7 +227,9 @@ void check(std::mt19937_64& rng, const Problem& p, const std::vector<std::uint16
   rp.window_left = cfg.window_left >= 0 ? cfg.window_left : -1;
   rp.rope_rcp_theta = 1e-4;
   rp.sinks.assign(p.c.sinks.begin(), p.c.sinks.end());
-  const aotinfer::DType operand = cfg.dtype_kv;
+  rp.k_scale = p.c.k_scale, rp.v_scale = p.c.v_scale;
+  // The products' operand type: the KV's, f16 for fp8 KV (widened exactly).
+  const aotinfer::DType operand = aotinfer::dtype_size(cfg.dtype_kv) == 1 ? aotinfer::DType::f16 : cfg.dtype_kv;
   rp.round_operand = [operand](double x) { return round_to(x, operand); };
 
   struct Row {
@@ -274,7 +278,7 @@ void check(std::mt19937_64& rng, const Problem& p, const std::vector<std::uint16
     for (auto& th : threads) th.join();
   }
   const double error = relative_error(got, want);
-  const double tol = std::max(tolerance(cfg.dtype_o), tolerance(cfg.dtype_kv));
+  const double tol = std::max(tolerance(cfg.dtype_o), tolerance(operand));
   INFO("relative error of o over " << rows.size() << " sampled tokens x " << H << " heads: " << error << " (tolerance " << tol << ")");
   CHECK(error < tol);
   double lse_error = 0;
@@ -334,6 +338,7 @@ void run_through_c_api(const Case& c, const Problem& p, const aotinfer::PrefillR
   args.o = a.o, args.lse = a.lse, args.sinks = a.sinks;
   args.logits_soft_cap = a.logits_soft_cap;
   args.q_stride_token = a.q_stride;
+  args.k_scale = a.k_scale, args.v_scale = a.v_scale;
   for (int launch = 0; launch < 2; ++launch) {
     o.poison();
     lse.poison();
@@ -347,7 +352,7 @@ Outcome run_case(std::mt19937_64& rng, const Case& c) {
   std::optional<BatchPrefill> prefill = make_prefill(c.config);
   if (!prefill) return {};
   INFO(describe(c.config) << ", " << c.qo_lens.size() << " requests, window_left " << c.config.window_left << ", cap " << c.soft_cap
-                          << ", sinks " << !c.sinks.empty());
+                          << ", sinks " << !c.sinks.empty() << ", k/v scales " << c.k_scale << "/" << c.v_scale);
   const Problem p = make_problem(rng, c);
   const BatchPrefillConfig& cfg = c.config;
   const std::int32_t batch = std::int32_t(c.qo_lens.size());
@@ -377,6 +382,7 @@ Outcome run_case(std::mt19937_64& rng, const Case& c) {
   a.o = o.ptr, a.lse = lse.ptr;
   a.sinks = c.sinks.empty() ? nullptr : sinks.ptr;
   a.logits_soft_cap = c.soft_cap;
+  a.k_scale = c.k_scale, a.v_scale = c.v_scale;
   // Twice, outputs poisoned in between: the second launch must find the workspace as the plan
   // left it (the persistent kernel's pair counter back at 0), and it is the one checked.
   if (c.c_api) run_through_c_api(c, p, a, o, lse);
@@ -410,6 +416,7 @@ Case random_case(std::mt19937_64& rng, BatchPrefillConfig c) {
     k.kv_lens.push_back(c.mask == MaskMode::causal ? qo + uniform(rng, 0, 700) : uniform(rng, 0, 900));
   }
   if (uniform(rng, 0, 2) == 0) k.sinks = random_sinks(rng, c.num_qo_heads);
+  if (aotinfer::dtype_size(c.dtype_kv) == 1) k.k_scale = float(uniform(rng, 0.25, 2.0)), k.v_scale = float(uniform(rng, 0.25, 2.0));
   return k;
 }
 

@@ -34,6 +34,8 @@ struct PrefillParams {
   int window_left = -1;        // -1: off
   double rope_rcp_scale = 1;
   double rope_rcp_theta = 1e-4;
+  double k_scale = 1;  // dequantisation: keys k * k_scale (after rotation and rounding), values v * v_scale
+  double v_scale = 1;
   std::function<double(double)> round_operand = [](double x) { return x; };
   std::vector<double> sinks;  // [num_qo_heads] attention-sink logits, or empty
 };
@@ -47,7 +49,7 @@ inline std::vector<double> prefill_keys(const PrefillParams& p, const std::vecto
       const double* src = &k[(j * p.num_kv_heads + h) * d];
       std::vector<double> x = p.rope ? rope_llama(src, d, double(j), p.rope_rcp_scale, p.rope_rcp_theta)
                                      : std::vector<double>(src, src + d);
-      for (int e = 0; e < d; ++e) out[(j * p.num_kv_heads + h) * d + e] = p.round_operand(x[e]);
+      for (int e = 0; e < d; ++e) out[(j * p.num_kv_heads + h) * d + e] = p.round_operand(x[e]) * p.k_scale;
     }
   return out;
 }
@@ -86,7 +88,7 @@ inline State prefill_row(const PrefillParams& p, const double* q_row, std::int64
     const double* value = &values[(kept[i] * p.num_kv_heads + kv_head) * d];
     for (int e = 0; e < d; ++e) out.v[e] += w * value[e];
   }
-  for (double& x : out.v) x /= sum;
+  for (double& x : out.v) x *= p.v_scale / sum;
   out.lse = max + std::log(sum);
   return with_sink(out);
 }

@@ -315,14 +315,15 @@ TEST_CASE("coverage: present, wrong arch, missing, unsupported, and unknown with
   CHECK(check_needs(m, n.needs, sm_86)[0].ptx.empty());  // its SASS runs there
   m.variants[0].ptx.clear();
 
-  // A value no template takes: no paged prefill template reads an fp8 cache.
-  Options fp8;
-  fp8.kv_dtype = DType::e4m3;
-  const auto with_fp8 = check_needs(m, model_needs(fixture_model("Llama-3.1-8B"), fp8).needs, sm_90);
-  REQUIRE(with_fp8.size() == 5);
-  CHECK(with_fp8[1].need.key.family == "batch_prefill_paged");
-  CHECK(with_fp8[1].status == S::unsupported);
-  CHECK(with_fp8[1].reasons == std::vector<std::string>{"dtype_kv e4m3: the batch_prefill_paged template takes f16, bf16"});
+  // A value no template takes: a float32 cache.
+  Options f32;
+  f32.kv_dtype = DType::f32;
+  const auto with_f32 = check_needs(m, model_needs(fixture_model("Llama-3.1-8B"), f32).needs, sm_90);
+  REQUIRE(with_f32.size() == 5);
+  CHECK(with_f32[1].need.key.family == "batch_prefill_paged");
+  CHECK(with_f32[1].status == S::unsupported);
+  CHECK(with_f32[1].reasons ==
+        std::vector<std::string>{"dtype_kv f32: the batch_prefill_paged template takes f16, bf16, e4m3, e5m2"});
 
   SECTION("a manifest without families: unknown, unless its variants show the template lacks an axis") {
     m.families.clear();
@@ -399,12 +400,12 @@ TEST_CASE("coverage: specs/default.json serves every fixture model the templates
           INFO(f.need.key.uri());
           CHECK(f.status == S::present);
         }
-        // An fp8 cache: decode, append and merge are there; paged prefill has no fp8 template yet.
+        // An fp8 cache: decode, paged prefill, append and merge are all there.
         for (const DType cache : {DType::e4m3, DType::e5m2}) {
           options.kv_dtype = cache;
           for (const auto& f : check_needs(plan, model_needs(model, options).needs, arch)) {
             INFO(f.need.key.uri());
-            CHECK(f.status == (f.need.key.family == "batch_prefill_paged" ? S::unsupported : S::present));
+            CHECK(f.status == S::present);
           }
         }
         ++served;

@@ -87,7 +87,7 @@ TEST_CASE("the planned manifest and build.ninja cover every variant and arch") {
   REQUIRE(plan.variants.size() == 4);
   CHECK(plan.variants[0].file == "kernels/toy.dtype-f16.mode-plain.head_dim-64.fatbin");
   CHECK(plan.variants[0].entries.size() == 2);
-  std::string ninja = build_ninja(plan, nvcc_flags(spec), ninja_options());
+  std::string ninja = build_ninja(plan, spec, ninja_options());
   CHECK_THAT(ninja, Contains("-gencode=arch=compute_80,code=sm_80"));
   CHECK_THAT(ninja, Contains("-gencode=arch=compute_90a,code=sm_90a"));
   CHECK_THAT(ninja, Contains("-Xfatbin=-compress-all"));
@@ -121,12 +121,35 @@ TEST_CASE("archs listed in sass_from_ptx compile from the spec's PTX, in one fro
     return std::string("accepted");
   };
   CHECK_THAT(refusal(archs + R"(, "sass_from_ptx": ["sm_100"])"), Contains("/sass_from_ptx/0: 'sm_100' is not among \"archs\""));
-  CHECK_THAT(refusal(archs + R"(, "sass_from_ptx": ["sm_90a"])"), Contains("arch-specific or family features"));
   CHECK_THAT(refusal(archs + R"(, "sass_from_ptx": ["sm_120", "sm_120"])"), Contains("duplicate arch 'sm_120'"));
   CHECK_THAT(refusal(archs + R"(, "sass_from_ptx": "sm_120")"), Contains("expected a list of archs"));
   CHECK_THAT(refusal(R"("archs": ["sm_80", "sm_120"], "sass_from_ptx": ["sm_120"])"), Contains("needs \"ptx\""));
   CHECK_THAT(refusal(R"("archs": ["sm_80", "sm_90"], "ptx": "compute_90", "sass_from_ptx": ["sm_80"])"),
              Contains("'sm_80' cannot be compiled from compute_90"));
+  CHECK_THAT(refusal(R"("archs": ["sm_90a"], "ptx": "compute_90a", "sass_from_ptx": ["sm_90a"])"),
+             Contains("needs plain PTX"));
+}
+
+TEST_CASE("a family's own sass_from_ptx replaces the spec's for its variants alone") {
+  const Spec spec = parse_spec(R"({"format": 1, "package": {"name": "toy-pkg", "version": "2.0"},
+                                   "archs": ["sm_80", "sm_90a", "sm_120"], "ptx": "compute_80", "sass_from_ptx": ["sm_120"],
+                                   "families": {"toy": {"matrix": {"dtype": ["f16"], "head_dim": [64]},
+                                                        "sass_from_ptx": ["sm_90a", "sm_120"]}}})",
+                               "specs/toy.json", toy_families());
+  CHECK_THAT(nvcc_flags(spec), Contains("-gencode=arch=compute_90a,code=sm_90a"));
+  CHECK_THAT(nvcc_flags(spec, "toy"), Contains("-gencode=arch=compute_80,code=[compute_80,sm_90a,sm_120]"));
+  CHECK(nvcc_flags(spec, "toy").find("compute_90a") == std::string::npos);
+  const std::string ninja = build_ninja(package_plan(spec, toy_families()), spec, ninja_options());
+  CHECK_THAT(ninja, Contains("  nvcc_flags = " + nvcc_flags(spec, "toy") + "\n"));
+  CHECK(nvcc_flags_text(spec) == nvcc_flags(spec) + "\ntoy: " + nvcc_flags(spec, "toy") + "\n");
+  try {
+    parse_spec(R"({"format": 1, "package": {"name": "toy-pkg", "version": "2.0"}, "archs": ["sm_80"], "ptx": "compute_80",
+                   "families": {"toy": {"matrix": {"dtype": ["f16"], "head_dim": [64]}, "sass_from_ptx": ["sm_90a"]}}})",
+               "specs/toy.json", toy_families());
+    FAIL("accepted an arch the spec does not build");
+  } catch (const SpecError& e) {
+    CHECK_THAT(std::string(e.what()), Contains("/families/toy/sass_from_ptx/0: 'sm_90a' is not among"));
+  }
 }
 
 TEST_CASE("the planned manifest records every family's axes as aotinfer-gen families prints them") {

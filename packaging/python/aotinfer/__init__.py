@@ -350,7 +350,7 @@ class BatchPrefill:
         self._batch, self._total_q, self._workspaces = batch, total_q, (float_workspace, int_workspace)
 
     def run(self, q, k, v, qo_indptr, kv_indptr, o, kv_indices=None, kv_last_page_len=None, lse=None, sm_scale=0.0,
-            logits_soft_cap=0.0, rope_scale=1.0, rope_theta=1e4, stream=None, sinks=None):
+            logits_soft_cap=0.0, rope_scale=1.0, rope_theta=1e4, stream=None, sinks=None, k_scale=1.0, v_scale=1.0):
         """Runs the last plan. q, o [total_q, num_qo_heads, head_dim] (at least the planned total_q
         rows); lse [rows of o, num_qo_heads] float32 or None; k, v the page pools
         [pages, page_size, heads, dim] (nhd) or [pages, heads, page_size, dim] (hnd) when paged,
@@ -358,9 +358,10 @@ class BatchPrefill:
         are fine); qo_indptr, kv_indptr, kv_indices and kv_last_page_len are int32 device copies
         of what plan saw (the last two paged only). logits_soft_cap > 0 caps the scores, <= 0: no
         cap; the window is the constructor's. sinks: attention-sink logits, float32 [num_qo_heads]
-        on the GPU, or None (as BatchDecode.run)."""
+        on the GPU, or None (as BatchDecode.run). k_scale, v_scale dequantise K and V (fp8 caches:
+        scores use k * k_scale, values v * v_scale)."""
         status = _prefill_run(self._address, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_last_page_len, o, lse,
-                              sinks, sm_scale, logits_soft_cap, rope_scale, rope_theta, 1.0, 1.0, stream)
+                              sinks, sm_scale, logits_soft_cap, rope_scale, rope_theta, k_scale, v_scale, stream)
         if status:
             _raise(status)
 

@@ -344,18 +344,20 @@ def reference_prefill(q, qo, kv_get, **kw):
 
 def paged_prefill_case(name, group, page, layout, form, dtype="bf16", head_dim=128, causal=True, pos="NONE",
                        window=-1, cap=None, o_dtype=None, lse_base="log2", lse_layout="NH", give_out=False,
-                       sinks=False):
+                       sinks=False, kv_dtype=None, k_scale=None, v_scale=None):
+    kv_dtype = kv_dtype or dtype
     kv_heads = random.choice([1, 2, 4])
     heads, batch = kv_heads * group, random.randint(1, 6)
     qo, kv = prefill_lengths(batch, causal)
-    cache = Paged(kv, page, kv_heads, head_dim, layout, form, dtype)
+    cache = Paged(kv, page, kv_heads, head_dim, layout, form, kv_dtype)
     wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(WORKSPACE, layout)
     wrapper.plan(indptr_of(qo), cache.indptr, cache.indices, cache.last, heads, kv_heads, head_dim, page,
                  causal=causal, pos_encoding_mode=pos, window_left=window, logits_soft_cap=cap,
-                 q_data_type=DTYPES[dtype], o_data_type=DTYPES[o_dtype] if o_dtype else None)
+                 q_data_type=DTYPES[dtype], kv_data_type=DTYPES[kv_dtype],
+                 o_data_type=DTYPES[o_dtype] if o_dtype else None)
     q = torch.randn(sum(qo), heads, head_dim, device=DEV).to(DTYPES[dtype])
     sinks = torch.rand(heads, device=DEV) * 8 - 2 if sinks else None
-    kw = dict(return_lse=True, lse_base=lse_base, lse_layout=lse_layout, sinks=sinks)
+    kw = dict(return_lse=True, lse_base=lse_base, lse_layout=lse_layout, sinks=sinks, k_scale=k_scale, v_scale=v_scale)
     if give_out:  # a non-contiguous out (written through a temporary) and the caller's lse
         kw["out"] = poisoned((heads, sum(qo), head_dim), DTYPES[o_dtype or dtype]).transpose(0, 1)
         kw["lse"] = poisoned((heads, sum(qo)) if lse_layout == "HN" else (sum(qo), heads), torch.float32)
@@ -363,12 +365,13 @@ def paged_prefill_case(name, group, page, layout, form, dtype="bf16", head_dim=1
     if give_out:
         assert o is kw["out"] and lse is kw["lse"], "run() must return the caller's out and lse"
     ref_o, ref_lse = reference_prefill(q, qo, lambda r: cache.get(r, kv[r]), causal=causal, window=window,
-                                       cap=cap or 0.0, rope_theta=1e4 if pos == "ROPE_LLAMA" else None, sinks=sinks)
+                                       cap=cap or 0.0, rope_theta=1e4 if pos == "ROPE_LLAMA" else None, sinks=sinks,
+                                       k_scale=k_scale or 1.0, v_scale=v_scale or 1.0)
     if lse_base == "ln":
         ref_lse = ref_lse * LN2
     if lse_layout == "HN":
         ref_lse = ref_lse.t()
-    label = (f"paged prefill {name} [{dtype} hd{head_dim} group {group} page {page} {layout} {form} "
+    label = (f"paged prefill {name} [{dtype}/{kv_dtype} hd{head_dim} group {group} page {page} {layout} {form} "
              f"{'causal' if causal else 'non-causal'} qo {sum(qo)} max_kv {max(kv)}]")
     torch.cuda.synchronize()
     assert o.dtype == DTYPES[o_dtype or dtype], f"out is {o.dtype}"
@@ -400,6 +403,10 @@ def paged_prefill_cases():
                                                                      give_out=True))
     guarded("paged prefill sinks", lambda: paged_prefill_case("sinks", 8, 16, "NHD", "single", sinks=True))
     guarded("paged prefill window switch", lambda: window_switch_case("paged prefill"))
+    guarded("paged prefill e4m3", lambda: paged_prefill_case("fp8 e4m3 KV + scales", 4, 16, "NHD", "single", "bf16",
+                                                             kv_dtype="e4m3", k_scale=0.6, v_scale=1.7))
+    guarded("paged prefill e5m2", lambda: paged_prefill_case("fp8 e5m2 KV, window", 2, 64, "HND", "tuple", "f16", 64,
+                                                             causal=False, kv_dtype="e5m2", window=random.randint(0, 100)))
     guarded("paged prefill sinks+window+cap", lambda: paged_prefill_case(
         "sinks + window + soft cap", 2, 64, "HND", "tuple", head_dim=256, window=random.randint(0, 100), cap=1.5,
         sinks=True))

@@ -291,6 +291,9 @@ class MappingTest(unittest.TestCase):
         self.assertEqual(features, ("rope_llama", "causal"))
         self.assertEqual(scalars[1:], (50.0, 1.0, 1e4))
         self.assertEqual(_args.prefill_plan("p", 8, 8, 64)[0]["mask"], "none")
+        for name, short in (("float8_e4m3fn", "e4m3"), ("float8_e5m2", "e5m2")):  # fp8 caches, 16-bit queries
+            config = _args.prefill_plan("p", 32, 8, 128, q_data_type="bfloat16", kv_data_type=name)[0]
+            self.assertEqual((config["dtype_q"], config["dtype_kv"], config["dtype_o"]), ("bf16", short, "bf16"))
 
     def test_batch_invariant_options(self):
         """FlashInfer's fixed_split_size (pages of a paged cache, tokens of ragged K/V) and
@@ -486,7 +489,7 @@ class RefusalTest(unittest.TestCase):
             (dict(max_item_len_ptr=Stand()), "max_item_len_ptr"),
             (dict(seq_lens=Stand()), "seq_lens=<Stand>"),
             (dict(seq_lens_q=Stand()), "seq_lens_q=<Stand>"),
-            (dict(kv_data_type="float8_e4m3fn"), "kv_data_type='float8_e4m3fn'"),
+            (dict(kv_data_type="int8"), "kv_data_type='int8'"),
             (dict(q_data_type="float8_e4m3fn"), "q_data_type='float8_e4m3fn'"),
         ]
         for kwargs, words in common + [(dict(block_tables=Stand()), "block_tables=<Stand>")]:

@@ -192,6 +192,8 @@ typedef struct aotinfer_batch_prefill_run_args {
   float rope_scale;                /* 0: 1 */
   float rope_theta;                /* 0: 1e4 */
   int64_t q_stride_token;          /* elements between q's tokens (a fused qkv slice); 0: dense */
+  float k_scale;                   /* K/V dequantisation (fp8 caches); 0: 1 */
+  float v_scale;                   /* 0: 1 */
 } aotinfer_batch_prefill_run_args;
 
 aotinfer_status aotinfer_batch_prefill_create(const aotinfer_package* package,

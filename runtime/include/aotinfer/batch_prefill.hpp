@@ -37,7 +37,8 @@ enum class MaskMode { none, causal };
 
 struct BatchPrefillConfig {
   DType dtype_q = DType::bf16;
-  DType dtype_kv = DType::bf16;  // f16 or bf16: the operand type (q is rounded to it)
+  DType dtype_kv = DType::bf16;  // f16 or bf16: the operand type (q is rounded to it); e4m3 or e5m2:
+                                 // widened exactly to f16, the operand type (and q rounded to f16)
   DType dtype_o = DType::bf16;
   int head_dim = 128;
   int num_qo_heads = 32;
@@ -76,6 +77,8 @@ struct PrefillRunArgs {
   float logits_soft_cap = 0;   // > 0: scores are soft-capped; <= 0: no cap
   float rope_scale = 1;
   float rope_theta = 1e4f;
+  float k_scale = 1;           // K/V dequantisation (fp8 caches): scores use k * k_scale, values v * v_scale
+  float v_scale = 1;
 };
 
 class BatchPrefill {

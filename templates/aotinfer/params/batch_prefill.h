@@ -17,8 +17,9 @@
  *   AOTINFER_NO_WINDOW: every key);
  *   rope_llama: q and k are rotated at their positions (non-interleaved "rotate half", frequency
  *   rope_rcp_scale * rope_rcp_theta^(2i/d)) in fp32 and rounded to the operand type.
- * The operand type of both products is dtype_kv (q is rounded to it when the types differ);
- * accumulation and softmax are fp32. With sinks given, each row's softmax also holds the logit
+ * The operand type of both products is dtype_kv (q is rounded to it when the types differ), f16
+ * for fp8 K/V (e4m3, e5m2), which are widened to it exactly; accumulation and softmax are fp32.
+ * K and V are dequantised as k * k_scale and v * v_scale, k_scale being part of sm_scale. With sinks given, each row's softmax also holds the logit
  * sinks[h] of its query head (units of s, no soft cap) with a zero value row: it adds
  * e^sinks[h] to the denominator (and to e^lse); of a split tile, the chunk at key 0 holds it.
  * A row that keeps no key gets o = 0, lse = -inf (with sinks, sinks[h]): under a causal mask,
@@ -103,6 +104,8 @@ typedef struct aotinfer_batch_prefill_params {
   float soft_cap_out;    /* logits_soft_cap / sm_scale; 0: no cap */
   float rope_rcp_scale;
   float rope_rcp_theta;
+  float v_scale;         /* o is scaled by it (fp8 V's dequantisation; 1 for none); k_scale is
+                          * folded into sm_scale by the runtime */
 
   /* TMA maps (launch info flags above), all three-dimensional and 128-byte swizzled, boxes of 64
    * head_dim columns (a head_dim 96 row's second box reads 32 columns past the tensor: zeros):

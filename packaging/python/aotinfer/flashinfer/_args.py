@@ -180,7 +180,7 @@ def prefill_plan(where, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo=Non
         ("o_indptr", o_indptr, None, "the output shares qo_indptr"),
     ])
     q = dtype(where, "q_data_type", q_data_type, ("f16", "bf16"))
-    kv = q if kv_data_type is None else dtype(where, "kv_data_type", kv_data_type, ("f16", "bf16"))
+    kv = q if kv_data_type is None else dtype(where, "kv_data_type", kv_data_type, ("f16", "bf16", "e4m3", "e5m2"))
     o = q if o_data_type is None else dtype(where, "o_data_type", o_data_type, ("f16", "bf16"))
     pos, window, cap = features(where, pos_encoding_mode, window_left, logits_soft_cap, PREFILL_POSITIONS)
     mask = "causal" if causal else "none"

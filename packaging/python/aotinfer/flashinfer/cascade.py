@@ -149,6 +149,8 @@ class MultiLevelCascadeAttentionWrapper:
                         rope_scale=rope_scale, rope_theta=rope_theta, q_data_type=q_data_type,
                         kv_data_type=kv_data_type)
         _args.prefill_plan(where, num_qo_heads, num_kv_heads, head_dim, causal=causal, **settings)  # refusals name us
+        if kv_data_type is not None:  # the levels' fp8 scales have no place in run()
+            _args.dtype(where, "kv_data_type", kv_data_type, ("f16", "bf16"))
         if window_left != -1:
             _args.refuse(where, "window_left", window_left,
                          "served: -1 (no window): a window counts a query's keys over all levels, which each level's "

@@ -216,8 +216,8 @@ class BatchPrefillWithRaggedKVCacheWrapper(_Prefill):
     def run(self, q, k, v, *args, q_scale=None, k_scale=None, v_scale=None, o_scale=None, out=None, lse=None,
             return_lse=False, lse_base="log2", lse_layout="NH", enable_pdl=None, kv_cache_sf=None):
         """q [qo_indptr[-1], num_qo_heads, head_dim], k and v [kv_indptr[-1], num_kv_heads, head_dim].
-        The scales apply to fp8 K/V in FlashInfer, which aotinfer's prefill does not serve: ignored, as
-        FlashInfer ignores them for 16-bit K/V."""
+        k_scale and v_scale are ignored, fp8 K/V included, as FlashInfer's ragged wrapper ignores
+        them."""
         where = _RAGGED + ".run"
         if args or kv_cache_sf is not None:
             _args.unserved(where, args, kv_cache_sf=kv_cache_sf)
