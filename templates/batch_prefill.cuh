@@ -32,7 +32,8 @@ constexpr bool kSm90Pass = false;
   template <int kMmaQ>                                                                                          \
   using Kernel =                                                                                                \
       PrefillMma<dtype_q, dtype_kv, head_dim, dtype_o, mask, pos_encoding, KvRows, kMmaQ>;                   \
-  using Large = std::conditional_t<kSm90Pass && prefill_sm90_serves<dtype_q, dtype_kv, head_dim, dtype_o>(),     \
+  using Large = std::conditional_t<kSm90Pass && prefill_sm90_serves<dtype_q, dtype_kv, head_dim, dtype_o,        \
+                                                                    pos_encoding>(),                            \
                                    PrefillSm90<dtype_q, dtype_kv, head_dim, dtype_o, mask, pos_encoding, KvRows>, \
                                    Kernel<head_dim <= 128 ? 2 : 1>>;                                              \
   using Small = Kernel<1>;                                                                                      \

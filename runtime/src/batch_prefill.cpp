@@ -45,7 +45,7 @@ void encode_tensor_maps(aotinfer_batch_prefill_params& p, const aotinfer_launch_
     return;
   p.q_map = detail::rows_tensor_map(c.dtype_q, p.q, total_q, c.num_qo_heads, c.head_dim, p.q_stride_token, group,
                                     tile_rows / group);
-  if (ragged) {
+  if (ragged && dtype_size(c.dtype_kv) == 2) {  // fp8 rows are widened by the kernel, never read by TMA
     p.k_map = detail::rows_tensor_map(c.dtype_kv, p.ragged.k, total_kv, c.num_kv_heads, c.head_dim,
                                       p.ragged.stride_token, 1, kv_tile);
     p.v_map = detail::rows_tensor_map(c.dtype_kv, p.ragged.v, total_kv, c.num_kv_heads, c.head_dim,

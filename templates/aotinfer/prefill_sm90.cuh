@@ -36,24 +36,29 @@
 
 namespace aotinfer {
 
-// Whether PrefillSm90 serves a variant (the others keep the mma.sync kernel on sm_90a too).
-template <typename dtype_q, typename dtype_kv, int head_dim, typename dtype_o>
+// Whether PrefillSm90 serves a variant (the others keep the mma.sync kernel on sm_90a too): fp8
+// K/V without RoPE (whose rotation of widened K would need a barrier between the producer's
+// threads) and 16-bit K/V.
+template <typename dtype_q, typename dtype_kv, int head_dim, typename dtype_o, PosEncoding pos_encoding>
 constexpr bool prefill_sm90_serves() {
   return (head_dim == 64 || head_dim == 96 || head_dim == 128 || head_dim == 256) && sizeof(dtype_q) == 2 &&
-         sizeof(dtype_kv) == 2 && sizeof(dtype_o) == 2;
+         (sizeof(dtype_kv) == 2 || (sizeof(dtype_kv) == 1 && pos_encoding == PosEncoding::none)) && sizeof(dtype_o) == 2;
 }
 
 template <typename dtype_q, typename dtype_kv, int head_dim, typename dtype_o, MaskMode mask, PosEncoding pos_encoding,
           template <typename> class KvRows>
 struct PrefillSm90 {
-  static_assert(prefill_sm90_serves<dtype_q, dtype_kv, head_dim, dtype_o>(), "head_dim 64, 96, 128 or 256; 16-bit types");
-  using dtype = dtype_kv;  // the wgmma operand type
+  static_assert(prefill_sm90_serves<dtype_q, dtype_kv, head_dim, dtype_o, pos_encoding>(),
+                "head_dim 64, 96, 128 or 256; 16-bit types, or fp8 K/V without RoPE");
+  // fp8 K/V land raw and the producer widens them (exactly) into f16 stages: see load_kv_fp8.
+  static constexpr bool kFp8 = sizeof(dtype_kv) == 1;
+  using dtype = std::conditional_t<kFp8, __half, dtype_kv>;  // the wgmma operand type
   static constexpr bool kRope = pos_encoding == PosEncoding::rope_llama;
   // Which operands the TMA unit can copy as they are: q where it needs no conversion or RoPE
   // rotation, and then ragged K and V too (page tables stay with cp.async: a box per page was
   // slower, docs/PERF.md 5.15).
-  static constexpr bool kReadsQMap = std::is_same_v<dtype_q, dtype_kv> && !kRope;
-  static constexpr bool kReadsKvMaps = kReadsQMap && std::is_same_v<KvRows<dtype_kv>, RaggedKvRows<dtype_kv>>;
+  static constexpr bool kReadsQMap = std::is_same_v<dtype_q, dtype> && !kRope;
+  static constexpr bool kReadsKvMaps = kReadsQMap && !kFp8 && std::is_same_v<KvRows<dtype_kv>, RaggedKvRows<dtype_kv>>;
   static constexpr int kConsumers = 2;
   static constexpr int kThreads = 128 * (1 + kConsumers);
   static constexpr int kRows = 64 * kConsumers;  // packed query rows per CTA
@@ -66,7 +71,7 @@ struct PrefillSm90 {
   // goes out before V of tile t - 1 instead of waiting behind it. Not with RoPE, whose producer
   // then spilled (ptxas -v), nor with four stages (head_dim 64), which keep the producer ahead
   // anyway and measured 4 % slower with the lag.
-  static constexpr int kVLag = kRope || kStages > 2 ? 0 : 1;
+  static constexpr int kVLag = kRope || kFp8 || kStages > 2 ? 0 : 1;
   static constexpr int kChunks = head_dim / 8;  // 16-byte chunks per row
   // Tiles are whole 64-wide column blocks (sm90::sw128_offset), i.e. rows of whole 128-byte
   // lines as in the mma.sync kernels: head_dim 96 is laid out 128 wide and its last 32 columns
@@ -78,13 +83,15 @@ struct PrefillSm90 {
   static constexpr int kKvTiles = kKv / 8;        // n8 tiles of S
   static constexpr int kQBytes = kRows * kTileDim * 2;
   static constexpr int kTileBytes = kKv * kTileDim * 2;  // K or V of one stage
+  static constexpr int kRawTileBytes = kFp8 ? kKv * head_dim : 0;  // fp8 K or V rows as they land
   // Shared memory from a 1024-aligned base (the swizzle atoms must be; see run()): q slots, K
-  // stages, V stages, mbarriers, key offsets, announced pairs, RoPE frequencies. Two q slots
+  // stages, V stages, fp8's raw K and V rows, mbarriers, key offsets, announced pairs, RoPE
+  // frequencies. Two q slots
   // where they fit (not head_dim 256), so that the producer loads the next pair's q while the
   // consumers still use this one's.
   static constexpr int smem_bytes(int q_slots) {
-    return q_slots * kQBytes + 2 * kStages * kTileBytes + 8 * (8 + 4 * kStages) + 3 * kKv * 8 + 4 * 4 +
-           (kRope ? head_dim / 2 * 4 : 0);
+    return q_slots * kQBytes + 2 * kStages * kTileBytes + 2 * kRawTileBytes + 8 * (8 + 4 * kStages) + 3 * kKv * 8 +
+           4 * 4 + (kRope ? head_dim / 2 * 4 : 0);
   }
   static constexpr int kQSlots = smem_bytes(2) <= kSmemPerCta ? 2 : 1;
   // With two q slots, a consumer keeps its 64 q rows past its last score product and stages its
@@ -94,7 +101,8 @@ struct PrefillSm90 {
   static constexpr bool kStagedOutput = kQSlots == 2 && !kRope;
   static constexpr int kKOffset = kQSlots * kQBytes;
   static constexpr int kVOffset = kKOffset + kStages * kTileBytes;
-  static constexpr int kBarOffset = kVOffset + kStages * kTileBytes;
+  static constexpr int kRawOffset = kVOffset + kStages * kTileBytes;
+  static constexpr int kBarOffset = kRawOffset + 2 * kRawTileBytes;
   static constexpr int kNumBars = 8 + 4 * kStages;
   static constexpr int kOffsetsOffset = kBarOffset + 8 * kNumBars;  // key offsets, three tiles
   static constexpr int kPairOffset = kOffsetsOffset + 3 * kKv * 8;  // the announced pairs, 4 slots
@@ -108,7 +116,7 @@ struct PrefillSm90 {
   // The producer needs 48 to hold a pair's page-table state and the next pair's first lookup
   // without spilling, more where it rotates (RoPE) or copies 512-byte rows (head_dim 256); the
   // consumers keep the rest (no spills at these counts, ptxas -v).
-  static constexpr int kProducerRegs = kRope || head_dim == 256 ? 56 : 48;
+  static constexpr int kProducerRegs = kRope || kFp8 || head_dim == 256 ? 56 : 48;
   static constexpr int kConsumerRegs = 224;
   static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
   static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= kThreads * kLaunchRegs,
@@ -162,6 +170,7 @@ struct PrefillSm90 {
     char* q;  // slot i at q + i * kQBytes
     char* k;  // stage s at k + s * kTileBytes
     char* v;
+    char* raw;  // fp8: K rows, then V rows, as they land
     uint64_t* bars;
     int64_t* offsets;  // byte offsets of a tile's keys, slot n % 3 for the n-th tile of the CTA
     int* pair;         // 4 slots: see announce()
@@ -170,6 +179,7 @@ struct PrefillSm90 {
         : q(base),
           k(base + kKOffset),
           v(base + kVOffset),
+          raw(base + kRawOffset),
           bars(reinterpret_cast<uint64_t*>(base + kBarOffset)),
           offsets(reinterpret_cast<int64_t*>(base + kOffsetsOffset)),
           pair(reinterpret_cast<int*>(base + kPairOffset)),
@@ -326,6 +336,7 @@ struct PrefillSm90 {
       if (!q_tma) load_q(p, cta, sh, n);
       else if (threadIdx.x == 0) load_q_by_tma(p, cta, sh, n);
       if (kv_tma) load_kv_by_tma(p, cta, sh, done);
+      else if constexpr (kFp8) load_kv_fp8(cta, sh, done, first_offset);
       else load_kv(cta, sh, done, first_offset);
       done += cta.num_tiles;
       if (threadIdx.x == 0) sh.announce(n + 1, next);
@@ -351,7 +362,7 @@ struct PrefillSm90 {
                                                 const Shared& sh, int n) {
     char* const q = sh.q_slot(n);
     const int c = threadIdx.x % kThreadsPerRow, row0 = threadIdx.x / kThreadsPerRow;
-    constexpr bool kQCopied = std::is_same_v<dtype_q, dtype_kv> && !kRope;
+    constexpr bool kQCopied = std::is_same_v<dtype_q, dtype> && !kRope;
 #pragma unroll 1
     for (int i = 0; i < (copies() ? kRows / kRowsPerPass : 0); ++i) {
       const int row = row0 + i * kRowsPerPass;
@@ -473,6 +484,86 @@ struct PrefillSm90 {
         else copy_rows<false>(v, offsets, sh.v + s * kTileBytes, valid_keys);
         sm90::cp_async_arrive(sh.v_full(s));
       }
+    }
+  }
+
+  // fp8 K/V: raw rows land by cp.async in one raw tile per tensor (unswizzled, head_dim bytes a
+  // row), and the producer widens them into the ring's f16 stages. A thread widens exactly the
+  // 16-byte chunks it copied, so its own cp.async.wait_group orders the two: no barrier between
+  // them. K and V alternate, so that one tensor's copies fly while the other is widened:
+  //   K(t) landed -> widen into K stage -> copy K(t + 1) raw -> V(t) landed -> widen -> copy V(t + 1).
+  static constexpr int kRawChunks = head_dim / 16;  // 16-byte chunks of an fp8 row
+  static constexpr int kRawThreadsPerRow = kRawChunks <= 4 ? 4 : kRawChunks <= 8 ? 8 : 16;
+  static constexpr int kRawRowsPerPass = 128 / kRawThreadsPerRow;
+  static_assert(!kFp8 || kKv % kRawRowsPerPass == 0, "whole passes of rows");
+
+  static __device__ __forceinline__ void copy_raw(const char* src, const int64_t* offsets, char* raw, int valid_keys) {
+    const int c = threadIdx.x % kRawThreadsPerRow, row0 = threadIdx.x / kRawThreadsPerRow;
+    if (c >= kRawChunks) return;
+#pragma unroll
+    for (int i = 0; i < kKv / kRawRowsPerPass; ++i) {
+      const int key = row0 + i * kRawRowsPerPass;
+      cp_async_16(raw + key * head_dim + c * 16, src + offsets[key] + c * 16, key < valid_keys);
+    }
+  }
+
+  static __device__ __forceinline__ void widen_raw(const char* raw, char* tile) {
+    const int c = threadIdx.x % kRawThreadsPerRow, row0 = threadIdx.x / kRawThreadsPerRow;
+    if (c >= kRawChunks) return;
+#pragma unroll 2
+    for (int i = 0; i < kKv / kRawRowsPerPass; ++i) {
+      const int key = row0 + i * kRawRowsPerPass;
+      const uint4 r = *reinterpret_cast<const uint4*>(raw + key * head_dim + c * 16);
+      const uint4 lo = {widen_fp8x2<dtype_kv>(r.x), widen_fp8x2<dtype_kv>(r.x >> 16), widen_fp8x2<dtype_kv>(r.y),
+                        widen_fp8x2<dtype_kv>(r.y >> 16)};
+      const uint4 hi = {widen_fp8x2<dtype_kv>(r.z), widen_fp8x2<dtype_kv>(r.z >> 16), widen_fp8x2<dtype_kv>(r.w),
+                        widen_fp8x2<dtype_kv>(r.w >> 16)};
+      *reinterpret_cast<uint4*>(tile + sm90::sw128_offset(kKv, key, 2 * c)) = lo;
+      *reinterpret_cast<uint4*>(tile + sm90::sw128_offset(kKv, key, 2 * c + 1)) = hi;
+    }
+  }
+
+  // The pair's tiles from ring position `done` (load_kv's contract). Tile t + 1's key offsets
+  // go into their slot, (done + t + 1) % 3, behind the producer barrier of iteration t; that
+  // slot's last readers, the copies of tile t - 2, were issued before iteration t - 1's barrier.
+  static __device__ __forceinline__ void load_kv_fp8(const Cta& cta, const Shared& sh, int done, int64_t next_offset) {
+    if (cta.num_tiles == 0) return;
+    const char* const k = reinterpret_cast<const char*>(cta.rows.k);
+    const char* const v = reinterpret_cast<const char*>(cta.rows.v);
+    char* const k_raw = sh.raw;
+    char* const v_raw = sh.raw + kRawTileBytes;
+    auto publish = [&](int tile) {
+      int64_t* offsets = sh.offsets + ((done + tile) % 3) * kKv;
+      if (threadIdx.x < kKv) offsets[threadIdx.x] = next_offset;
+      sm90::named_barrier_sync<128>(kProducerBarrier);
+      next_offset = key_offset(cta, tile + 1);
+      return static_cast<const int64_t*>(offsets);
+    };
+    const int64_t* offsets = publish(0);
+    copy_raw(k, offsets, k_raw, cta.end - cta.begin);
+    cp_async_commit();
+    copy_raw(v, offsets, v_raw, cta.end - cta.begin);
+    cp_async_commit();
+#pragma unroll 1
+    for (int tile = 0; tile < cta.num_tiles; ++tile) {
+      const int ring = done + tile, s = ring % kStages, use = ring / kStages;
+      const bool more = tile + 1 < cta.num_tiles;
+      const int next_valid = cta.end - (cta.begin + (tile + 1) * kKv);
+      if (more) offsets = publish(tile + 1);
+      cp_async_wait<1>();  // K(t) landed; V(t) may still fly
+      if (use > 0) sm90::mbar_wait(sh.k_empty(s), (use - 1) & 1);
+      widen_raw(k_raw, sh.k + s * kTileBytes);
+      sm90::fence_async_shared();
+      sm90::mbar_arrive(sh.k_full(s));
+      if (more) copy_raw(k, offsets, k_raw, next_valid);
+      cp_async_commit();  // (empty after the last tile: the group count stays the same)
+      cp_async_wait<1>();  // V(t) landed; K(t + 1) may fly
+      if (use > 0) sm90::mbar_wait(sh.v_empty(s), (use - 1) & 1);
+      widen_raw(v_raw, sh.v + s * kTileBytes);
+      sm90::fence_async_shared();
+      sm90::mbar_arrive(sh.v_full(s));
+      if (more) copy_raw(v, offsets, v_raw, next_valid);
+      cp_async_commit();
     }
   }
 
