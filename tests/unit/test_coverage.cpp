@@ -400,12 +400,15 @@ TEST_CASE("coverage: specs/default.json serves every fixture model the templates
           INFO(f.need.key.uri());
           CHECK(f.status == S::present);
         }
-        // An fp8 cache: decode, paged prefill, append and merge are all there.
+        // An fp8 cache: decode, paged prefill, append and merge are all there, except paged
+        // prefill at head_dim 96 (Phi-3), which the default leaves a spec entry away to stay
+        // within its build time.
         for (const DType cache : {DType::e4m3, DType::e5m2}) {
           options.kv_dtype = cache;
           for (const auto& f : check_needs(plan, model_needs(model, options).needs, arch)) {
             INFO(f.need.key.uri());
-            CHECK(f.status == S::present);
+            const bool left_out = f.need.key.family == "batch_prefill_paged" && *f.need.key.find("head_dim") == "96";
+            CHECK(f.status == (left_out ? S::missing : S::present));
           }
         }
         ++served;
