@@ -307,7 +307,7 @@ class BatchPrefill:
         sliding, window = _window(window_left, "batch_prefill")
         self.window_left = window if sliding else -1
         config = _capi.PrefillConfig(_text(dtype_q, "dtype_q", _DTYPES[:2]),
-                                     _text(dtype_kv or dtype_q, "dtype_kv", _DTYPES[:2]),
+                                     _text(dtype_kv or dtype_q, "dtype_kv", _DTYPES),
                                      _text(dtype_o, "dtype_o", _DTYPES[:2]) if dtype_o else None, head_dim,
                                      num_qo_heads, num_kv_heads, _text(kv_storage, "kv_storage", ("paged", "ragged")),
                                      page_size, _text(layout, "layout", ("nhd", "hnd")),
