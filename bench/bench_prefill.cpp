@@ -88,6 +88,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   const size_t kv_element = aotinfer::dtype_size(*kv_dtype);
+  // AOTINFER_BENCH_MASK=custom: every row under a custom mask of the same work, its bits the
+  // causal mask's (causal rows) or every key (none rows): the cost of reading the bits.
+  const bool custom = std::getenv("AOTINFER_BENCH_MASK") && std::string(std::getenv("AOTINFER_BENCH_MASK")) == "custom";
+  if (custom) std::printf("(every row under a custom mask: the causal mask's bits, or every key's)\n");
   std::printf("\nbatch_prefill: bf16 q and o, %s K/V, %d qo heads, qo_len = kv_len, paged: page %d NHD, kv_split %s %d, %s\n",
               std::string(aotinfer::dtype_name(*kv_dtype)).c_str(), qo_heads, page, aotinfer::kv_split_name(kv_split.mode), kv_split.tokens,
               features.describe().c_str());
@@ -129,7 +133,7 @@ int main(int argc, char** argv) {
     cfg.num_kv_heads = c.kv_heads;
     cfg.kv_storage = c.storage;
     cfg.page_size = page;
-    cfg.mask = c.causal ? aotinfer::MaskMode::causal : aotinfer::MaskMode::none;
+    cfg.mask = custom ? aotinfer::MaskMode::custom : c.causal ? aotinfer::MaskMode::causal : aotinfer::MaskMode::none;
     cfg.kv_split = kv_split;
     cfg.window_left = features.window_left;
     cfg.dtype_kv = *kv_dtype;
@@ -178,6 +182,22 @@ int main(int argc, char** argv) {
     args.kv_indices = d_indices, args.kv_last_page_len = d_last, args.o = o;
     if (sinks) args.sinks = d_sinks;
     args.logits_soft_cap = features.soft_cap;
+    void* d_mask = nullptr;
+    if (custom) {  // each request's qo x len bits (whole bytes: len is a multiple of 8), as the mask keeps them
+      const std::size_t row_bytes = std::size_t(c.len) / 8, request_bytes = std::size_t(qo) * row_bytes;
+      std::vector<std::uint8_t> bits(c.batch * request_bytes, 0xff);
+      std::vector<int> mask_indptr(c.batch + 1);
+      for (int i = 0; i <= c.batch; ++i) mask_indptr[i] = int(i * request_bytes);
+      if (c.causal)
+        for (int i = 0; i < c.batch; ++i)
+          for (int t = 0; t < qo; ++t)
+            for (int j = c.len - qo + t + 1; j < c.len; ++j) bits[i * request_bytes + t * row_bytes + j / 8] &= ~(1u << (j % 8));
+      d_mask = device(bits.size() + 4 * (c.batch + 1));
+      check(cudaMemcpy(d_mask, bits.data(), bits.size(), cudaMemcpyHostToDevice), "upload");
+      check(cudaMemcpy(static_cast<char*>(d_mask) + bits.size(), mask_indptr.data(), 4 * (c.batch + 1), cudaMemcpyHostToDevice), "upload");
+      args.custom_mask = static_cast<const std::uint8_t*>(d_mask);
+      args.mask_indptr = reinterpret_cast<const std::int32_t*>(static_cast<char*>(d_mask) + bits.size());
+    }
     const double us = median_us(3, 20, [&](int) { prefill.run(args, nullptr); });
     check(cudaGetLastError(), "prefill");
     // Query t of qo sees len - qo + t + 1 keys under a causal mask: about qo (len - qo / 2).
@@ -197,12 +217,13 @@ int main(int argc, char** argv) {
     } else {
       std::printf("%-7s %-7s %5d %6d %4d %4d %5d %6s %6d %10.1f %8.1f\n", kv_name.c_str(), mask.c_str(), c.batch, c.len,
                   c.kv_heads, head_dim, plan.tile_rows, plan.split ? "yes" : "no", plan.padded_work * c.kv_heads, us, tflops);
-      results << "{\"kv\": \"" << kv_name << "\", \"causal\": " << (c.causal ? "true" : "false") << ", \"batch\": " << c.batch
+      if (!custom)  // prefill_torch.py's peers run the built-in masks
+        results << "{\"kv\": \"" << kv_name << "\", \"causal\": " << (c.causal ? "true" : "false") << ", \"batch\": " << c.batch
               << ", \"len\": " << c.len << ", \"kv_heads\": " << c.kv_heads << ", \"head_dim\": " << head_dim << ", \"us\": " << us
               << ", \"flops\": " << flops << "}\n";
     }
     for (void* p : {q, o, k, v, static_cast<void*>(d_qo), static_cast<void*>(d_kv), static_cast<void*>(d_last),
-                    static_cast<void*>(d_indices), ws.float_buffer, ws.int_buffer})
+                    static_cast<void*>(d_indices), ws.float_buffer, ws.int_buffer, d_mask})
       cudaFree(p);
   }
   if (only) return 0;

@@ -31,10 +31,10 @@ constexpr bool kSm90Pass = false;
 #define AOTINFER_PREFILL_ENTRIES(KvRows)                                                                        \
   template <int kMmaQ>                                                                                          \
   using Kernel =                                                                                                \
-      PrefillMma<dtype_q, dtype_kv, head_dim, dtype_o, mask, pos_encoding, KvRows, kMmaQ>;                   \
+      PrefillMma<dtype_q, dtype_kv, head_dim, dtype_o, pos_encoding, KvRows, kMmaQ>;                         \
   using Large = std::conditional_t<kSm90Pass && prefill_sm90_serves<dtype_q, dtype_kv, head_dim, dtype_o,        \
                                                                     pos_encoding>(),                            \
-                                   PrefillSm90<dtype_q, dtype_kv, head_dim, dtype_o, mask, pos_encoding, KvRows>, \
+                                   PrefillSm90<dtype_q, dtype_kv, head_dim, dtype_o, pos_encoding, KvRows>,       \
                                    Kernel<head_dim <= 128 ? 2 : 1>>;                                              \
   using Small = Kernel<1>;                                                                                      \
                                                                                                                 \
@@ -44,7 +44,7 @@ constexpr bool kSm90Pass = false;
   static constexpr aotinfer_launch_info prefill_small_launch = Small::launch;                                   \
   AOTINFER_ENTRY static __device__ void prefill_small(const aotinfer_batch_prefill_params& p) { Small::run(p); }
 
-template <typename dtype_q, int head_dim, MaskMode mask, typename dtype_kv = dtype_q, typename dtype_o = dtype_q,
+template <typename dtype_q, int head_dim, typename dtype_kv = dtype_q, typename dtype_o = dtype_q,
           PosEncoding pos_encoding = PosEncoding::none>
 struct AOTINFER_FAMILY("batch_prefill_paged")
     AOTINFER_VALUES("dtype_q", "f16", "bf16")
@@ -55,7 +55,7 @@ struct AOTINFER_FAMILY("batch_prefill_paged")
   AOTINFER_PREFILL_ENTRIES(PagedKvRows)
 };
 
-template <typename dtype_q, int head_dim, MaskMode mask, typename dtype_kv = dtype_q, typename dtype_o = dtype_q,
+template <typename dtype_q, int head_dim, typename dtype_kv = dtype_q, typename dtype_o = dtype_q,
           PosEncoding pos_encoding = PosEncoding::none>
 struct AOTINFER_FAMILY("batch_prefill_ragged")
     AOTINFER_VALUES("dtype_q", "f16", "bf16")

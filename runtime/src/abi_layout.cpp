@@ -41,7 +41,7 @@ std::string decode_tensors() {
 std::string prefill_tensors() {
   using T = aotinfer_batch_prefill_tensors;
   return AOTINFER_STRUCT(aotinfer_batch_prefill_tensors, F(q), F(k), F(v), F(qo_indptr), F(kv_indptr), F(kv_indices),
-                         F(kv_last_page_len), F(o), F(lse), F(sinks));
+                         F(kv_last_page_len), F(o), F(lse), F(sinks), F(custom_mask), F(mask_indptr));
 }
 
 std::string merge_tensors() {
@@ -82,7 +82,8 @@ std::string prefill_run_args() {
   using T = aotinfer_batch_prefill_run_args;
   return AOTINFER_STRUCT(aotinfer_batch_prefill_run_args, F(batch), F(total_q), F(q), F(qo_indptr), F(k), F(v),
                          F(kv_indptr), F(kv_indices), F(kv_last_page_len), F(o), F(lse), F(sinks), F(sm_scale),
-                         F(logits_soft_cap), F(rope_scale), F(rope_theta), F(q_stride_token), F(k_scale), F(v_scale));
+                         F(logits_soft_cap), F(rope_scale), F(rope_theta), F(q_stride_token), F(k_scale), F(v_scale),
+                         F(custom_mask), F(mask_indptr));
 }
 
 std::string merge_params() {

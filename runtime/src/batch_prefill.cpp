@@ -93,7 +93,6 @@ VariantKey BatchPrefill::variant_key(const BatchPrefillConfig& c) {
   return VariantKey{c.kv_storage == KvStorage::paged ? "batch_prefill_paged" : "batch_prefill_ragged",
                     {{"dtype_q", std::string(dtype_name(c.dtype_q))},
                      {"head_dim", std::to_string(c.head_dim)},
-                     {"mask", c.mask == MaskMode::causal ? "causal" : "none"},
                      {"dtype_kv", std::string(dtype_name(c.dtype_kv))},
                      {"dtype_o", std::string(dtype_name(c.dtype_o))},
                      {"pos_encoding", pos_encoding_name(c.pos_encoding)}}};
@@ -220,6 +219,10 @@ void BatchPrefill::plan_lengths(std::span<const std::int32_t> qo_indptr, std::sp
 
   s.batch = batch;
   s.total_q = total_q;
+  s.shape.mask_bytes = 0;
+  if (c.mask == MaskMode::custom)
+    for (std::int32_t i = 0; i < batch; ++i)
+      s.shape.mask_bytes += (std::int64_t(qo_indptr[i + 1] - qo_indptr[i]) * s.kv_lengths[i] + 7) / 8;
   s.shape.batch = batch;
   s.shape.q_rows = total_q;
   s.layout = layout;
@@ -249,6 +252,10 @@ void BatchPrefill::run(const PrefillRunArgs& a, Stream stream) const {
   for (auto [name, ptr] : {std::pair{"q", a.q}, {"k", a.k}, {"v", a.v}, {"o", static_cast<const void*>(a.o)}})
     if (reinterpret_cast<std::uintptr_t>(ptr) % 16 != 0)
       invalid(std::string(name) + " must be 16-byte aligned (the kernel moves 16-byte vectors)");
+  if (c.mask == MaskMode::custom && (!a.custom_mask || !a.mask_indptr))
+    invalid("a custom mask needs custom_mask and mask_indptr");
+  if (c.mask == MaskMode::custom && reinterpret_cast<std::uintptr_t>(a.custom_mask) % 4 != 0)
+    invalid("custom_mask must be 4-byte aligned (the kernels read it in 4-byte words)");
   if (a.kv_stride < 0 || a.kv_stride * std::int64_t(dtype_size(c.dtype_kv)) % 16 != 0)
     invalid("kv_stride must be a non-negative multiple of 16 bytes, got " + std::to_string(a.kv_stride) + " elements");
   const std::int64_t q_row = std::int64_t(c.num_qo_heads) * c.head_dim;
@@ -303,6 +310,10 @@ void BatchPrefill::run(const PrefillRunArgs& a, Stream stream) const {
                                              align_up(std::size_t(s.state_capacity) * dim * 4));
   }
   p.num_qo_heads = c.num_qo_heads;
+  p.mask_mode = c.mask == MaskMode::causal   ? AOTINFER_MASK_CAUSAL
+                : c.mask == MaskMode::custom ? AOTINFER_MASK_CUSTOM
+                                             : AOTINFER_MASK_NONE;
+  if (c.mask == MaskMode::custom) p.custom_mask = a.custom_mask, p.mask_indptr = a.mask_indptr;
   p.window_left = c.window_left < 0 ? AOTINFER_NO_WINDOW : c.window_left;
   // k_scale scales every score, so it is part of sm_scale (and of the soft cap's quotients).
   p.sm_scale = (a.sm_scale != 0 ? a.sm_scale : 1.f / std::sqrt(float(c.head_dim))) * a.k_scale;

@@ -257,8 +257,11 @@ aotinfer::BatchPrefillConfig prefill_config_arg(const Args& a, const aotinfer_ba
   config.page_size = c.page_size;
   config.layout = layout_arg(c.layout);
   const std::string mask = c.mask ? c.mask : "causal";
-  if (mask != "none" && mask != "causal") invalid("mask must be \"none\" or \"causal\", got \"" + mask + "\"");
-  config.mask = mask == "causal" ? aotinfer::MaskMode::causal : aotinfer::MaskMode::none;
+  if (mask != "none" && mask != "causal" && mask != "custom")
+    invalid("mask must be \"none\", \"causal\" or \"custom\", got \"" + mask + "\"");
+  config.mask = mask == "causal" ? aotinfer::MaskMode::causal
+                : mask == "custom" ? aotinfer::MaskMode::custom
+                                   : aotinfer::MaskMode::none;
   const std::string pos = c.pos_encoding ? c.pos_encoding : "none";
   if (pos == "none") config.pos_encoding = aotinfer::PosEncoding::none;
   else if (pos == "rope_llama") config.pos_encoding = aotinfer::PosEncoding::rope_llama;
@@ -661,6 +664,8 @@ aotinfer_status aotinfer_batch_prefill_run(const aotinfer_batch_prefill* prefill
     args.q_stride = in->q_stride_token;
     args.k_scale = in->k_scale != 0 ? in->k_scale : 1.f;
     args.v_scale = in->v_scale != 0 ? in->v_scale : 1.f;
+    args.custom_mask = in->custom_mask;
+    args.mask_indptr = in->mask_indptr;
     prefill->prefill.run(args, static_cast<aotinfer::Stream>(stream));
   });
 }

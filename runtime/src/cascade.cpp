@@ -101,6 +101,7 @@ void Cascade::check_config(const CascadeConfig& c) {
     invalid("pos_encoding must be none: positions restart in each level (rotate q and K before caching them)");
   if (c.level.window_left >= 0)
     invalid("window_left must be < 0 (no window): a window counts positions, which restart in each level");
+  if (c.level.mask == MaskMode::custom) invalid("mask must be none or causal (a cascade takes no custom mask)");
   restated("cascade: ", [&] { BatchPrefill::check_config(c.level); });
 }
 

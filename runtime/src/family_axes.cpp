@@ -15,7 +15,7 @@ void check_family_axes(const Package& package, const VariantKey& key) {
     if (!extra.empty())
       throw Error(ErrorCode::not_found, "package " + package.path().string() + " was built by another aotinfer version: its " +
                                             key.family + " variants have axes this runtime does not know (" + extra +
-                                            "; sliding windows and soft caps are run-time values now); rebuild the package "
+                                            "; sliding windows, soft caps and the prefill mask are run-time values now); rebuild the package "
                                             "with this version (aotinfer-gen build SPEC)");
   }
 }

@@ -33,8 +33,7 @@ std::string strides_text(const aotinfer_tensor& t) {
 }
 
 std::string dtype_text(const aotinfer_tensor& t) {
-  if (t.dtype >= 0 && t.dtype <= int(DType::i32)) return std::string(dtype_name(DType(t.dtype)));
-  if (t.dtype == AOTINFER_U8) return "u8";
+  if (t.dtype >= 0 && t.dtype <= int(DType::u8)) return std::string(dtype_name(DType(t.dtype)));
   const std::string named(t.dtype_name, strnlen(t.dtype_name, sizeof t.dtype_name));
   return named.empty() ? "an unsupported dtype" : named;
 }
@@ -225,6 +224,16 @@ PrefillRunArgs prefill_run_args(const BatchPrefillConfig& c, const PlannedShape&
     check.tensor(t.k, "k", c.dtype_kv, {tokens, {hk, "num_kv_heads"}, {dim, "head_dim"}}, Packing::rows_strided);
     check.tensor(t.v, "v", c.dtype_kv, {tokens, {hk, "num_kv_heads"}, {dim, "head_dim"}}, Packing::rows_strided);
     a.kv_stride = page_stride(check, t.k, t.v, "v");
+  }
+  if (c.mask == MaskMode::custom) {
+    // The kernels read the bits in aligned 4-byte words, so the last mask's word must exist.
+    check.tensor(t.custom_mask, "custom_mask", DType::u8, {{(plan.mask_bytes + 3) / 4 * 4, "the packed masks' bytes rounded up to 4", true}},
+                 Packing::contiguous, 4);
+    check.tensor(t.mask_indptr, "mask_indptr", DType::i32, {{batch + 1, "batch + 1"}}, Packing::contiguous, 4);
+    a.custom_mask = static_cast<const std::uint8_t*>(t.custom_mask.data);
+    a.mask_indptr = static_cast<const std::int32_t*>(t.mask_indptr.data);
+  } else if (check.present(t.custom_mask) || check.present(t.mask_indptr)) {
+    check.fail(check.present(t.custom_mask) ? "custom_mask" : "mask_indptr", "is given but the prefill's mask is not \"custom\"");
   }
 
   a.batch = plan.batch;

@@ -14,8 +14,9 @@
 #include <stdint.h>
 
 /* 2: sliding windows and soft caps are run-time values (no variant axes; decode params lost
- * window_left); 3: prefill params carry v_scale (fp8 K/V in prefill) */
-#define AOTINFER_ABI_VERSION 3u
+ * window_left); 3: prefill params carry v_scale (fp8 K/V in prefill); 4: the prefill mask is a run-time value
+ * (mask_mode, custom masks; no variant axis) */
+#define AOTINFER_ABI_VERSION 4u
 
 typedef struct aotinfer_launch_info {
   uint32_t abi_version;        /* AOTINFER_ABI_VERSION of the kernel's build */

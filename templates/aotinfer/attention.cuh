@@ -10,8 +10,6 @@ namespace aotinfer {
 
 // Spelled as specs spell them (the scanner reads the enumerators).
 enum class PosEncoding { none, rope_llama, alibi };
-// Which keys a query sees besides the window: all, or those up to its own position.
-enum class MaskMode { none, causal };
 
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;

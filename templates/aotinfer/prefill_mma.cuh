@@ -23,7 +23,7 @@
 
 namespace aotinfer {
 
-template <typename dtype_q, typename dtype_kv, int head_dim, typename dtype_o, MaskMode mask, PosEncoding pos_encoding,
+template <typename dtype_q, typename dtype_kv, int head_dim, typename dtype_o, PosEncoding pos_encoding,
           template <typename> class KvRows, int kMmaQ>
 struct PrefillMma {
   static_assert(sizeof(dtype_q) == 2 && sizeof(dtype_o) == 2, "16-bit queries and output");
@@ -164,8 +164,7 @@ struct PrefillMma {
 
     const int group_size = p.num_qo_heads / int(gridDim.y);
     const FastDiv by_group{uint32_t(group_size)};
-    const PrefillCta<KvRows, dtype_kv, mask> cta(p, item, blockIdx.y, group_size, by_group, kRows,
-                                                                 kKv);
+    const PrefillCta<KvRows, dtype_kv> cta(p, item, blockIdx.y, group_size, by_group, kRows, kKv);
     const KvRows<dtype_kv>& rows = cta.rows;
     const int kv_head = cta.kv_head, q_row = cta.q_row, group = cta.group, valid_rows = cta.valid_rows;
     const int q_offset = cta.q_offset, t_first = cta.t_first;
@@ -286,11 +285,12 @@ struct PrefillMma {
         }
       }
 
-      // Masks only where the tile crosses an edge some row of the CTA can see. A window's edges
-      // lie within kRows keys of `begin` (begin is at least where the first row's window starts,
-      // the last row's starts at most kRows - 1 tokens later): tested on the tile index, which
-      // keeps no register live across the loop for it.
-      const bool edge = start + kKv > end || (mask == MaskMode::causal && start + kKv - 1 > q_offset + t_first) ||
+      // Masks only where the tile crosses an edge some row of the CTA can see (every tile under a
+      // custom mask). A window's edges lie within kRows keys of `begin` (begin is at least where
+      // the first row's window starts, the last row's starts at most kRows - 1 tokens later):
+      // tested on the tile index, which keeps no register live across the loop for it.
+      const bool causal = p.mask_mode == AOTINFER_MASK_CAUSAL, custom = p.mask_mode == AOTINFER_MASK_CUSTOM;
+      const bool edge = custom || start + kKv > end || (causal && start + kKv - 1 > q_offset + t_first) ||
                         (p.window_left != AOTINFER_NO_WINDOW && tile * kKv < kRows);
       // Element (m, j, e) is row (m, e / 2), key start + 8 j + 2 (lane % 4) + e % 2. The mask is a
       // loop of its own behind a warp-uniform branch: interleaved with the max below, the
@@ -302,13 +302,20 @@ struct PrefillMma {
 #pragma unroll
         for (int m = 0; m < kMmaQ; ++m) {
           int key_lo[2] = {INT_MIN, INT_MIN}, key_hi[2] = {INT_MAX, INT_MAX};  // keys rows (m, h) see
+          int64_t row_bit[2];  // custom: the bit of key 0 (rows past the tile read its last row's)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            const int t = (q_row + warp * kWarpRows + m * 16 + lane / 4 + 8 * h) / group;
-            if constexpr (mask == MaskMode::causal) key_hi[h] = q_offset + t;
+            const int t = (q_row + min(warp * kWarpRows + m * 16 + lane / 4 + 8 * h, valid_rows - 1)) / group;
+            if (causal) key_hi[h] = q_offset + t;
             key_lo[h] = q_offset + t - p.window_left;
+            row_bit[h] = int64_t(t) * rows.length;
           }
           mask_scores(s[m], start, end, key_lo, key_hi);
+          if (custom) {
+            const int64_t base = int64_t(p.mask_indptr[cta.request]) * 8;
+            row_bit[0] += base, row_bit[1] += base;
+            custom_mask_scores(s[m], p.custom_mask, start, end, row_bit);
+          }
         }
       }
 #pragma unroll

@@ -45,7 +45,7 @@ constexpr bool prefill_sm90_serves() {
          (sizeof(dtype_kv) == 2 || (sizeof(dtype_kv) == 1 && pos_encoding == PosEncoding::none)) && sizeof(dtype_o) == 2;
 }
 
-template <typename dtype_q, typename dtype_kv, int head_dim, typename dtype_o, MaskMode mask, PosEncoding pos_encoding,
+template <typename dtype_q, typename dtype_kv, int head_dim, typename dtype_o, PosEncoding pos_encoding,
           template <typename> class KvRows>
 struct PrefillSm90 {
   static_assert(prefill_sm90_serves<dtype_q, dtype_kv, head_dim, dtype_o, pos_encoding>(),
@@ -146,7 +146,7 @@ struct PrefillSm90 {
     return kReadsKvMaps && p.tensor_maps_encoded;
   }
 
-  using Cta = PrefillCta<KvRows, dtype_kv, mask>;
+  using Cta = PrefillCta<KvRows, dtype_kv>;
 
   // The launch's (item, KV head) pairs: pair w is item w % num_work of KV head w / num_work. The
   // divisions every pair needs (by num_work and by the group size) are multiply-shifts made once
@@ -609,8 +609,9 @@ struct PrefillSm90 {
 
     // The query token of this thread's rows, per row half; their last keys (causal mask).
     auto token = [&](int h) { return int(by_group(uint32_t(cta.q_row + 64 * g + 16 * warp + lane / 4 + 8 * h))); };
+    const bool causal = p.mask_mode == AOTINFER_MASK_CAUSAL, custom = p.mask_mode == AOTINFER_MASK_CUSTOM;
     int key_hi[2] = {INT_MAX, INT_MAX};
-    if constexpr (mask == MaskMode::causal) key_hi[0] = cta.q_offset + token(0), key_hi[1] = cta.q_offset + token(1);
+    if (causal) key_hi[0] = cta.q_offset + token(0), key_hi[1] = cta.q_offset + token(1);
 
     const uint32_t q_addr = sm90::smem_u32(sh.q_slot(n)) + g * 64 * 128;
     // Ring stage and phase parity of the pair's tile t.
@@ -644,13 +645,19 @@ struct PrefillSm90 {
       if (capped) soft_cap_scores(s, p.soft_cap_in, p.soft_cap_out);
       // Masks only where the tile crosses an edge some row of the CTA can see (a window's: within
       // kRows keys of begin, as in the mma.sync kernel; its first keys are worked out here, where
-      // they cost no register across the loop).
-      const bool edge = start + kKv > cta.end ||
-                        (mask == MaskMode::causal && start + kKv - 1 > cta.q_offset + cta.t_first) ||
+      // they cost no register across the loop); a custom mask's bits, on every tile.
+      const bool edge = start + kKv > cta.end || (causal && start + kKv - 1 > cta.q_offset + cta.t_first) ||
                         (p.window_left != AOTINFER_NO_WINDOW && t * kKv < kRows);
       if (edge) {
         const int key_lo[2] = {cta.q_offset + token(0) - p.window_left, cta.q_offset + token(1) - p.window_left};
         mask_scores(s, start, cta.end, key_lo, key_hi);
+      }
+      if (custom) {
+        // Rows past the tile's last valid one read its bits (their output is discarded).
+        const int64_t base = int64_t(p.mask_indptr[cta.request]) * 8;
+        const int64_t row_bit[2] = {base + int64_t(min(token(0), cta.t_last)) * cta.rows.length,
+                                    base + int64_t(min(token(1), cta.t_last)) * cta.rows.length};
+        custom_mask_scores(s, p.custom_mask, start, cta.end, row_bit);
       }
       softmax_step</*kLazyMax=*/true>(s, row_m, row_l, alpha, scale);
     };

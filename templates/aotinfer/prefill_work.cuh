@@ -88,7 +88,7 @@ struct PackedRow {
 
 // Work item `item` for KV head `kv_head` of `num_kv_heads`, with tiles of `tile_rows` packed
 // query rows and `kv_tile` keys.
-template <template <typename> class KvRows, typename T, MaskMode mask>
+template <template <typename> class KvRows, typename T>
 struct PrefillCta {
   int item, kv_head, request, q_row;
   KvRows<T> rows;
@@ -123,7 +123,7 @@ struct PrefillCta {
     state = split ? p.work_state[item] : -1;
     state_stride = split ? p.work_state_stride[item] : 0;
     end = split ? min(p.work_kv_end[item], rows.length) : rows.length;
-    if constexpr (mask == MaskMode::causal) end = min(end, q_offset + t_last + 1);
+    if (p.mask_mode == AOTINFER_MASK_CAUSAL) end = min(end, q_offset + t_last + 1);
     begin = max(begin, q_offset + t_first - p.window_left);
     num_tiles = end > begin ? (end - begin + kv_tile - 1) / kv_tile : 0;
   }

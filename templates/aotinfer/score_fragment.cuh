@@ -40,6 +40,32 @@ __device__ __forceinline__ void mask_scores(float (&s)[kTiles][4], int start, in
     }
 }
 
+// -inf where the custom mask (params/batch_prefill.h) clears a key of the tile's 8 * kTiles from
+// `start`: row half h's bit of key 0 is bit row_bit[h] of `mask`, and its keys end before `end`,
+// past whose bit nothing is read. Each row's run of bits is a few aligned 32-bit words funnel-
+// shifted into place; a thread's keys 8 j + 2 (lane % 4) + e % 2 never straddle a word.
+template <int kTiles>
+__device__ __forceinline__ void custom_mask_scores(float (&s)[kTiles][4], const uint8_t* mask, int start, int end,
+                                                   const int64_t (&row_bit)[2]) {
+  constexpr int kWords = (8 * kTiles + 31) / 32;
+  const uint32_t* words = reinterpret_cast<const uint32_t*>(mask);
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t first = row_bit[h] + start, last_word = (row_bit[h] + end - 1) >> 5;
+    uint32_t raw[kWords + 1], bits[kWords];
+#pragma unroll
+    for (int i = 0; i <= kWords; ++i) raw[i] = __ldg(words + min((first >> 5) + i, last_word));
+#pragma unroll
+    for (int i = 0; i < kWords; ++i) bits[i] = __funnelshift_r(raw[i], raw[i + 1], uint32_t(first & 31));
+#pragma unroll
+    for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+      for (int e = 2 * h; e < 2 * h + 2; ++e)
+        if (!((bits[8 * j / 32] >> (8 * j % 32 + 2 * (lane % 4) + e % 2)) & 1u)) s[j][e] = -INFINITY;
+  }
+}
+
 // One online-softmax step in log2 units with one FFMA per score: p = exp2(x * scale - m * scale),
 // x the raw product or (soft cap) the capped score already in log2 units. Turns s into the
 // tile's weights, updates the running max and the per-thread partial row sums (the quad sums

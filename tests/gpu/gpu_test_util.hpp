@@ -141,19 +141,27 @@ struct OldAxesPackage {
   std::filesystem::path dir;
   bool made = false;
 
-  explicit OldAxesPackage(const std::vector<std::string>& families) {
+  // `axes`: the former axes' names, each with its values (the first is every variant's).
+  explicit OldAxesPackage(const std::vector<std::string>& families,
+                          const std::vector<std::pair<std::string, std::vector<std::string>>>& axes = {
+                              {"sliding_window", {"false", "true"}}, {"soft_cap", {"false", "true"}}}) {
     dir = std::filesystem::temp_directory_path() / ("aotinfer-old-axes-" + std::to_string(std::random_device{}()));
     std::filesystem::create_directories(dir);
     aotinfer::Manifest m = package().manifest();
     const auto listed = [&](const std::string& name) { return std::find(families.begin(), families.end(), name) != families.end(); };
-    for (aotinfer::ManifestFamily& f : m.families)
-      if (listed(f.name) && !f.axis("sliding_window") && !f.axis("soft_cap")) {
-        for (const char* axis : {"sliding_window", "soft_cap"}) f.axes.push_back({axis, "bool", {"false", "true"}, "false", {}});
-        made = true;
-      }
+    for (aotinfer::ManifestFamily& f : m.families) {
+      if (!listed(f.name)) continue;
+      bool has_one = false;
+      for (const auto& axis : axes) has_one |= f.axis(axis.first) != nullptr;
+      if (has_one) continue;
+      for (const auto& [name, values] : axes)
+        f.axes.push_back({name, values[0] == "false" ? "bool" : "enum", values, values[0], {}});
+      made = true;
+    }
     if (!made) return;
     for (aotinfer::ManifestVariant& v : m.variants)
-      if (listed(v.key.family)) v.key.axes.insert(v.key.axes.end(), {{"sliding_window", "false"}, {"soft_cap", "false"}});
+      if (listed(v.key.family))
+        for (const auto& [name, values] : axes) v.key.axes.push_back({name, values[0]});
     std::ofstream(dir / "manifest.json") << m.dump();
   }
   ~OldAxesPackage() {

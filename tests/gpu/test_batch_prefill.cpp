@@ -6,9 +6,10 @@
 // Every output element must be finite (o starts as NaN bytes); a sample of rows per request
 // (first, last and random tokens, all heads) is compared with the reference. Paged caches use a
 // random permutation of physical pages, and spare pages and unwritten slots hold NaN bytes, so
-// reading outside a request's keys shows up in the outputs. Sliding windows and soft caps are no
-// variant axes: every variant serves both, so cases draw them (window_left in the config, since
-// the plan gives each query tile only its window's keys; the cap in the run arguments).
+// reading outside a request's keys shows up in the outputs. Masks, sliding windows and soft caps
+// are no variant axes: every variant serves them all, so cases draw them (the mask and
+// window_left in the config, since the plan gives each query tile only the keys they keep; the
+// cap in the run arguments; a custom mask's bits in the run arguments too).
 #include <algorithm>
 #include <limits>
 #include <numeric>
@@ -36,11 +37,13 @@ namespace ref = aotinfer::reference;
 
 namespace {
 
+const char* mask_name(MaskMode m) { return m == MaskMode::causal ? "causal" : m == MaskMode::custom ? "custom" : "none"; }
+
 std::string describe(const BatchPrefillConfig& c) {
   std::ostringstream s;
   s << (c.kv_storage == KvStorage::paged ? "batch_prefill_paged" : "batch_prefill_ragged")
     << "{dtype_q=" << aotinfer::dtype_name(c.dtype_q) << ", head_dim=" << c.head_dim
-    << ", mask=" << (c.mask == MaskMode::causal ? "causal" : "none") << ", dtype_kv=" << aotinfer::dtype_name(c.dtype_kv)
+    << ", mask=" << mask_name(c.mask) << ", dtype_kv=" << aotinfer::dtype_name(c.dtype_kv)
     << ", dtype_o=" << aotinfer::dtype_name(c.dtype_o) << ", pos_encoding=" << aotinfer::pos_encoding_name(c.pos_encoding)
     << "} heads " << c.num_qo_heads << "/" << c.num_kv_heads;
   if (c.kv_storage == KvStorage::paged) s << " page " << c.page_size << (c.layout == KvLayout::nhd ? " nhd" : " hnd");
@@ -61,7 +64,7 @@ std::optional<BatchPrefill> make_prefill(const BatchPrefillConfig& c) {
   }
 }
 
-// Configs of every prefill variant in the package (heads and pages chosen by the caller).
+// Configs of every prefill variant in the package (heads, pages and mask chosen by the caller).
 std::vector<BatchPrefillConfig> package_configs() {
   std::vector<BatchPrefillConfig> out;
   for (const char* family : {"batch_prefill_paged", "batch_prefill_ragged"})
@@ -73,16 +76,15 @@ std::vector<BatchPrefillConfig> package_configs() {
       c.dtype_kv = *aotinfer::parse_dtype(axis("dtype_kv"));
       c.dtype_o = *aotinfer::parse_dtype(axis("dtype_o"));
       c.head_dim = std::stoi(axis("head_dim"));
-      c.mask = axis("mask") == "causal" ? MaskMode::causal : MaskMode::none;
       c.pos_encoding = axis("pos_encoding") == "rope_llama" ? PosEncoding::rope_llama : PosEncoding::none;
       out.push_back(c);
     }
   return out;
 }
 
-// The plain bf16 variant of the given storage and mask (no RoPE): head_dim 128
-// where the package holds it, else its smallest head_dim of that kind (or 128, which
-// make_prefill then reports missing).
+// The plain bf16 variant of the given storage (no RoPE) with the mask: head_dim 128 where the
+// package holds it, else its smallest head_dim of that kind (or 128, which make_prefill then
+// reports missing).
 BatchPrefillConfig base_config(KvStorage storage, MaskMode mask, int qo_heads, int kv_heads) {
   BatchPrefillConfig c;
   c.kv_storage = storage;
@@ -91,7 +93,7 @@ BatchPrefillConfig base_config(KvStorage storage, MaskMode mask, int qo_heads, i
   c.num_kv_heads = kv_heads;
   std::set<int> dims;
   for (const BatchPrefillConfig& v : package_configs())
-    if (v.kv_storage == storage && v.mask == mask && v.dtype_q == c.dtype_q && v.dtype_kv == c.dtype_kv &&
+    if (v.kv_storage == storage && v.dtype_q == c.dtype_q && v.dtype_kv == c.dtype_kv &&
         v.dtype_o == c.dtype_o && v.pos_encoding == c.pos_encoding)
       dims.insert(v.head_dim);
   if (!dims.empty() && !dims.count(c.head_dim)) c.head_dim = *dims.begin();
@@ -107,7 +109,49 @@ struct Case {
   bool c_api = false;          // plan and run through the C API's raw entry points
   int q_pad = 0;               // q tokens this many elements (NaN) apart beyond their heads: a fused qkv slice
   float k_scale = 1, v_scale = 1;  // K/V dequantisation (fp8 caches)
+  std::vector<std::vector<bool>> masks{};  // mask custom: each request's [qo_len][kv_len] bits
 };
+
+// Custom masks as engines draw them.
+enum class MaskShape { random, causal_like, tree };
+
+// Request masks of a shape for the case's lengths: random bits (some rows empty); causal with
+// random holes; or a speculative-decoding tree over the last qo_len keys, whose nodes see the
+// whole prefix, themselves and their ancestors.
+std::vector<std::vector<bool>> random_masks(std::mt19937_64& rng, const Case& c, MaskShape shape) {
+  std::vector<std::vector<bool>> out;
+  for (std::size_t i = 0; i < c.qo_lens.size(); ++i) {
+    const std::int64_t qo = c.qo_lens[i], kv = c.kv_lens[i];
+    std::vector<bool> m(std::size_t(qo * kv));
+    std::vector<std::int64_t> parent(qo, -1);
+    for (std::int64_t t = 1; t < qo; ++t) parent[t] = uniform<std::int64_t>(rng, -1, t - 1);
+    const double density = uniform(rng, 0.05, 0.95);
+    for (std::int64_t t = 0; t < qo; ++t) {
+      const bool empty_row = shape == MaskShape::random && uniform(rng, 0, 15) == 0;
+      const std::int64_t pos = kv - qo + t;
+      for (std::int64_t j = 0; j < kv; ++j) {
+        bool keep = false;
+        if (shape == MaskShape::random) keep = !empty_row && uniform(rng, 0.0, 1.0) < density;
+        if (shape == MaskShape::causal_like) keep = j <= pos && uniform(rng, 0, 9) != 0;
+        if (shape == MaskShape::tree) {
+          if (j < kv - qo) keep = true;
+          else
+            for (std::int64_t a = t; a >= 0 && !keep; a = parent[a]) keep = j == kv - qo + a;
+        }
+        m[std::size_t(t * kv + j)] = keep;
+      }
+    }
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+// The case under a custom mask of that shape.
+Case with_custom_mask(std::mt19937_64& rng, Case c, MaskShape shape) {
+  c.config.mask = MaskMode::custom;
+  c.masks = random_masks(rng, c, shape);
+  return c;
+}
 
 // The q image with each token's row followed by `pad` NaN elements (16-bit types).
 std::vector<std::uint8_t> pad_rows(const std::vector<std::uint8_t>& dense, std::int64_t row_elems, int pad) {
@@ -141,7 +185,25 @@ struct Problem {
   std::vector<double> q;                 // [total_q][H][d]
   std::vector<std::vector<double>> k, v;  // per request [kv_len][KVH][d]
   std::vector<std::uint8_t> q_bytes, k_bytes, v_bytes;  // device images (ragged rows or page pools)
+  std::vector<std::uint8_t> mask_bytes;    // custom masks packed as FlashInfer packs them
+  std::vector<std::int32_t> mask_indptr;
 };
+
+// Each request's bits row-major, little-endian within a byte, padded to whole bytes; the buffer
+// to a multiple of 4 bytes (the kernels read words), with 0xff padding: no bit past a request's
+// mask may count.
+void pack_masks(Problem& p) {
+  p.mask_indptr.assign(1, 0);
+  for (const std::vector<bool>& m : p.c.masks) {
+    const std::size_t at = p.mask_bytes.size();
+    p.mask_bytes.resize(at + (m.size() + 7) / 8, 0);
+    for (std::size_t b = 0; b < m.size(); ++b)
+      if (m[b]) p.mask_bytes[at + b / 8] |= std::uint8_t(1u << (b % 8));
+    if (m.size() % 8) p.mask_bytes.back() |= std::uint8_t(0xffu << (m.size() % 8));
+    p.mask_indptr.push_back(std::int32_t(p.mask_bytes.size()));
+  }
+  p.mask_bytes.resize((p.mask_bytes.size() + 3) / 4 * 4 + (p.mask_bytes.empty() ? 4 : 0), 0xff);
+}
 
 Problem make_problem(std::mt19937_64& rng, const Case& c) {
   const BatchPrefillConfig& cfg = c.config;
@@ -152,6 +214,7 @@ Problem make_problem(std::mt19937_64& rng, const Case& c) {
   p.qo_indptr.assign(1, 0);
   for (auto len : c.qo_lens) p.qo_indptr.push_back(p.qo_indptr.back() + len);
   p.total_q = p.qo_indptr.back();
+  if (cfg.mask == MaskMode::custom) pack_masks(p);
   Values qv(rng, cfg.dtype_q), kvv(rng, cfg.dtype_kv);
   p.q.resize(p.total_q * H * d);
   p.q_bytes.resize(p.q.size() * 2);
@@ -265,7 +328,7 @@ void check(std::mt19937_64& rng, const Problem& p, const std::vector<std::uint16
           const std::int64_t token = p.qo_indptr[i] + t;
           for (int h = 0; h < H; ++h) {
             const ref::State s = ref::prefill_row(rp, &p.q[(token * H + h) * d], t, p.c.qo_lens[i], keys[i], p.v[i],
-                                                  p.c.kv_lens[i], h);
+                                                  p.c.kv_lens[i], h, p.c.masks.empty() ? nullptr : &p.c.masks[i]);
             for (int e = 0; e < d; ++e) {
               want[(r * H + h) * d + e] = s.v[e];
               got[(r * H + h) * d + e] = from_bits(o[(token * H + h) * d + e], cfg.dtype_o);
@@ -311,7 +374,7 @@ void run_through_c_api(const Case& c, const Problem& p, const aotinfer::PrefillR
   cc.kv_storage = paged ? "paged" : "ragged";
   cc.page_size = cfg.page_size;
   cc.layout = cfg.layout == KvLayout::hnd ? "hnd" : "nhd";
-  cc.mask = cfg.mask == MaskMode::causal ? "causal" : "none";
+  cc.mask = mask_name(cfg.mask);
   cc.pos_encoding = aotinfer::pos_encoding_name(cfg.pos_encoding);
   cc.sliding_window = cfg.window_left >= 0;  // a flag beside the count: a zeroed config has no window
   cc.window_left = std::max(0, cfg.window_left);
@@ -339,6 +402,7 @@ void run_through_c_api(const Case& c, const Problem& p, const aotinfer::PrefillR
   args.logits_soft_cap = a.logits_soft_cap;
   args.q_stride_token = a.q_stride;
   args.k_scale = a.k_scale, args.v_scale = a.v_scale;
+  args.custom_mask = a.custom_mask, args.mask_indptr = a.mask_indptr;
   for (int launch = 0; launch < 2; ++launch) {
     o.poison();
     lse.poison();
@@ -360,6 +424,8 @@ Outcome run_case(std::mt19937_64& rng, const Case& c) {
   auto k = on_device(p.k_bytes), v = on_device(p.v_bytes);
   auto qo_indptr = on_device(p.qo_indptr), kv_indptr = on_device(p.kv_indptr);
   auto indices = on_device(p.indices), last = on_device(p.last_page_len);
+  auto mask_bytes = on_device(p.mask_bytes);
+  auto mask_indptr = on_device(p.mask_indptr);
   DeviceBuffer<std::uint16_t> o(p.total_q * cfg.num_qo_heads * cfg.head_dim);
   DeviceBuffer<float> lse(p.total_q * cfg.num_qo_heads);
   DeviceBuffer<float> sinks(c.sinks.size());
@@ -383,6 +449,7 @@ Outcome run_case(std::mt19937_64& rng, const Case& c) {
   a.sinks = c.sinks.empty() ? nullptr : sinks.ptr;
   a.logits_soft_cap = c.soft_cap;
   a.k_scale = c.k_scale, a.v_scale = c.v_scale;
+  if (cfg.mask == MaskMode::custom) a.custom_mask = mask_bytes.ptr, a.mask_indptr = mask_indptr.ptr;
   // Twice, outputs poisoned in between: the second launch must find the workspace as the plan
   // left it (the persistent kernel's pair counter back at 0), and it is the one checked.
   if (c.c_api) run_through_c_api(c, p, a, o, lse);
@@ -441,8 +508,9 @@ BatchPrefillConfig any_variant(std::mt19937_64& rng, KvStorage storage, MaskMode
   const PosEncoding pos = uniform(rng, 0, 1) ? PosEncoding::rope_llama : PosEncoding::none;
   std::vector<BatchPrefillConfig> held;
   for (const BatchPrefillConfig& v : package_configs())
-    if (v.kv_storage == storage && v.mask == mask && v.pos_encoding == pos) held.push_back(v);
+    if (v.kv_storage == storage && v.pos_encoding == pos) held.push_back(v);
   BatchPrefillConfig c = held.empty() ? base_config(storage, mask, qo_heads, kv_heads) : pick(rng, held);
+  c.mask = mask;
   c.num_qo_heads = qo_heads, c.num_kv_heads = kv_heads;
   c.page_size = pick<int>(rng, {1, 8, 16, 24, 64, 256});
   if (storage == KvStorage::paged) c.layout = pick<KvLayout>(rng, {KvLayout::nhd, KvLayout::hnd});
@@ -458,12 +526,15 @@ BatchPrefillConfig any_variant(std::mt19937_64& rng, KvStorage storage, MaskMode
 TEST_CASE("batch_prefill matches the fp64 reference for every prefill variant in the package", "[gpu]") {
   SEEDED_RNG(rng);
   int ran = 0;
-  // Window and cap off and on in turn, from a random start: any four variants in a row meet the
-  // four combinations.
-  int combo = uniform(rng, 0, 3);
-  for (const BatchPrefillConfig& c : package_configs()) {
+  // Window and cap off and on in turn, and the masks none, causal and custom, from random
+  // starts: any twelve variants in a row meet every combination.
+  int combo = uniform(rng, 0, 3), mask = uniform(rng, 0, 2);
+  for (BatchPrefillConfig c : package_configs()) {
     const int features = combo++ % 4;
-    ran += run_case(rng, with_features(rng, random_case(rng, c), features & 1, features & 2)).ran;
+    c.mask = std::array{MaskMode::none, MaskMode::causal, MaskMode::custom}[mask++ % 3];
+    Case k = with_features(rng, random_case(rng, c), features & 1, features & 2);
+    if (c.mask == MaskMode::custom) k = with_custom_mask(rng, k, pick<MaskShape>(rng, {MaskShape::random, MaskShape::causal_like, MaskShape::tree}));
+    ran += run_case(rng, k).ran;
   }
   REQUIRE_SOME_RAN(ran);
 }
@@ -471,8 +542,8 @@ TEST_CASE("batch_prefill matches the fp64 reference for every prefill variant in
 TEST_CASE("batch_prefill, causal with more queries than keys: rows that see no key give o = 0, lse = -inf", "[gpu]") {
   SEEDED_RNG(rng);
   int ran = 0;
-  for (const BatchPrefillConfig& config : package_configs()) {
-    if (config.mask != MaskMode::causal) continue;
+  for (BatchPrefillConfig config : package_configs()) {
+    config.mask = MaskMode::causal;
     Case c = with_random_features(rng, random_case(rng, config));  // a window keeps a row's own key: no more empty rows
     for (std::size_t i = 0; i < c.qo_lens.size(); ++i)  // the first qo - kv queries of each see nothing
       c.kv_lens[i] = uniform(rng, 0, c.qo_lens[i] - 1);
@@ -639,6 +710,50 @@ TEST_CASE("batch_prefill with a sliding window: split and unsplit plans, windows
   REQUIRE_SOME_RAN(ran);
 }
 
+// Custom masks (FlashInfer's packed layout) of every shape, in both kernels' tiles: random,
+// causal with holes and speculative-decoding trees, across page sizes, GQA groups 1-8, split and
+// unsplit plans, with windows, caps and sinks now and then; through the C API too.
+TEST_CASE("batch_prefill with custom masks: random, causal-like and tree masks, split and unsplit", "[gpu]") {
+  SEEDED_RNG(rng);
+  int ran = 0, split = 0, unsplit = 0;
+  for (KvStorage storage : {KvStorage::paged, KvStorage::ragged})
+    for (MaskShape shape : {MaskShape::random, MaskShape::causal_like, MaskShape::tree}) {
+      const int group = pick<int>(rng, {1, 2, 4, 8});
+      // Random shapes (bits across and inside KV tiles, rows that keep nothing).
+      {
+        Case c = random_case(rng, any_variant(rng, storage, MaskMode::custom, 2 * group, 2));
+        c.config.page_size = pick<int>(rng, {1, 16, 64});
+        if (shape == MaskShape::tree)  // keys at least the tree
+          for (std::size_t i = 0; i < c.qo_lens.size(); ++i) c.kv_lens[i] = std::max(c.kv_lens[i], c.qo_lens[i]);
+        c = with_custom_mask(rng, with_random_features(rng, c), shape);
+        c.c_api = uniform(rng, 0, 3) == 0;
+        ran += run_case(rng, c).ran;
+      }
+      // Speculative verification: 1-8 draft tokens per request over thousands of keys, split.
+      {
+        Case c{any_variant(rng, storage, MaskMode::custom, group, 1), {}, {}};
+        c.config.page_size = pick<int>(rng, {1, 16, 64});
+        for (int i = 0; i < 6; ++i) c.qo_lens.push_back(uniform(rng, 1, 8)), c.kv_lens.push_back(uniform(rng, 2000, 9000));
+        c = with_custom_mask(rng, c, shape);
+        if (uniform(rng, 0, 1)) c.sinks = random_sinks(rng, c.config.num_qo_heads);
+        const Outcome o = run_case(rng, c);
+        ran += o.ran, split += o.ran && o.split;
+      }
+      // Many long prompts: whole tiles, none split.
+      {
+        Case c{any_variant(rng, storage, MaskMode::custom, 8, 8 / std::min(group, 8)), {}, {}};
+        for (int i = 0; i < 12; ++i) c.qo_lens.push_back(1024), c.kv_lens.push_back(1024 + uniform(rng, 0, 100));
+        c.sampled_tokens = 8;
+        c = with_custom_mask(rng, c, shape);
+        const Outcome o = run_case(rng, c);
+        ran += o.ran, unsplit += o.ran && !o.split;
+      }
+    }
+  REQUIRE_SOME_RAN(ran);
+  CHECK(split > 0);
+  CHECK(unsplit > 0);
+}
+
 TEST_CASE("BatchPrefill in CUDA-graph mode: one captured graph replays later plans", "[gpu]") {
   SEEDED_RNG(rng);
   BatchPrefillConfig config = base_config(KvStorage::ragged, MaskMode::causal, 8, 2);
@@ -768,6 +883,23 @@ TEST_CASE("BatchPrefill refuses bad arguments before launching anything", "[gpu]
   a.total_q = good.total_q;
   CHECK_THAT(invalid([&] { prefill->run(a, nullptr); }), Contains("null"));
 
+  // A custom mask needs its bits and offsets, the bits 4-byte aligned.
+  BatchPrefillConfig custom = prefill->config();
+  custom.mask = MaskMode::custom;
+  BatchPrefill masked(package(), custom);
+  masked.plan_paged(good.qo_indptr, good.kv_indptr, good.last_page_len, good.indices, good.num_pages, ws.ws, nullptr);
+  auto q = on_device(good.q_bytes), k = on_device(good.k_bytes), v = on_device(good.v_bytes);
+  auto qo = on_device(good.qo_indptr), kv = on_device(good.kv_indptr), idx = on_device(good.indices), last = on_device(good.last_page_len);
+  DeviceBuffer<std::uint16_t> o(good.total_q * custom.num_qo_heads * custom.head_dim);
+  DeviceBuffer<std::uint8_t> bits(64);
+  DeviceBuffer<std::int32_t> offsets(3);
+  a.q = q.ptr, a.k = k.ptr, a.v = v.ptr, a.qo_indptr = qo.ptr, a.kv_indptr = kv.ptr, a.kv_indices = idx.ptr;
+  a.kv_last_page_len = last.ptr, a.o = o.ptr;
+  CHECK_THAT(invalid([&] { masked.run(a, nullptr); }), Contains("custom_mask") && Contains("mask_indptr"));
+  a.custom_mask = bits.ptr + 1, a.mask_indptr = offsets.ptr;
+  CHECK_THAT(invalid([&] { masked.run(a, nullptr); }), Contains("4-byte aligned"));
+  CUDA_CHECK(cudaDeviceSynchronize());
+
   // The C API's window is a flag and a count (a zeroed config has no window): the flag without a
   // count is refused.
   aotinfer_package* pkg = nullptr;
@@ -790,6 +922,27 @@ TEST_CASE("BatchPrefill refuses bad arguments before launching anything", "[gpu]
 // built then must be refused by name with the rebuild that fixes it, in C++ and through the C
 // API, rather than have its window-less variants run with the window ignored. (The refusal comes
 // before any kernel is loaded: the manifest alone is enough to test it.)
+// Before kernel ABI 4, the mask was an axis of both prefill families: such a package is refused
+// the same way, naming the axis.
+TEST_CASE("BatchPrefill refuses a package built when the mask was a variant axis", "[gpu]") {
+  const OldAxesPackage old({"batch_prefill_paged", "batch_prefill_ragged"}, {{"mask", {"causal", "none"}}});
+  REQUIRE(old.made);
+  const aotinfer::Package pkg = aotinfer::Package::open(old.dir);
+  for (KvStorage storage : {KvStorage::paged, KvStorage::ragged}) {
+    BatchPrefillConfig config;
+    config.kv_storage = storage;
+    config.num_qo_heads = 8, config.num_kv_heads = 2;
+    try {
+      BatchPrefill prefill(pkg, config);
+      FAIL("a prefill family with a mask axis was accepted");
+    } catch (const aotinfer::Error& e) {
+      INFO(e.what());
+      CHECK(e.code() == ErrorCode::not_found);
+      CHECK_THAT(std::string(e.what()), Contains("(mask;") && Contains("rebuild"));
+    }
+  }
+}
+
 TEST_CASE("BatchPrefill refuses a package built when windows and soft caps were variant axes", "[gpu]") {
   const OldAxesPackage old({"batch_prefill_paged", "batch_prefill_ragged"});
   if (!old.made) {

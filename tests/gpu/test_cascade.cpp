@@ -37,23 +37,20 @@ using aotinfer_test::Contains;
 
 namespace {
 
-// The plain paged bf16 config with both masks in the package: head_dim 128 where it is there,
-// else the smallest such head_dim (or 128, which make_cascade then reports missing).
+// The plain paged bf16 config (every variant serves both masks): head_dim 128 where the package
+// holds it, else the smallest such head_dim (or 128, which make_cascade then reports missing).
 CascadeConfig base_config(int num_levels, MaskMode mask, int qo_heads, int kv_heads) {
   CascadeConfig c;
   c.num_levels = num_levels;
   c.level.mask = mask;
   c.level.num_qo_heads = qo_heads;
   c.level.num_kv_heads = kv_heads;
-  std::map<int, std::set<std::string>> masks;  // head_dim -> masks present
+  std::set<int> dims;
   for (const auto* v : package().variants("batch_prefill_paged")) {
     auto axis = [&](const char* name) { return *v->key.find(name); };
     if (axis("dtype_q") == "bf16" && axis("dtype_kv") == "bf16" && axis("dtype_o") == "bf16" && axis("pos_encoding") == "none")
-      masks[std::stoi(axis("head_dim"))].insert(axis("mask"));
+      dims.insert(std::stoi(axis("head_dim")));
   }
-  std::set<int> dims;
-  for (const auto& [dim, found] : masks)
-    if (found.size() == 2) dims.insert(dim);
   if (!dims.empty() && !dims.count(c.level.head_dim)) c.level.head_dim = *dims.begin();
   return c;
 }

@@ -7,7 +7,8 @@
 //   q' = round(rope(q, p_t)), k'_j = round(rope(k_j, j))   (rope_llama; round = to the operand
 //                                                            type, identity for exact inputs)
 //   s_j = dot(q', k'_j) * sm_scale, then s_j = cap * tanh(s_j / cap)   (cap > 0)
-//   key j is kept when j <= p_t (causal) and j >= p_t - window_left (window_left >= 0)
+//   key j is kept when j <= p_t (causal), j >= p_t - window_left (window_left >= 0) and, with a
+//   custom mask, mask[t * kv_len + j] is set
 //   o = softmax(s) . v,  lse = log(sum(exp(s))); with sinks, merged with sink_state(sinks[h])
 // No kept key gives o = 0, lse = -inf (with sinks: lse = sinks[h]).
 #pragma once
@@ -55,9 +56,11 @@ inline std::vector<double> prefill_keys(const PrefillParams& p, const std::vecto
 }
 
 // The state of query token t, head h: q_row is its head_dim values; keys from prefill_keys,
-// values [kv_len][num_kv_heads][head_dim].
+// values [kv_len][num_kv_heads][head_dim]; mask: the request's custom mask [qo_len][kv_len], or
+// null.
 inline State prefill_row(const PrefillParams& p, const double* q_row, std::int64_t t, std::int64_t qo_len,
-                         const std::vector<double>& keys, const std::vector<double>& values, std::int64_t kv_len, int h) {
+                         const std::vector<double>& keys, const std::vector<double>& values, std::int64_t kv_len, int h,
+                         const std::vector<bool>* mask = nullptr) {
   const int d = p.head_dim, kv_head = h / (p.num_qo_heads / p.num_kv_heads);
   const std::int64_t pos = kv_len - qo_len + t;
   std::vector<double> q = p.rope ? rope_llama(q_row, d, double(pos), p.rope_rcp_scale, p.rope_rcp_theta)
@@ -68,6 +71,7 @@ inline State prefill_row(const PrefillParams& p, const double* q_row, std::int64
   for (std::int64_t j = 0; j < kv_len; ++j) {
     if (p.causal && j > pos) break;
     if (p.window_left >= 0 && j < pos - p.window_left) continue;
+    if (mask && !(*mask)[std::size_t(t * kv_len + j)]) continue;
     const double* key = &keys[(j * p.num_kv_heads + kv_head) * d];
     double s = 0;
     for (int e = 0; e < d; ++e) s += q[e] * key[e];

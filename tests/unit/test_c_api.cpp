@@ -61,7 +61,7 @@ struct CApiPackage : FakePackage {
          {{"dtype_q", "bf16"}, {"dtype_kv", "bf16"}, {"head_dim", "64"}, {"dtype_o", "bf16"}, {"pos_encoding", "none"}}},
         "decode");
     add({"batch_prefill_paged",
-         {{"dtype_q", "bf16"}, {"head_dim", "64"}, {"mask", "causal"}, {"dtype_kv", "bf16"}, {"dtype_o", "bf16"},
+         {{"dtype_q", "bf16"}, {"head_dim", "64"}, {"dtype_kv", "bf16"}, {"dtype_o", "bf16"},
           {"pos_encoding", "none"}}},
         "prefill");
     write();
@@ -375,7 +375,7 @@ TEST_CASE("C API: create calls check the config and out before the driver", "[c_
   refused(pwith([](auto& c) { c.cuda_graph = 1, c.max_batch = 4, c.max_total_q = -5; }),
           {"config->max_total_q (CUDA-graph mode): expected >= 1, got -5"});
   refused(pwith([](auto& c) { c.kv_storage = "cloud"; }), {"kv_storage must be \"paged\" or \"ragged\", got \"cloud\""});
-  refused(pwith([](auto& c) { c.mask = "sliding"; }), {"mask must be \"none\" or \"causal\", got \"sliding\""});
+  refused(pwith([](auto& c) { c.mask = "sliding"; }), {"mask must be \"none\", \"causal\" or \"custom\", got \"sliding\""});
   refused(pwith([](auto& c) { c.pos_encoding = "alibi"; }), {"alibi is not a prefill option"});
   refused(pwith([](auto& c) { c.dtype_o = "f99"; }), {"dtype_o: unknown dtype 'f99'"});
   stopped_at_driver(create_prefill(pgood));

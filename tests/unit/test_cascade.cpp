@@ -129,12 +129,10 @@ TEST_CASE("Cascade::check_levels checks the levels' shapes against each other", 
 }
 
 TEST_CASE("C API: cascade calls check every argument before the handle and the driver", "[cascade][c_api]") {
-  aotinfer::test::FakePackage fake;  // merge_state bf16/64 and the two paged prefill variants
-  for (const char* mask : {"none", "causal"})
-    fake.add({"batch_prefill_paged",
-              {{"dtype_q", "bf16"}, {"head_dim", "64"}, {"mask", mask}, {"dtype_kv", "bf16"}, {"dtype_o", "bf16"},
-               {"pos_encoding", "none"}}},
-             "prefill");
+  aotinfer::test::FakePackage fake;  // merge_state bf16/64 and the paged prefill variant
+  fake.add({"batch_prefill_paged",
+            {{"dtype_q", "bf16"}, {"head_dim", "64"}, {"dtype_kv", "bf16"}, {"dtype_o", "bf16"}, {"pos_encoding", "none"}}},
+           "prefill");
   fake.write();
   aotinfer_package* pkg = nullptr;
   REQUIRE(aotinfer_package_open(fake.dir.c_str(), &pkg) == AOTINFER_OK);

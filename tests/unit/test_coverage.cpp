@@ -210,8 +210,8 @@ TEST_CASE("coverage: a model needs what the front-ends would load for it", "[cov
   CHECK(need_of(llama, Op::decode).key == BatchDecode::variant_key(decode));
   CHECK(uris(llama) == std::vector<std::string>{
                            "batch_decode.dtype_q-bf16.dtype_kv-bf16.head_dim-128.dtype_o-bf16.pos_encoding-none",
-                           "batch_prefill_paged.dtype_q-bf16.head_dim-128.mask-causal.dtype_kv-bf16.dtype_o-bf16.pos_encoding-none",
-                           "batch_prefill_ragged.dtype_q-bf16.head_dim-128.mask-causal.dtype_kv-bf16.dtype_o-bf16.pos_encoding-none",
+                           "batch_prefill_paged.dtype_q-bf16.head_dim-128.dtype_kv-bf16.dtype_o-bf16.pos_encoding-none",
+                           "batch_prefill_ragged.dtype_q-bf16.head_dim-128.dtype_kv-bf16.dtype_o-bf16.pos_encoding-none",
                            "append_paged_kv.dtype-bf16.head_dim-128", "merge_state.dtype-bf16.head_dim-128"});
   for (const auto& n : llama.needs) CHECK(n.refusals.empty());
   CHECK_THAT(llama.notes.at(0), Contains("page size 16: a run-time value") && Contains("not a variant axis"));

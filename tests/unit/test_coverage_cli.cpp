@@ -124,7 +124,7 @@ TEST_CASE("aotinfer coverage: a family the package lacks entirely gets a one-var
       "spec.json", aotinfer::test::scanned_templates());
   REQUIRE(spec.variants.size() == 1);
   CHECK(spec.variants[0].uri() ==
-        "batch_prefill_ragged.dtype_q-bf16.head_dim-128.mask-causal.dtype_kv-bf16.dtype_o-bf16.pos_encoding-none");
+        "batch_prefill_ragged.dtype_q-bf16.head_dim-128.dtype_kv-bf16.dtype_o-bf16.pos_encoding-none");
 }
 
 TEST_CASE("aotinfer coverage: code for other archs says which arch to add to the spec", "[coverage][cli]") {

@@ -292,7 +292,8 @@ class BatchDecode:
 class BatchPrefill:
     """Batch prefill (many query tokens per request) over a paged or ragged KV cache, plan/run
     (aotinfer/batch_prefill.hpp). Query token t of a request with qo_len queries and kv_len keys
-    sits at position kv_len - qo_len + t; mask="causal" lets it see keys 0 .. kv_len - qo_len + t.
+    sits at position kv_len - qo_len + t; mask="causal" lets it see keys 0 .. kv_len - qo_len + t,
+    mask="custom" the keys its request's mask sets (run()'s custom_mask).
 
     window_left: a sliding window, fixed here because plans depend on it: query token t sees keys
     from kv_len - qo_len + t - window_left on (and, causal, none after its own); < 0 (the
@@ -311,7 +312,7 @@ class BatchPrefill:
                                      _text(dtype_o, "dtype_o", _DTYPES[:2]) if dtype_o else None, head_dim,
                                      num_qo_heads, num_kv_heads, _text(kv_storage, "kv_storage", ("paged", "ragged")),
                                      page_size, _text(layout, "layout", ("nhd", "hnd")),
-                                     _text(mask, "mask", ("none", "causal")),
+                                     _text(mask, "mask", ("none", "causal", "custom")),
                                      _text(pos_encoding, "pos_encoding", ("none", "rope_llama")), sliding, window,
                                      int(cuda_graph), max_batch, max_total_q,
                                      _text(kv_split, "kv_split", _KV_SPLITS), kv_split_tokens, max_kv_len)
@@ -350,7 +351,8 @@ class BatchPrefill:
         self._batch, self._total_q, self._workspaces = batch, total_q, (float_workspace, int_workspace)
 
     def run(self, q, k, v, qo_indptr, kv_indptr, o, kv_indices=None, kv_last_page_len=None, lse=None, sm_scale=0.0,
-            logits_soft_cap=0.0, rope_scale=1.0, rope_theta=1e4, stream=None, sinks=None, k_scale=1.0, v_scale=1.0):
+            logits_soft_cap=0.0, rope_scale=1.0, rope_theta=1e4, stream=None, sinks=None, k_scale=1.0, v_scale=1.0,
+            custom_mask=None, mask_indptr=None):
         """Runs the last plan. q, o [total_q, num_qo_heads, head_dim] (at least the planned total_q
         rows); lse [rows of o, num_qo_heads] float32 or None; k, v the page pools
         [pages, page_size, heads, dim] (nhd) or [pages, heads, page_size, dim] (hnd) when paged,
@@ -359,9 +361,13 @@ class BatchPrefill:
         of what plan saw (the last two paged only). logits_soft_cap > 0 caps the scores, <= 0: no
         cap; the window is the constructor's. sinks: attention-sink logits, float32 [num_qo_heads]
         on the GPU, or None (as BatchDecode.run). k_scale, v_scale dequantise K and V (fp8 caches:
-        scores use k * k_scale, values v * v_scale)."""
+        scores use k * k_scale, values v * v_scale). mask="custom" only: custom_mask, uint8 on the
+        GPU, holds each request's [qo_len, kv_len] mask as row-major bits packed little-endian
+        (pack_custom_mask, FlashInfer's packed_custom_mask) from byte mask_indptr[i] on (int32
+        [batch + 1] on the GPU); it must hold at least its bytes rounded up to 4."""
         status = _prefill_run(self._address, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_last_page_len, o, lse,
-                              sinks, sm_scale, logits_soft_cap, rope_scale, rope_theta, k_scale, v_scale, stream)
+                              sinks, custom_mask, mask_indptr, sm_scale, logits_soft_cap, rope_scale, rope_theta,
+                              k_scale, v_scale, stream)
         if status:
             _raise(status)
 

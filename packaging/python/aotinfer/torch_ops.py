@@ -121,11 +121,12 @@ def _decode_run(decode_id: int, q: torch.Tensor, k_pages: torch.Tensor, v_pages:
 def _prefill_run(prefill_id: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qo_indptr: torch.Tensor,
                  kv_indptr: torch.Tensor, o: torch.Tensor, kv_indices: Optional[torch.Tensor],
                  kv_last_page_len: Optional[torch.Tensor], lse: Optional[torch.Tensor],
-                 sinks: Optional[torch.Tensor], sm_scale: float, logits_soft_cap: float, rope_scale: float,
+                 sinks: Optional[torch.Tensor], custom_mask: Optional[torch.Tensor],
+                 mask_indptr: Optional[torch.Tensor], sm_scale: float, logits_soft_cap: float, rope_scale: float,
                  rope_theta: float, k_scale: float, v_scale: float) -> None:
     prefill = _lookup(prefill_id, (aotinfer.BatchPrefill,), "batch_prefill_run")
     prefill.run(q, k, v, qo_indptr, kv_indptr, o, kv_indices, kv_last_page_len, lse, sm_scale, logits_soft_cap,
-                rope_scale, rope_theta, None, sinks, k_scale, v_scale)
+                rope_scale, rope_theta, None, sinks, k_scale, v_scale, custom_mask, mask_indptr)
 
 
 def _merge_state(package_id: int, v_a: torch.Tensor, s_a: torch.Tensor, v_b: torch.Tensor, s_b: torch.Tensor,
@@ -208,12 +209,12 @@ def batch_decode_run(decode, q, k_pages, v_pages, kv_indptr, kv_indices, kv_last
 
 def batch_prefill_run(prefill, q, k, v, qo_indptr, kv_indptr, o, kv_indices=None, kv_last_page_len=None, lse=None,
                       sm_scale=0.0, logits_soft_cap=0.0, rope_scale=1.0, rope_theta=1e4, stream=None, sinks=None,
-                      k_scale=1.0, v_scale=1.0):
+                      k_scale=1.0, v_scale=1.0, custom_mask=None, mask_indptr=None):
     """aotinfer.BatchPrefill.run(...) (paged or ragged, as the object was configured) as
     torch.ops.aotinfer.batch_prefill_run: writes o (and lse). The window is the object's."""
     _call(torch.ops.aotinfer.batch_prefill_run,
-          (handle(prefill), q, k, v, qo_indptr, kv_indptr, o, kv_indices, kv_last_page_len, lse, sinks,
-           float(sm_scale), float(logits_soft_cap), float(rope_scale), float(rope_theta), float(k_scale),
+          (handle(prefill), q, k, v, qo_indptr, kv_indptr, o, kv_indices, kv_last_page_len, lse, sinks, custom_mask,
+           mask_indptr, float(sm_scale), float(logits_soft_cap), float(rope_scale), float(rope_theta), float(k_scale),
            float(v_scale)), stream, "batch_prefill_run")
 
 

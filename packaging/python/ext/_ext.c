@@ -25,7 +25,7 @@
 
 /* describe_all fills a tensors struct as an array of its aotinfer_tensor members. */
 _Static_assert(sizeof(aotinfer_batch_decode_tensors) == 10 * sizeof(aotinfer_tensor), "decode tensors are 10 tensors");
-_Static_assert(sizeof(aotinfer_batch_prefill_tensors) == 10 * sizeof(aotinfer_tensor), "prefill tensors are 10 tensors");
+_Static_assert(sizeof(aotinfer_batch_prefill_tensors) == 12 * sizeof(aotinfer_tensor), "prefill tensors are 12 tensors");
 _Static_assert(sizeof(aotinfer_merge_state_tensors) == 6 * sizeof(aotinfer_tensor), "merge tensors are 6 tensors");
 _Static_assert(sizeof(aotinfer_append_paged_kv_tensors) == 9 * sizeof(aotinfer_tensor), "append tensors are 9 tensors");
 
@@ -318,18 +318,19 @@ static PyObject* decode_run(PyObject* Py_UNUSED(self), PyObject* const* args, Py
 }
 
 /* prefill_run(handle, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_last_page_len, o, lse,
- *             sinks, sm_scale, logits_soft_cap, rope_scale, rope_theta, k_scale, v_scale,
- *             stream) -> status */
+ *             sinks, custom_mask, mask_indptr, sm_scale, logits_soft_cap, rope_scale, rope_theta,
+ *             k_scale, v_scale, stream) -> status */
 static PyObject* prefill_run(PyObject* Py_UNUSED(self), PyObject* const* args, Py_ssize_t nargs) {
-  static const char* const names[] = {"q", "k", "v", "qo_indptr", "kv_indptr", "kv_indices", "kv_last_page_len", "o", "lse", "sinks"};
+  static const char* const names[] = {"q",   "k",   "v",     "qo_indptr",   "kv_indptr",  "kv_indices", "kv_last_page_len",
+                                      "o",   "lse", "sinks", "custom_mask", "mask_indptr"};
   aotinfer_batch_prefill_tensors t;
   aotinfer_attention_scalars s;
   int torch_device = -1;
   void* stream = NULL;
-  if (check_nargs("prefill_run", nargs, 18) || unbound((void*)S.prefill)) return NULL;
+  if (check_nargs("prefill_run", nargs, 20) || unbound((void*)S.prefill)) return NULL;
   void* handle = PyLong_AsVoidPtr(args[0]);
-  if (PyErr_Occurred() || describe_all(args + 1, names, 10, &t.q, &torch_device) || scalars_arg(args + 11, &s) ||
-      stream_arg(args[17], torch_device, &stream))
+  if (PyErr_Occurred() || describe_all(args + 1, names, 12, &t.q, &torch_device) || scalars_arg(args + 13, &s) ||
+      stream_arg(args[19], torch_device, &stream))
     return NULL;
   return PyLong_FromLong(S.prefill(handle, &t, &s, stream));
 }

@@ -11,7 +11,7 @@ import unittest
 _TORCH_BEFORE = "torch" in sys.modules
 import aotinfer  # noqa: E402
 from aotinfer import flashinfer  # noqa: E402
-from aotinfer.flashinfer import _args  # noqa: E402
+from aotinfer.flashinfer import _args, _masks  # noqa: E402
 
 REQUIRED = object()
 
@@ -291,6 +291,9 @@ class MappingTest(unittest.TestCase):
         self.assertEqual(features, ("rope_llama", "causal"))
         self.assertEqual(scalars[1:], (50.0, 1.0, 1e4))
         self.assertEqual(_args.prefill_plan("p", 8, 8, 64)[0]["mask"], "none")
+        # A custom mask, packed or not, replaces causal (as in FlashInfer).
+        for mask in (dict(custom_mask=Stand()), dict(packed_custom_mask=Stand())):
+            self.assertEqual(_args.prefill_plan("p", 8, 8, 64, causal=True, **mask)[0]["mask"], "custom")
         for name, short in (("float8_e4m3fn", "e4m3"), ("float8_e5m2", "e5m2")):  # fp8 caches, 16-bit queries
             config = _args.prefill_plan("p", 32, 8, 128, q_data_type="bfloat16", kv_data_type=name)[0]
             self.assertEqual((config["dtype_q"], config["dtype_kv"], config["dtype_o"]), ("bf16", short, "bf16"))
@@ -351,8 +354,8 @@ def decode_axes(c):
 
 
 def prefill_axes(c):
-    return dict(dtype_q=c["dtype_q"], head_dim=c["head_dim"], mask=c["mask"], dtype_kv=c["dtype_kv"],
-                dtype_o=c["dtype_o"], pos_encoding=c["pos_encoding"])
+    return dict(dtype_q=c["dtype_q"], head_dim=c["head_dim"], dtype_kv=c["dtype_kv"], dtype_o=c["dtype_o"],
+                pos_encoding=c["pos_encoding"])
 
 
 class Recorded:
@@ -413,9 +416,15 @@ class WindowTest(unittest.TestCase):
         p._forward("p.forward", True, "NONE", False, -1, 50.0, None, None, None)
         self.assertEqual(p._scalars[1], 50.0)
         with self.assertRaises(NotImplementedError):
-            p._forward("p.forward", False, "NONE", False, -1, 50.0, None, None, None)  # the mask is a variant axis
+            p._forward("p.forward", False, "NONE", False, -1, 50.0, None, None, None)  # the plan follows the mask
         with self.assertRaises(ValueError):
             p._forward("p.forward", True, "NONE", False, 8, 50.0, None, None, None)
+
+    def test_mask_layout(self):
+        """Packed custom masks as FlashInfer lays them out: each request's qo_len * kv_len bits
+        start a new byte."""
+        self.assertEqual(_masks.mask_layout([3, 1, 0, 2], [5, 8, 4, 3]), ([15, 8, 0, 6], [0, 2, 3, 3, 4]))
+        self.assertEqual(_masks.mask_layout([], []), ([], [0]))
 
     def test_window_values(self):
         for where, plan in (("BatchDecodeWithPagedKVCacheWrapper.plan", lambda **kw: _args.decode_plan(
@@ -479,8 +488,6 @@ class RefusalTest(unittest.TestCase):
         ragged = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(Stand())
         common = [
             (dict(head_dim_vo=64), "head_dim_vo=64"),
-            (dict(custom_mask=Stand()), "custom_mask=<Stand>"),
-            (dict(packed_custom_mask=Stand()), "packed_custom_mask=<Stand>"),
             (dict(use_fp16_qk_reduction=True), "use_fp16_qk_reduction=True"),
             (dict(pos_encoding_mode="ALIBI"), "pos_encoding_mode='ALIBI'"),
             (dict(prefix_len_ptr=Stand()), "prefix_len_ptr"),

@@ -162,7 +162,7 @@ typedef struct aotinfer_batch_prefill_config {
   const char* kv_storage;   /* "paged" | "ragged"; NULL: "paged" */
   int32_t page_size;        /* paged */
   const char* layout;       /* "nhd" | "hnd" (hnd: paged only); NULL: "nhd" */
-  const char* mask;         /* "none" | "causal"; NULL: "causal" */
+  const char* mask;         /* "none" | "causal" | "custom" (run args' custom_mask); NULL: "causal" */
   const char* pos_encoding; /* "none" | "rope_llama"; NULL: "none" */
   int32_t sliding_window;   /* bool: each query sees its own key and the window_left keys before it */
   int32_t window_left;      /* with sliding_window: >= 0 */
@@ -194,6 +194,8 @@ typedef struct aotinfer_batch_prefill_run_args {
   int64_t q_stride_token;          /* elements between q's tokens (a fused qkv slice); 0: dense */
   float k_scale;                   /* K/V dequantisation (fp8 caches); 0: 1 */
   float v_scale;                   /* 0: 1 */
+  const uint8_t* custom_mask;      /* mask "custom": packed bits, 4-byte aligned (aotinfer/params/batch_prefill.h) */
+  const int32_t* mask_indptr;      /* mask "custom": [batch + 1] byte offsets of the requests' masks */
 } aotinfer_batch_prefill_run_args;
 
 aotinfer_status aotinfer_batch_prefill_create(const aotinfer_package* package,

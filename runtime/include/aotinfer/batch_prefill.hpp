@@ -33,7 +33,10 @@
 namespace aotinfer {
 
 enum class KvStorage { paged, ragged };  // batch_prefill_paged / batch_prefill_ragged
-enum class MaskMode { none, causal };
+// Which keys a query token sees besides the window: all; those up to its own position; or those
+// whose bit its request's custom mask sets (PrefillRunArgs::custom_mask). A run-time value: every
+// variant serves all three.
+enum class MaskMode { none, causal, custom };
 
 struct BatchPrefillConfig {
   DType dtype_q = DType::bf16;
@@ -79,6 +82,12 @@ struct PrefillRunArgs {
   float rope_theta = 1e4f;
   float k_scale = 1;           // K/V dequantisation (fp8 caches): scores use k * k_scale, values v * v_scale
   float v_scale = 1;
+  // MaskMode::custom only: request i's [qo_len, kv_len] mask as row-major bits packed
+  // little-endian (numpy.packbits(bitorder="little"), FlashInfer's packed_custom_mask) from byte
+  // mask_indptr[i] on (mask_indptr [batch + 1] on the device). custom_mask is 4-byte aligned and
+  // read in aligned 4-byte words: its buffer must be readable up to a multiple of 4 bytes.
+  const std::uint8_t* custom_mask = nullptr;
+  const std::int32_t* mask_indptr = nullptr;
 };
 
 class BatchPrefill {

@@ -76,8 +76,7 @@ struct CascadeRunArgs {
 class Cascade {
  public:
   // Loads one BatchPrefill per level and merge_state for dtype_o. Throws Error(invalid_argument)
-  // for a config check_config refuses, Error(not_found) for a missing variant (the levels
-  // before the last need the mask none variant).
+  // for a config check_config refuses, Error(not_found) for a missing variant.
   Cascade(const Package& package, const CascadeConfig& config);
   static void check_config(const CascadeConfig& config);
   // plan()'s checks of the levels' shapes, which need no GPU: num_levels levels, each with

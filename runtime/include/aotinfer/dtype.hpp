@@ -6,7 +6,7 @@
 
 namespace aotinfer {
 
-enum class DType { f16, bf16, e4m3, e5m2, f32, i32 };
+enum class DType { f16, bf16, e4m3, e5m2, f32, i32, u8 };
 
 std::string_view dtype_name(DType t);               // "bf16"
 std::optional<DType> parse_dtype(std::string_view name);

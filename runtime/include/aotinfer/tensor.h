@@ -68,9 +68,12 @@ typedef struct aotinfer_attention_scalars {
  * [total_kv, num_kv_heads, head_dim] with any 16-byte-aligned token stride (views of a fused
  * QKV tensor are fine) and head_dim contiguous. q, o (and lse) have at least the planned
  * number of query rows. lse and sinks (float32 [num_qo_heads], attention-sink logits) may be
- * absent. */
+ * absent. With the mask "custom", custom_mask (u8, the packed bits, at least their byte count
+ * rounded up to 4) and mask_indptr (i32 [batch + 1], byte offsets) are required, and absent
+ * otherwise (aotinfer/params/batch_prefill.h). */
 typedef struct aotinfer_batch_prefill_tensors {
   aotinfer_tensor q, k, v, qo_indptr, kv_indptr, kv_indices, kv_last_page_len, o, lse, sinks;
+  aotinfer_tensor custom_mask, mask_indptr;
 } aotinfer_batch_prefill_tensors;
 
 /* merge_state: v_* [..., head_dim] f16/bf16 of one shape, s_* float32 with one value per row;

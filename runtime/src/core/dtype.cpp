@@ -10,12 +10,13 @@ struct Row {
   std::string_view name;
   std::size_t size;
 };
-constexpr std::array<Row, 6> kTable = {{{DType::f16, "f16", 2},
+constexpr std::array<Row, 7> kTable = {{{DType::f16, "f16", 2},
                                         {DType::bf16, "bf16", 2},
                                         {DType::e4m3, "e4m3", 1},
                                         {DType::e5m2, "e5m2", 1},
                                         {DType::f32, "f32", 4},
-                                        {DType::i32, "i32", 4}}};
+                                        {DType::i32, "i32", 4},
+                                        {DType::u8, "u8", 1}}};
 
 }  // namespace
 

@@ -12,7 +12,9 @@
  * Request i has qo_len query tokens and kv_len keys; query token t sits at position
  * kv_len - qo_len + t (its queries are the last tokens of the KV). Scores:
  *   s = (q . k) * sm_scale, then with a soft cap (soft_cap_out > 0) s = cap * tanh(s / cap);
- *   mask causal: key j is kept when j <= kv_len - qo_len + t;
+ *   mask_mode (run time): AOTINFER_MASK_NONE keeps every key; AOTINFER_MASK_CAUSAL keeps key j
+ *   when j <= kv_len - qo_len + t; AOTINFER_MASK_CUSTOM keeps key j when bit t * kv_len + j of
+ *   the request's custom mask is set (below);
  *   window: key j is kept when j >= kv_len - qo_len + t - window_left (window_left
  *   AOTINFER_NO_WINDOW: every key);
  *   rope_llama: q and k are rotated at their positions (non-interleaved "rotate half", frequency
@@ -63,6 +65,11 @@
  * far enough from INT32_MIN that kv_len - qo_len + t - window_left cannot wrap. */
 #define AOTINFER_NO_WINDOW (1 << 30)
 
+/* mask_mode values. */
+#define AOTINFER_MASK_NONE 0
+#define AOTINFER_MASK_CAUSAL 1
+#define AOTINFER_MASK_CUSTOM 2
+
 /* Ragged KV: request i owns tokens indptr[i] .. indptr[i+1] of k and v, token t of KV head h at
  * element t * stride_token + h * stride_head (its head_dim values contiguous). */
 typedef struct aotinfer_ragged_kv {
@@ -96,7 +103,16 @@ typedef struct aotinfer_batch_prefill_params {
   float* partial_o;
   float* partial_lse;
 
+  /* AOTINFER_MASK_CUSTOM: request i's [qo_len, kv_len] mask, row-major bits packed little-endian
+   * (bit b is bit b % 8 of byte b / 8, as numpy.packbits(bitorder="little") and FlashInfer's
+   * packed_custom_mask), starts at byte mask_indptr[i] of custom_mask. custom_mask is 4-byte
+   * aligned and read in aligned 4-byte words, so its buffer is readable up to the next multiple
+   * of 4 bytes past its last mask. Not read in the other modes. */
+  const uint8_t* custom_mask;
+  const int32_t* mask_indptr; /* [batch + 1] */
+
   int32_t num_qo_heads;
+  int32_t mask_mode;     /* AOTINFER_MASK_* */
   int32_t window_left;   /* >= 0; no window is one longer than any request (the runtime passes
                           * AOTINFER_NO_WINDOW), so the kernels need no branch for it */
   float sm_scale;

@@ -160,14 +160,13 @@ def prefill_plan(where, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo=Non
                  o_indptr=None, keys_per_split_unit=1):
     """The prefill wrappers' plan arguments -> (aotinfer.BatchPrefill keyword arguments (with
     window_left), features (those forward() may not change: (pos_encoding, mask)), run scalars).
+    A custom mask makes the mask "custom"; the wrapper packs it (custom_masks below).
     The wrappers take FlashInfer's hints (max_token_per_sequence,
     max_sequence_kv, uniform_q_len) and ignore them, as FlashInfer's fa2/fa3 backends do.
     keys_per_split_unit: fixed_split_size's unit in keys (the page size for a paged cache)."""
     if head_dim_vo is not None and head_dim_vo != head_dim_qk:
         refuse(where, "head_dim_vo", head_dim_vo, f"V and O have head_dim_qk ({head_dim_qk}) dimensions")
     defaults_only(where, [
-        ("custom_mask", custom_mask, None, "masks are causal=True or causal=False"),
-        ("packed_custom_mask", packed_custom_mask, None, "masks are causal=True or causal=False"),
         ("use_fp16_qk_reduction", use_fp16_qk_reduction, False, "scores accumulate in fp32"),
         ("prefix_len_ptr", prefix_len_ptr, None, _ITEMS),
         ("token_pos_in_items_ptr", token_pos_in_items_ptr, None, _ITEMS),
@@ -183,7 +182,9 @@ def prefill_plan(where, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo=Non
     kv = q if kv_data_type is None else dtype(where, "kv_data_type", kv_data_type, ("f16", "bf16", "e4m3", "e5m2"))
     o = q if o_data_type is None else dtype(where, "o_data_type", o_data_type, ("f16", "bf16"))
     pos, window, cap = features(where, pos_encoding_mode, window_left, logits_soft_cap, PREFILL_POSITIONS)
-    mask = "causal" if causal else "none"
+    # As FlashInfer: a custom mask, packed or not, replaces causal.
+    custom = custom_mask is not None or packed_custom_mask is not None
+    mask = "custom" if custom else "causal" if causal else "none"
     config = dict(num_qo_heads=int(num_qo_heads), num_kv_heads=int(num_kv_heads), head_dim=int(head_dim_qk),
                   dtype_q=q, dtype_kv=kv, dtype_o=o, mask=mask, pos_encoding=pos, window_left=window,
                   **kv_split(where, fixed_split_size, disable_split_kv, keys_per_split_unit))

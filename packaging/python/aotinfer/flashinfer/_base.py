@@ -202,7 +202,8 @@ class Wrapper:
             raise RuntimeError(f"aotinfer.flashinfer {where}: call plan() first")
         if features != self._features:
             raise NotImplementedError(f"aotinfer.flashinfer {where}: these settings select another kernel variant "
-                                      f"than plan()'s ({features} vs {self._features}); pass them to plan()")
+                                      f"or plan than plan()'s ({features} vs {self._features}: the position "
+                                      f"encoding picks the variant, the mask shapes the plan); pass them to plan()")
         if window_left != self._window_left:
             _args.window_changed(where, window_left, self._window_left)
         self._scalars = _args.scalars(self._head_dim, sm_scale, rope_scale, rope_theta, cap)

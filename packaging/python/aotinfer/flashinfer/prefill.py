@@ -3,7 +3,7 @@ aotinfer.BatchPrefill (kv_storage "paged" / "ragged")."""
 import functools
 
 from .. import BatchPrefill
-from . import _args, _base
+from . import _args, _base, _masks
 
 _PAGED, _RAGGED = "BatchPrefillWithPagedKVCacheWrapper", "BatchPrefillWithRaggedKVCacheWrapper"
 
@@ -19,9 +19,10 @@ class _Prefill(_base.Wrapper):
         for name, buffer, *_ in list(sized) + list(unsized):
             setattr(self, "_" + name, buffer)
 
-    def _plan_on_device(self, config, features, scalars, qo_indptr, kv_indptr, metadata, non_blocking, **paged):
-        """metadata: (buffer name, array) pairs run() reads from the device; paged: kv_last_page_len
-        for the planner (host)."""
+    def _plan_on_device(self, config, features, scalars, qo_indptr, kv_indptr, metadata, non_blocking, masks,
+                        **paged):
+        """metadata: (buffer name, array) pairs run() reads from the device; masks: plan()'s
+        (custom_mask, packed_custom_mask); paged: kv_last_page_len for the planner (host)."""
         where = self._name + ".plan"
         self._core = None  # a failed plan leaves nothing runnable
         qo_host, kv_host = _base.host_int32(qo_indptr), _base.host_int32(kv_indptr)
@@ -52,9 +53,30 @@ class _Prefill(_base.Wrapper):
                                             _base.longest_request(config, kv_host, keys_per_entry))
         paged = {k: _base.host_int32(x) for k, x in paged.items()}
         core.plan(qo_host, kv_host, self._float_workspace_buffer, self._int_workspace(int_bytes), **paged)
+        self._mask_bits = self._mask_offsets = None
+        if config["mask"] == "custom":
+            self._mask_bits, self._mask_offsets = self._custom_masks(where, masks, qo_host, kv_host, config, paged)
         self._qo_indptr_last = total_q
         self._batch_size = batch
         self._keep(core, config, features, scalars)
+
+    def _custom_masks(self, where, masks, qo_host, kv_host, config, paged):
+        """The packed masks and their byte offsets on the device (in CUDA-graph mode, in the
+        constructor's custom_mask_buf and mask_indptr_buf, as FlashInfer)."""
+        qo, kv = qo_host.tolist(), kv_host.tolist()
+        qo_lens = [b - a for a, b in zip(qo, qo[1:])]
+        if config["kv_storage"] == "paged":
+            page, last = config["page_size"], paged["kv_last_page_len"].tolist()
+            kv_lens = [0 if b == a else (b - a - 1) * page + n for a, b, n in zip(kv, kv[1:], last)]
+        else:
+            kv_lens = [b - a for a, b in zip(kv, kv[1:])]
+        into = None
+        if self._use_cuda_graph:
+            if self._custom_mask_buf is None or self._mask_indptr_buf is None:
+                raise ValueError(f"aotinfer.flashinfer {where}: a custom mask in cudagraph mode needs custom_mask_buf "
+                                 "and mask_indptr_buf in the constructor (their addresses are captured)")
+            into = (self._custom_mask_buf, self._mask_indptr_buf)
+        return _masks.custom_masks(where, *masks, qo_lens, kv_lens, self.device, into)
 
     def _attend(self, where, q, k, v, sm_scale, v_scale, out, lse, return_lse, lse_base, lse_layout, sinks):
         if q.shape[0] != self._qo_indptr_last:
@@ -93,7 +115,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_Prefill):
                  custom_mask_buf=None, mask_indptr_buf=None, backend="auto", jit_args=None, jit_kwargs=None,
                  variant_owns_mask=False, *, package=None):
         self._layout = _args.constructor(_PAGED, kv_layout, backend, jit_args, jit_kwargs, variant_owns_mask)
-        self._custom_mask_buf, self._mask_indptr_buf = custom_mask_buf, mask_indptr_buf  # kept; masks are refused
+        self._custom_mask_buf, self._mask_indptr_buf = custom_mask_buf, mask_indptr_buf  # CUDA-graph mode's mask buffers
         self._prefill_setup(float_workspace_buffer, kv_layout, use_cuda_graph, package, backend,
                             [("qo_indptr_buf", qo_indptr_buf, 1), ("paged_kv_indptr_buf", paged_kv_indptr_buf, 1),
                              ("paged_kv_last_page_len_buf", paged_kv_last_page_len_buf, 0)],
@@ -122,7 +144,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_Prefill):
                              [("qo_indptr_buf", qo_indptr), ("paged_kv_indptr_buf", paged_kv_indptr),
                               ("paged_kv_indices_buf", paged_kv_indices),
                               ("paged_kv_last_page_len_buf", paged_kv_last_page_len)],
-                             non_blocking, kv_last_page_len=paged_kv_last_page_len)
+                             non_blocking, (custom_mask, packed_custom_mask), kv_last_page_len=paged_kv_last_page_len)
 
     begin_forward = plan
 
@@ -157,7 +179,8 @@ class BatchPrefillWithPagedKVCacheWrapper(_Prefill):
         s = self._scalars
         run = _base.traced("batch_prefill_run") if _base.torch.compiler.is_compiling() else BatchPrefill.run
         run(self._core, q, k, v, self._qo_indptr_buf, self._paged_kv_indptr_buf, o, self._paged_kv_indices_buf,
-            self._paged_kv_last_page_len_buf, lse, sm_scale, s[1], s[2], s[3], sinks=sinks)
+            self._paged_kv_last_page_len_buf, lse, sm_scale, s[1], s[2], s[3], sinks=sinks, custom_mask=self._mask_bits,
+            mask_indptr=self._mask_offsets)
 
     run_return_lse = functools.partialmethod(run, return_lse=True)
 
@@ -187,7 +210,7 @@ class BatchPrefillWithRaggedKVCacheWrapper(_Prefill):
                  jit_kwargs=None, variant_owns_mask=False, *, package=None):
         self._layout = _args.constructor(_RAGGED, kv_layout, backend, jit_args, jit_kwargs, variant_owns_mask,
                                          layouts=("NHD",))
-        self._custom_mask_buf, self._mask_indptr_buf = custom_mask_buf, mask_indptr_buf  # kept; masks are refused
+        self._custom_mask_buf, self._mask_indptr_buf = custom_mask_buf, mask_indptr_buf  # CUDA-graph mode's mask buffers
         self._prefill_setup(float_workspace_buffer, kv_layout, use_cuda_graph, package, backend,
                             [("qo_indptr_buf", qo_indptr_buf, 1), ("kv_indptr_buf", kv_indptr_buf, 1)], [])
 
@@ -209,7 +232,8 @@ class BatchPrefillWithRaggedKVCacheWrapper(_Prefill):
         config.update(kv_storage="ragged", layout="nhd")
         _base.need_torch()
         self._plan_on_device(config, features, scalars, qo_indptr, kv_indptr,
-                             [("qo_indptr_buf", qo_indptr), ("kv_indptr_buf", kv_indptr)], non_blocking)
+                             [("qo_indptr_buf", qo_indptr), ("kv_indptr_buf", kv_indptr)], non_blocking,
+                             (custom_mask, packed_custom_mask))
 
     begin_forward = plan
 
@@ -232,7 +256,7 @@ class BatchPrefillWithRaggedKVCacheWrapper(_Prefill):
         s = self._scalars
         run = _base.traced("batch_prefill_run") if _base.torch.compiler.is_compiling() else BatchPrefill.run
         run(self._core, q, k, v, self._qo_indptr_buf, self._kv_indptr_buf, o, None, None, lse, sm_scale, s[1], s[2],
-            s[3], sinks=sinks)
+            s[3], sinks=sinks, custom_mask=self._mask_bits, mask_indptr=self._mask_offsets)
 
     run_return_lse = functools.partialmethod(run, return_lse=True)
 
