@@ -584,14 +584,17 @@ struct PrefillSm90 {
       const int w = n == 0 ? int(blockIdx.x) : sh.announced(n);
       if (w >= pairs.count) break;
       const Cta cta = pairs(p, w);
-      attend(p, sh, cta, pairs.by_group, g, done, n);
+      if (p.mask_mode == AOTINFER_MASK_CUSTOM) attend<true>(p, sh, cta, pairs.by_group, g, done, n);
+      else attend<false>(p, sh, cta, pairs.by_group, g, done, n);
       done += cta.num_tiles;
     }
     if (g == 0) sm90::named_barrier_sync<256>(kTurnBarrier);
   }
 
   // One pair: the attention of consumer g's 64 rows, from ring position `done`; n-th pair of the
-  // CTA.
+  // CTA. A custom mask's key loop is a code path of its own (kCustom): its words, loaded ahead,
+  // would hold registers the other masks' loop needs.
+  template <bool kCustom>
   static __device__ __forceinline__ void attend(const aotinfer_batch_prefill_params& p, const Shared& sh,
                                                 const Cta& cta, const FastDiv& by_group, int g, int done, int n) {
     const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
@@ -609,7 +612,7 @@ struct PrefillSm90 {
 
     // The query token of this thread's rows, per row half; their last keys (causal mask).
     auto token = [&](int h) { return int(by_group(uint32_t(cta.q_row + 64 * g + 16 * warp + lane / 4 + 8 * h))); };
-    const bool causal = p.mask_mode == AOTINFER_MASK_CAUSAL, custom = p.mask_mode == AOTINFER_MASK_CUSTOM;
+    const bool causal = p.mask_mode == AOTINFER_MASK_CAUSAL;
     int key_hi[2] = {INT_MAX, INT_MAX};
     if (causal) key_hi[0] = cta.q_offset + token(0), key_hi[1] = cta.q_offset + token(1);
 
@@ -640,6 +643,17 @@ struct PrefillSm90 {
     // Scores of tile t (landed in s) to weights, with the running max and sums; alpha rescales
     // the output before tile t's P V product.
     float alpha[2];
+    // A custom mask's words for tile t, loaded while its score product runs (their latency would
+    // otherwise sit between the product and the softmax). Rows past the tile's last valid one
+    // read its bits (their output is discarded).
+    MaskWords<kKvTiles> mask_words;
+    auto load_mask = [&](int t) {
+      if constexpr (!kCustom) return;
+      const int64_t base = int64_t(p.mask_indptr[cta.request]) * 8;
+      const int64_t row_bit[2] = {base + int64_t(min(token(0), cta.t_last)) * cta.rows.length,
+                                  base + int64_t(min(token(1), cta.t_last)) * cta.rows.length};
+      mask_words.load(p.custom_mask, cta.begin + t * kKv, cta.end, row_bit);
+    };
     auto softmax_scores = [&](int t) {
       const int start = cta.begin + t * kKv;
       if (capped) soft_cap_scores(s, p.soft_cap_in, p.soft_cap_out);
@@ -652,13 +666,7 @@ struct PrefillSm90 {
         const int key_lo[2] = {cta.q_offset + token(0) - p.window_left, cta.q_offset + token(1) - p.window_left};
         mask_scores(s, start, cta.end, key_lo, key_hi);
       }
-      if (custom) {
-        // Rows past the tile's last valid one read its bits (their output is discarded).
-        const int64_t base = int64_t(p.mask_indptr[cta.request]) * 8;
-        const int64_t row_bit[2] = {base + int64_t(min(token(0), cta.t_last)) * cta.rows.length,
-                                    base + int64_t(min(token(1), cta.t_last)) * cta.rows.length};
-        custom_mask_scores(s, p.custom_mask, start, cta.end, row_bit);
-      }
+      if constexpr (kCustom) mask_words.apply(s);
       softmax_step</*kLazyMax=*/true>(s, row_m, row_l, alpha, scale);
     };
     // O shrinks by the alpha of the tile whose P V product goes out next, in that product's turn
@@ -686,6 +694,7 @@ struct PrefillSm90 {
       sm90::wgmma_fence();
       issue_scores(0);
       turn_end();
+      load_mask(0);
       sm90::wgmma_wait<0>();
       sm90::pin(s_flat);
       sm90::mbar_arrive(sh.k_empty(stage(0)));
@@ -708,6 +717,7 @@ struct PrefillSm90 {
       sm90::wgmma_fence();
       issue_output(t - 1);
       turn_end();
+      load_mask(t);
       sm90::wgmma_wait<1>();  // the scores
       sm90::pin(s_flat);
       sm90::mbar_arrive(sh.k_empty(stage(t)));

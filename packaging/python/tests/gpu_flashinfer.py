@@ -75,9 +75,10 @@ def alibi_slopes(heads):
 
 
 def attention(q, k, v, causal=False, sm_scale=None, cap=0.0, window=-1, rope_theta=None, rope_scale=1.0,
-              alibi=False, k_scale=1.0, v_scale=1.0, sinks=None):
+              alibi=False, k_scale=1.0, v_scale=1.0, sinks=None, mask=None):
     """q [m, Hq, D] at positions n - m + t, k/v [n, Hk, D] at 0..n-1 -> (o [m, Hq, D], lse [m, Hq] base 2).
-    sinks [Hq]: one more logit per row (after scaling, not capped) whose value is zero."""
+    sinks [Hq]: one more logit per row (after scaling, not capped) whose value is zero; mask: bool
+    [m, n], the keys each row keeps (a custom mask)."""
     m, n, heads = q.shape[0], k.shape[0], q.shape[1]
     group = heads // k.shape[1]
     qd, kd, vd = q.double(), k.double() * k_scale, v.double() * v_scale
@@ -97,6 +98,8 @@ def attention(q, k, v, causal=False, sm_scale=None, cap=0.0, window=-1, rope_the
         keep &= rel <= 0
     if window >= 0:
         keep &= rel >= -window
+    if mask is not None:
+        keep &= mask
     s = s.masked_fill(~keep, -math.inf)
     if sinks is not None:
         s = torch.cat([s, sinks.double()[:, None, None].expand(heads, m, 1)], -1)
@@ -333,10 +336,19 @@ def prefill_lengths(batch, causal, max_kv=700):
     return qo, kv
 
 
-def reference_prefill(q, qo, kv_get, **kw):
+def packbits_little(bits):
+    """A flat bool tensor as bytes, bit b of byte i being element 8 i + b (numpy's
+    packbits(bitorder="little")), padded with zeros to whole bytes."""
+    padded = torch.zeros((bits.numel() + 7) // 8 * 8, dtype=torch.uint8, device=bits.device)
+    padded[:bits.numel()] = bits.to(torch.uint8)
+    weights = torch.tensor([1 << b for b in range(8)], dtype=torch.int32, device=bits.device)
+    return (padded.view(-1, 8).to(torch.int32) * weights).sum(1).to(torch.uint8)
+
+
+def reference_prefill(q, qo, kv_get, masks=None, **kw):
     out, lse, start = [], [], 0
     for r, m in enumerate(qo):
-        o, s = attention(q[start:start + m], *kv_get(r), **kw)
+        o, s = attention(q[start:start + m], *kv_get(r), mask=None if masks is None else masks[r], **kw)
         out.append(o), lse.append(s)
         start += m
     return torch.cat(out), torch.cat(lse)
@@ -344,14 +356,22 @@ def reference_prefill(q, qo, kv_get, **kw):
 
 def paged_prefill_case(name, group, page, layout, form, dtype="bf16", head_dim=128, causal=True, pos="NONE",
                        window=-1, cap=None, o_dtype=None, lse_base="log2", lse_layout="NH", give_out=False,
-                       sinks=False, kv_dtype=None, k_scale=None, v_scale=None):
+                       sinks=False, kv_dtype=None, k_scale=None, v_scale=None, custom=None):
+    """custom: "bool" or "packed", a random custom mask per request (FlashInfer's custom_mask or
+    packed_custom_mask; it replaces causal)."""
     kv_dtype = kv_dtype or dtype
     kv_heads = random.choice([1, 2, 4])
     heads, batch = kv_heads * group, random.randint(1, 6)
     qo, kv = prefill_lengths(batch, causal)
     cache = Paged(kv, page, kv_heads, head_dim, layout, form, kv_dtype)
+    masks = [torch.rand(m, n, device=DEV) < random.uniform(0.1, 0.9) for m, n in zip(qo, kv)] if custom else None
+    mask_args = {}
+    if custom == "bool":
+        mask_args["custom_mask"] = torch.cat([m.reshape(-1) for m in masks])
+    elif custom == "packed":
+        mask_args["packed_custom_mask"] = torch.cat([packbits_little(m.reshape(-1)) for m in masks])
     wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(WORKSPACE, layout)
-    wrapper.plan(indptr_of(qo), cache.indptr, cache.indices, cache.last, heads, kv_heads, head_dim, page,
+    wrapper.plan(indptr_of(qo), cache.indptr, cache.indices, cache.last, heads, kv_heads, head_dim, page, **mask_args,
                  causal=causal, pos_encoding_mode=pos, window_left=window, logits_soft_cap=cap,
                  q_data_type=DTYPES[dtype], kv_data_type=DTYPES[kv_dtype],
                  o_data_type=DTYPES[o_dtype] if o_dtype else None)
@@ -364,9 +384,9 @@ def paged_prefill_case(name, group, page, layout, form, dtype="bf16", head_dim=1
     o, lse = wrapper.run(q, cache.cache, **kw)
     if give_out:
         assert o is kw["out"] and lse is kw["lse"], "run() must return the caller's out and lse"
-    ref_o, ref_lse = reference_prefill(q, qo, lambda r: cache.get(r, kv[r]), causal=causal, window=window,
-                                       cap=cap or 0.0, rope_theta=1e4 if pos == "ROPE_LLAMA" else None, sinks=sinks,
-                                       k_scale=k_scale or 1.0, v_scale=v_scale or 1.0)
+    ref_o, ref_lse = reference_prefill(q, qo, lambda r: cache.get(r, kv[r]), causal=causal and not custom,
+                                       window=window, cap=cap or 0.0, rope_theta=1e4 if pos == "ROPE_LLAMA" else None,
+                                       sinks=sinks, k_scale=k_scale or 1.0, v_scale=v_scale or 1.0, masks=masks)
     if lse_base == "ln":
         ref_lse = ref_lse * LN2
     if lse_layout == "HN":
@@ -377,6 +397,25 @@ def paged_prefill_case(name, group, page, layout, form, dtype="bf16", head_dim=1
     assert o.dtype == DTYPES[o_dtype or dtype], f"out is {o.dtype}"
     check(label + " o", o, ref_o, 1e-2)
     check(label + f" lse ({lse_base}, {lse_layout})", lse, ref_lse, 1e-3)
+
+
+def decode_multi_token_case():
+    """The decode wrapper with q_len_per_req > 1 (speculative verification): each request's
+    last tokens, causal among themselves."""
+    q_len, kv_heads, group, page = random.choice([2, 3, 4]), 2, 4, 16
+    heads, batch = kv_heads * group, random.randint(1, 8)
+    kv = [random.randint(q_len, 900) for _ in range(batch)]
+    cache = Paged(kv, page, kv_heads, 128, "NHD", "single", "bf16")
+    wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(WORKSPACE, "NHD", use_tensor_cores=True)
+    wrapper.plan(cache.indptr, cache.indices, cache.last, heads, kv_heads, 128, page, q_data_type=torch.bfloat16,
+                 q_len_per_req=q_len)
+    q = torch.randn(batch * q_len, heads, 128, device=DEV).to(torch.bfloat16)
+    o, lse = wrapper.run(q, cache.cache, return_lse=True)
+    ref_o, ref_lse = reference_prefill(q, [q_len] * batch, lambda r: cache.get(r, kv[r]), causal=True)
+    torch.cuda.synchronize()
+    label = f"decode q_len_per_req {q_len} [batch {batch} max_kv {max(kv)}]"
+    check(label + " o", o, ref_o, 1e-2)
+    check(label + " lse", lse, ref_lse, 1e-3)
 
 
 def paged_prefill_cases():
@@ -407,6 +446,14 @@ def paged_prefill_cases():
                                                              kv_dtype="e4m3", k_scale=0.6, v_scale=1.7))
     guarded("paged prefill e5m2", lambda: paged_prefill_case("fp8 e5m2 KV, window", 2, 64, "HND", "tuple", "f16", 64,
                                                              causal=False, kv_dtype="e5m2", window=random.randint(0, 100)))
+    guarded("paged prefill custom mask", lambda: paged_prefill_case("custom_mask", 4, 16, "NHD", "tuple",
+                                                                    custom="bool"))
+    guarded("paged prefill packed mask", lambda: paged_prefill_case(
+        "packed_custom_mask, window, sinks", 2, 1, "HND", "single", "f16", 64, custom="packed",
+        window=random.randint(0, 100), sinks=True))
+    guarded("paged prefill custom mask e4m3", lambda: paged_prefill_case(
+        "custom_mask, fp8 e4m3 KV", 8, 64, "NHD", "single", kv_dtype="e4m3", k_scale=0.8, v_scale=1.3, custom="bool"))
+    guarded("decode q_len_per_req", decode_multi_token_case)
     guarded("paged prefill sinks+window+cap", lambda: paged_prefill_case(
         "sinks + window + soft cap", 2, 64, "HND", "tuple", head_dim=256, window=random.randint(0, 100), cap=1.5,
         sinks=True))
@@ -450,15 +497,18 @@ def paged_prefill_graph():
 # --- BatchPrefillWithRaggedKVCacheWrapper ---------------------------------------------------------
 
 def ragged_case(name, group, dtype="bf16", head_dim=128, causal=True, pos="NONE", window=-1, cap=None,
-                kv_dtype=None, o_dtype=None, fused=True):
+                kv_dtype=None, o_dtype=None, fused=True, custom=False):
     kv_dtype = kv_dtype or dtype
     kv_heads = random.choice([1, 2, 4])
     heads, batch = kv_heads * group, random.randint(1, 6)
     qo, kv = prefill_lengths(batch, causal)
     if causal:
         qo = kv if random.random() < 0.5 else qo  # prompts (qo == kv) and chunked prefill
+    masks = [torch.rand(m, n, device=DEV) < 0.5 for m, n in zip(qo, kv)] if custom else None
+    mask_args = dict(custom_mask=torch.cat([m.reshape(-1) for m in masks])) if custom else {}
     wrapper = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(WORKSPACE, "NHD")
-    wrapper.plan(indptr_of(qo), indptr_of(kv), heads, kv_heads, head_dim, causal=causal, pos_encoding_mode=pos,
+    wrapper.plan(indptr_of(qo), indptr_of(kv), heads, kv_heads, head_dim, **mask_args, causal=causal,
+                 pos_encoding_mode=pos,
                  window_left=window, logits_soft_cap=cap, q_data_type=DTYPES[dtype],
                  kv_data_type=DTYPES[kv_dtype], o_data_type=DTYPES[o_dtype] if o_dtype else None)
     q = torch.randn(sum(qo), heads, head_dim, device=DEV).to(DTYPES[dtype])
@@ -473,8 +523,8 @@ def ragged_case(name, group, dtype="bf16", head_dim=128, causal=True, pos="NONE"
     # The kernel's products run in kv's type: q is rounded to it when the types differ.
     q_ref = q.to(DTYPES[kv_dtype])
     ref_o, ref_lse = reference_prefill(q_ref, qo, lambda r: (k[starts[r]:starts[r + 1]], v[starts[r]:starts[r + 1]]),
-                                       causal=causal, window=window, cap=cap or 0.0,
-                                       rope_theta=1e4 if pos == "ROPE_LLAMA" else None)
+                                       causal=causal and not custom, window=window, cap=cap or 0.0,
+                                       rope_theta=1e4 if pos == "ROPE_LLAMA" else None, masks=masks)
     label = (f"ragged prefill {name} [{dtype}/{kv_dtype} hd{head_dim} group {group} "
              f"{'causal' if causal else 'non-causal'} qo {sum(qo)} kv {sum(kv)}]")
     torch.cuda.synchronize()
@@ -490,6 +540,7 @@ def ragged_cases():
     guarded("ragged rope", lambda: ragged_case("rope_llama", 4, pos="ROPE_LLAMA"))
     guarded("ragged window+cap", lambda: ragged_case("window + soft cap", 2, causal=False,
                                                      window=random.randint(0, 100), cap=1.5))
+    guarded("ragged custom mask", lambda: ragged_case("custom_mask", 8, "f16", 128, custom=True))
     guarded("ragged mixed types", lambda: ragged_case("f16 q, bf16 kv, f16 out", 4, "f16", kv_dtype="bf16",
                                                       o_dtype="f16"))
 

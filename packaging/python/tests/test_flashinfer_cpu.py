@@ -465,8 +465,12 @@ class RefusalTest(unittest.TestCase):
 
     def test_decode_plan(self):
         w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(Stand())
+        # Several query tokens per request run on the prefill path, as FlashInfer's tensor-core
+        # decode: the CUDA-core wrapper refuses them by that name.
+        with self.assertRaises(ValueError) as e:
+            w.plan(*DECODE_ARGS, q_len_per_req=2)
+        self.assertIn("use_tensor_cores=True", str(e.exception))
         cases = [
-            (dict(q_len_per_req=2), "q_len_per_req=2"),
             (dict(is_causal=True), "is_causal=True"),
             (dict(window_right=4), "window_right=4"),
             (dict(block_tables=Stand()), "block_tables=<Stand>"),
@@ -517,7 +521,9 @@ class RefusalTest(unittest.TestCase):
         self.refused(lambda: decode.run(q, cache, skip_softmax_threshold_scale_factor=1.0),
                      "skip_softmax_threshold_scale_factor=1.0")
         self.refused(lambda: decode.run(q, cache, Stand()), "*args")
-        self.refused(lambda: decode.run(q, cache, q_len_per_req=2), "q_len_per_req=2")
+        with self.assertRaises(ValueError) as e:  # another q_len_per_req than the plan's
+            decode.run(q, cache, q_len_per_req=2)
+        self.assertIn("q_len_per_req=2 differs from plan()'s 1", str(e.exception))
         paged = flashinfer.BatchPrefillWithPagedKVCacheWrapper(Stand())
         self.refused(lambda: paged.run(q, cache, kv_cache_sf=Stand()), "BatchPrefillWithPagedKVCacheWrapper.run",
                      "kv_cache_sf")

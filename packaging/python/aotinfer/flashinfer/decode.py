@@ -1,8 +1,11 @@
-"""FlashInfer's BatchDecodeWithPagedKVCacheWrapper over aotinfer.BatchDecode."""
+"""FlashInfer's BatchDecodeWithPagedKVCacheWrapper over aotinfer.BatchDecode; with
+q_len_per_req > 1 (speculative verification: each request's last tokens, causal among
+themselves) over a paged prefill, as FlashInfer's tensor-core decode path does."""
 import functools
 
 from .. import BatchDecode
 from . import _args, _base
+from .prefill import BatchPrefillWithPagedKVCacheWrapper
 
 _NAME = "BatchDecodeWithPagedKVCacheWrapper"
 _PLAN, _RUN, _FORWARD = _NAME + ".plan", _NAME + ".run", _NAME + ".forward"
@@ -29,6 +32,7 @@ class BatchDecodeWithPagedKVCacheWrapper(_base.Wrapper):
         self._paged_kv_indptr_buf = paged_kv_indptr_buffer
         self._paged_kv_indices_buf = paged_kv_indices_buffer
         self._paged_kv_last_page_len_buf = paged_kv_last_page_len_buffer
+        self._verify, self._q_len = None, 1  # the paged prefill of the last plan with q_len_per_req > 1
 
     @property
     def use_tensor_cores(self):
@@ -41,7 +45,17 @@ class BatchDecodeWithPagedKVCacheWrapper(_base.Wrapper):
              q_len_per_req=1, *, window_right=0, is_causal=None):
         """indptr [batch + 1], indices [indptr[-1]], last_page_len [batch] (int32, on any device).
         window_left (>= 0: a sliding window; -1: none) is fixed here, as it shapes the plan (one
-        core object per distinct window, kept); logits_soft_cap is kept for run()."""
+        core object per distinct window, kept); logits_soft_cap is kept for run(). q_len_per_req > 1:
+        q holds that many tokens per request, the last ones of its KV, each seeing the keys up to
+        its own (is_causal=False: every key); needs use_tensor_cores=True, as in FlashInfer."""
+        q_len = 1 if q_len_per_req is None else int(q_len_per_req)
+        self._q_len = 1
+        if q_len != 1:
+            return self._plan_verify(q_len, is_causal, indptr, indices, last_page_len, num_qo_heads, num_kv_heads,
+                                     head_dim, page_size, pos_encoding_mode, window_left, logits_soft_cap, q_data_type,
+                                     kv_data_type, o_data_type, data_type, sm_scale, rope_scale, rope_theta,
+                                     non_blocking, block_tables, seq_lens, fixed_split_size, disable_split_kv,
+                                     window_right)
         config, features, scalars = _args.decode_plan(
             num_qo_heads, num_kv_heads, head_dim, page_size, pos_encoding_mode, window_left, logits_soft_cap,
             q_data_type, kv_data_type, o_data_type, data_type, sm_scale, rope_scale, rope_theta, block_tables,
@@ -75,6 +89,43 @@ class BatchDecodeWithPagedKVCacheWrapper(_base.Wrapper):
 
     begin_forward = plan
 
+    def _plan_verify(self, q_len, is_causal, indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim,
+                     page_size, pos_encoding_mode, window_left, logits_soft_cap, q_data_type, kv_data_type, o_data_type,
+                     data_type, sm_scale, rope_scale, rope_theta, non_blocking, block_tables, seq_lens,
+                     fixed_split_size, disable_split_kv, window_right):
+        """plan() with q_len_per_req > 1: a paged prefill over the same pages (its CUDA-graph
+        buffers the decode wrapper's), q_len query tokens per request."""
+        if q_len < 1:
+            _args.refuse(_PLAN, "q_len_per_req", q_len, "at least 1 query token per request")
+        if not self._use_tensor_cores:
+            raise ValueError(f"aotinfer.flashinfer {_PLAN}: q_len_per_req={q_len} needs use_tensor_cores=True "
+                             "(as in FlashInfer: several query tokens per request run on the prefill path)")
+        # The decode checks first (the same arguments refused by the same names).
+        _args.decode_plan(num_qo_heads, num_kv_heads, head_dim, page_size, pos_encoding_mode, window_left,
+                          logits_soft_cap, q_data_type, kv_data_type, o_data_type, data_type, sm_scale, rope_scale,
+                          rope_theta, block_tables, seq_lens, fixed_split_size, disable_split_kv, 1, window_right)
+        if data_type is not None:
+            q_data_type = data_type if q_data_type is None else q_data_type
+            kv_data_type = data_type if kv_data_type is None else kv_data_type
+        _base.need_torch()
+        self._core = None
+        batch = int(_base.host_int32(last_page_len).shape[0])
+        if self._verify is None or (self._use_cuda_graph and self._verify_q_len != q_len):
+            qo_indptr = _base.torch.arange(0, (batch + 1) * q_len, q_len, dtype=_base.torch.int32, device=self.device)
+            self._verify = BatchPrefillWithPagedKVCacheWrapper(
+                self._float_workspace_buffer, self._kv_layout, self._use_cuda_graph, qo_indptr_buf=qo_indptr,
+                paged_kv_indptr_buf=self._paged_kv_indptr_buf, paged_kv_indices_buf=self._paged_kv_indices_buf,
+                paged_kv_last_page_len_buf=self._paged_kv_last_page_len_buf, package=self._package)
+            self._verify_q_len = q_len
+        qo_indptr = [i * q_len for i in range(batch + 1)]
+        self._verify.plan(qo_indptr, indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim, page_size,
+                          causal=is_causal is not False, pos_encoding_mode=pos_encoding_mode, window_left=window_left,
+                          logits_soft_cap=logits_soft_cap, sm_scale=sm_scale, rope_scale=rope_scale,
+                          rope_theta=rope_theta, q_data_type=q_data_type, kv_data_type=kv_data_type,
+                          o_data_type=o_data_type, non_blocking=non_blocking, fixed_split_size=fixed_split_size,
+                          disable_split_kv=disable_split_kv)
+        self._batch_size, self._q_len = batch, q_len
+
     def run(self, q, paged_kv_cache, *args, q_scale=None, k_scale=None, v_scale=None, out=None, lse=None,
             return_lse=False, enable_pdl=None, window_left=None, sinks=None, q_len_per_req=None,
             skip_softmax_threshold_scale_factor=None, kv_cache_sf=None):
@@ -84,8 +135,9 @@ class BatchDecodeWithPagedKVCacheWrapper(_base.Wrapper):
         if args or kv_cache_sf is not None or skip_softmax_threshold_scale_factor is not None:
             _args.unserved(_RUN, args, kv_cache_sf=kv_cache_sf,
                            skip_softmax_threshold_scale_factor=skip_softmax_threshold_scale_factor)
-        if q_len_per_req not in (None, 1):
-            _args.refuse(_RUN, "q_len_per_req", q_len_per_req, "decode serves one query token per request")
+        if self._q_len != 1 or q_len_per_req not in (None, 1):
+            return self._run_verify(q, paged_kv_cache, q_scale, k_scale, v_scale, out, lse, return_lse, window_left,
+                                    sinks, q_len_per_req)
         if self._core is None or window_left is not None:
             self._planned(_RUN, window_left)
         k, v = _base.split_cache(paged_kv_cache, self._kv_layout)
@@ -106,6 +158,17 @@ class BatchDecodeWithPagedKVCacheWrapper(_base.Wrapper):
         return o if o is out and lse_rows is None else self._deliver(o, out, lse_rows, return_lse)
 
     run_return_lse = functools.partialmethod(run, return_lse=True)
+
+    def _run_verify(self, q, paged_kv_cache, q_scale, k_scale, v_scale, out, lse, return_lse, window_left, sinks,
+                    q_len_per_req):
+        if q_len_per_req not in (None, self._q_len):
+            raise ValueError(f"aotinfer.flashinfer {_RUN}: q_len_per_req={q_len_per_req} differs from plan()'s "
+                             f"{self._q_len}")
+        if q.shape[0] != self._batch_size * self._q_len:
+            raise ValueError(f"aotinfer.flashinfer {_RUN}: q has {q.shape[0]} tokens; the plan's q_len_per_req "
+                             f"{self._q_len} x batch {self._batch_size} needs {self._batch_size * self._q_len}")
+        return self._verify.run(q, paged_kv_cache, q_scale=q_scale, k_scale=k_scale, v_scale=v_scale, out=out, lse=lse,
+                                return_lse=return_lse, window_left=window_left, sinks=sinks)
 
     def _run_ln(self, q, paged_kv_cache):
         """(o, lse) with the core's natural-log LSE, for the cascade's merges (no base-2 rescale)."""
