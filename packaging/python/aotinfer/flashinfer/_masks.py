@@ -32,7 +32,7 @@ def _pack(where, custom_mask, bits, offsets, device):
     dest = torch.arange(flat.numel(), device=device) + torch.repeat_interleave(
         shift, torch.tensor(bits, dtype=torch.int64)).to(device)
     unpacked = torch.zeros(padded_bits, dtype=torch.uint8, device=device)
-    unpacked[dest] = flat.to(device=device, dtype=torch.uint8) != 0
+    unpacked[dest] = (flat.to(device) != 0).to(torch.uint8)
     weights = torch.tensor([1 << b for b in range(8)], dtype=torch.int32, device=device)
     return (unpacked.view(-1, 8).to(torch.int32) * weights).sum(1).to(torch.uint8)
 

@@ -100,6 +100,9 @@ class BatchDecodeWithPagedKVCacheWrapper(_base.Wrapper):
         if not self._use_tensor_cores:
             raise ValueError(f"aotinfer.flashinfer {_PLAN}: q_len_per_req={q_len} needs use_tensor_cores=True "
                              "(as in FlashInfer: several query tokens per request run on the prefill path)")
+        if self._backend not in ("auto", "fa2"):  # as FlashInfer, whose multi-token decode is fa2's
+            raise NotImplementedError(f"aotinfer.flashinfer {_PLAN}: q_len_per_req={q_len} is served on the fa2 "
+                                      f"path (backend 'auto' or 'fa2'), not backend={self._backend!r}")
         # The decode checks first (the same arguments refused by the same names).
         _args.decode_plan(num_qo_heads, num_kv_heads, head_dim, page_size, pos_encoding_mode, window_left,
                           logits_soft_cap, q_data_type, kv_data_type, o_data_type, data_type, sm_scale, rope_scale,
@@ -109,7 +112,13 @@ class BatchDecodeWithPagedKVCacheWrapper(_base.Wrapper):
             kv_data_type = data_type if kv_data_type is None else kv_data_type
         _base.need_torch()
         self._core = None
-        batch = int(_base.host_int32(last_page_len).shape[0])
+        pages, last = _base.host_int32(indptr).tolist(), _base.host_int32(last_page_len).tolist()
+        batch = len(last)
+        for i, (a, b, n) in enumerate(zip(pages, pages[1:], last)):
+            keys = 0 if b == a else (b - a - 1) * int(page_size) + n
+            if keys < q_len:  # as FlashInfer: the first query token would see no key
+                raise ValueError(f"aotinfer.flashinfer {_PLAN}: request {i} has {keys} keys, fewer than "
+                                 f"q_len_per_req={q_len}: its first query tokens would have an empty KV range")
         if self._verify is None or (self._use_cuda_graph and self._verify_q_len != q_len):
             qo_indptr = _base.torch.arange(0, (batch + 1) * q_len, q_len, dtype=_base.torch.int32, device=self.device)
             self._verify = BatchPrefillWithPagedKVCacheWrapper(
