@@ -11,7 +11,7 @@ import unittest
 _TORCH_BEFORE = "torch" in sys.modules
 import aotinfer  # noqa: E402
 from aotinfer import flashinfer  # noqa: E402
-from aotinfer.flashinfer import _args, _masks  # noqa: E402
+from aotinfer.flashinfer import _args, _base, _masks  # noqa: E402
 
 REQUIRED = object()
 
@@ -425,6 +425,8 @@ class WindowTest(unittest.TestCase):
         start a new byte."""
         self.assertEqual(_masks.mask_layout([3, 1, 0, 2], [5, 8, 4, 3]), ([15, 8, 0, 6], [0, 2, 3, 3, 4]))
         self.assertEqual(_masks.mask_layout([], []), ([], [0]))
+        # Their key counts, from a paged cache's host metadata (an empty request included).
+        self.assertEqual(_base.paged_kv_lengths([0, 1, 1, 4], [16, 0, 5], 16), [16, 0, 37])
 
     def test_window_values(self):
         for where, plan in (("BatchDecodeWithPagedKVCacheWrapper.plan", lambda **kw: _args.decode_plan(

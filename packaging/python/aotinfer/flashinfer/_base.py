@@ -76,6 +76,12 @@ def host_int32(x):
     return torch.as_tensor(x, dtype=torch.int32)
 
 
+def paged_kv_lengths(indptr, last_page_len, page_size):
+    """Keys per request of a paged cache, from host lists of its indptr (pages) and
+    last_page_len."""
+    return [0 if b == a else (b - a - 1) * page_size + n for a, b, n in zip(indptr, indptr[1:], last_page_len)]
+
+
 def device_int32(x, device, non_blocking):
     """x as an int32 tensor on device: x itself when it already is one (as FlashInfer keeps it)."""
     if isinstance(x, torch.Tensor):

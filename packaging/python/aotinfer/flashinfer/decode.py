@@ -112,10 +112,9 @@ class BatchDecodeWithPagedKVCacheWrapper(_base.Wrapper):
             kv_data_type = data_type if kv_data_type is None else kv_data_type
         _base.need_torch()
         self._core = None
-        pages, last = _base.host_int32(indptr).tolist(), _base.host_int32(last_page_len).tolist()
+        last = _base.host_int32(last_page_len).tolist()
         batch = len(last)
-        for i, (a, b, n) in enumerate(zip(pages, pages[1:], last)):
-            keys = 0 if b == a else (b - a - 1) * int(page_size) + n
+        for i, keys in enumerate(_base.paged_kv_lengths(_base.host_int32(indptr).tolist(), last, int(page_size))):
             if keys < q_len:  # as FlashInfer: the first query token would see no key
                 raise ValueError(f"aotinfer.flashinfer {_PLAN}: request {i} has {keys} keys, fewer than "
                                  f"q_len_per_req={q_len}: its first query tokens would have an empty KV range")

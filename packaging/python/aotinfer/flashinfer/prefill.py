@@ -66,8 +66,7 @@ class _Prefill(_base.Wrapper):
         qo, kv = qo_host.tolist(), kv_host.tolist()
         qo_lens = [b - a for a, b in zip(qo, qo[1:])]
         if config["kv_storage"] == "paged":
-            page, last = config["page_size"], paged["kv_last_page_len"].tolist()
-            kv_lens = [0 if b == a else (b - a - 1) * page + n for a, b, n in zip(kv, kv[1:], last)]
+            kv_lens = _base.paged_kv_lengths(kv, paged["kv_last_page_len"].tolist(), config["page_size"])
         else:
             kv_lens = [b - a for a, b in zip(kv, kv[1:])]
         into = None
