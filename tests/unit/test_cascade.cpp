@@ -92,6 +92,8 @@ TEST_CASE("Cascade::check_config refuses what a cascade cannot take, naming it",
   CHECK_THAT(with([](CascadeConfig& c) { c.level.pos_encoding = aotinfer::PosEncoding::rope_llama; }),
              Contains("cascade: pos_encoding must be none"));
   CHECK_THAT(with([](CascadeConfig& c) { c.level.window_left = 16; }), Contains("cascade: window_left must be < 0"));
+  CHECK_THAT(with([](CascadeConfig& c) { c.level.mask = aotinfer::MaskMode::custom; }),
+             Contains("cascade: mask must be none or causal"));
   // The level's own checks, restated as the cascade's.
   CHECK_THAT(with([](CascadeConfig& c) { c.level.num_kv_heads = 3; }), Contains("cascade: "));
   CHECK_THAT(with([](CascadeConfig& c) { c.level.page_size = 0; }), Contains("cascade: page_size must be >= 1, got 0"));
@@ -162,6 +164,7 @@ TEST_CASE("C API: cascade calls check every argument before the handle and the d
   refused(with([](auto& c) { c.level.pos_encoding = "rope_llama"; }), {cfn, "config->level.pos_encoding: expected \"none\""});
   refused(with([](auto& c) { c.level.sliding_window = 1; }), {cfn, "config->level.sliding_window: expected 0"});
   refused(with([](auto& c) { c.level.mask = "diagonal"; }), {cfn, "config->level.mask: expected \"none\" or \"causal\""});
+  refused(with([](auto& c) { c.level.mask = "custom"; }), {cfn, "config->level.mask: expected \"none\" or \"causal\""});
   refused(with([](auto& c) { c.level.cuda_graph = 1; }), {cfn, "config->level.max_batch (CUDA-graph mode"});
   refused(with([](auto& c) { c.level.dtype_q = "int4"; }), {"dtype_q: unknown dtype 'int4'"});
   refused(with([](auto& c) { c.level.num_kv_heads = 3; }), {"cascade: "});  // 8 heads are no multiple of 3

@@ -242,6 +242,38 @@ TEST_CASE("paged prefill checks its pools and page table", "[tensor_checks]") {
   CHECK_THAT(error_of([&] { detail::prefill_run_args(config, plan, t, scalars); }).what(), Contains("kv_last_page_len: is required"));
 }
 
+TEST_CASE("prefill under a custom mask needs its bits (rounded up to 4 bytes) and offsets, and only then", "[tensor_checks]") {
+  BatchPrefillConfig config;
+  config.kv_storage = KvStorage::ragged;
+  detail::PlannedShape plan{2, 100, 300, 0, 0};
+  plan.mask_bytes = 10;  // the kernels read words: 12 bytes must be there
+  aotinfer_batch_prefill_tensors t{};
+  t.q = tensor(AOTINFER_BF16, {100, 32, 128});
+  t.o = tensor(AOTINFER_BF16, {100, 32, 128});
+  t.k = tensor(AOTINFER_BF16, {300, 8, 128});
+  t.v = tensor(AOTINFER_BF16, {300, 8, 128});
+  t.qo_indptr = tensor(AOTINFER_I32, {3});
+  t.kv_indptr = tensor(AOTINFER_I32, {3});
+  const aotinfer_attention_scalars scalars{};
+  t.custom_mask = tensor(AOTINFER_U8, {12}, 0x7f0000200000);
+  t.mask_indptr = tensor(AOTINFER_I32, {3}, 0x7f0000300000);
+  CHECK_THAT(error_of([&] { detail::prefill_run_args(config, plan, t, scalars); }).what(),
+             Contains("custom_mask: is given but the prefill's mask is not \"custom\""));
+  config.mask = MaskMode::custom;
+  const PrefillRunArgs a = detail::prefill_run_args(config, plan, t, scalars);
+  CHECK(a.custom_mask == t.custom_mask.data);
+  CHECK(a.mask_indptr == t.mask_indptr.data);
+  t.custom_mask.shape[0] = 11;
+  CHECK_THAT(error_of([&] { detail::prefill_run_args(config, plan, t, scalars); }).what(),
+             Contains("custom_mask: expected shape [>= 12]"));
+  t.custom_mask.shape[0] = 12;
+  t.custom_mask.dtype = AOTINFER_I32;
+  CHECK_THAT(error_of([&] { detail::prefill_run_args(config, plan, t, scalars); }).what(), Contains("custom_mask: expected dtype u8"));
+  t.custom_mask.dtype = AOTINFER_U8;
+  t.mask_indptr = {};
+  CHECK_THAT(error_of([&] { detail::prefill_run_args(config, plan, t, scalars); }).what(), Contains("mask_indptr: is required"));
+}
+
 TEST_CASE("merge_state and append_paged_kv pick their variant from the tensors and check the rest", "[tensor_checks]") {
   aotinfer_merge_state_tensors m{};
   m.v_a = tensor(AOTINFER_F16, {5, 4, 64});
