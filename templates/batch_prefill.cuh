@@ -5,7 +5,9 @@
 //
 // Two entries per variant, one per CTA query tile, so that the planner can match the tile to the
 // batch: `prefill` (128 packed rows) and `prefill_small` (64 rows), which wastes fewer rows on
-// short or decode-like requests. Behind `prefill`, the sm_90a compile pass puts the Hopper
+// short or decode-like requests. Both come twice: as they are, for masks none and causal, and as
+// `prefill_general` and `prefill_small_general`, which add windows, soft caps and custom masks
+// (KeyLoop, aotinfer/prefill_work.cuh); the runtime picks by the config. Behind `prefill`, the sm_90a compile pass puts the Hopper
 // kernel (aotinfer/prefill_sm90.cuh: wgmma, warp-specialized); every other pass the mma.sync
 // kernel (aotinfer/prefill_mma.cuh: 2 m-tiles per warp; 64 rows for head_dim 256, whose output
 // accumulators leave no registers for a second m-tile), which also serves `prefill_small`.
@@ -29,20 +31,32 @@ constexpr bool kSm90Pass = false;
 
 // The entries of a prefill family over the KV source `KvRows`: the two query tiles.
 #define AOTINFER_PREFILL_ENTRIES(KvRows)                                                                        \
-  template <int kMmaQ>                                                                                          \
-  using Kernel =                                                                                                \
-      PrefillMma<dtype_q, dtype_kv, head_dim, dtype_o, pos_encoding, KvRows, kMmaQ>;                         \
+  template <int kMmaQ, bool kGeneral>                                                                          \
+  using Kernel = PrefillMma<dtype_q, dtype_kv, head_dim, dtype_o, pos_encoding, KvRows, kMmaQ, kGeneral>;       \
+  template <bool kGeneral>                                                                                      \
   using Large = std::conditional_t<kSm90Pass && prefill_sm90_serves<dtype_q, dtype_kv, head_dim, dtype_o,        \
                                                                     pos_encoding>(),                            \
-                                   PrefillSm90<dtype_q, dtype_kv, head_dim, dtype_o, pos_encoding, KvRows>,       \
-                                   Kernel<head_dim <= 128 ? 2 : 1>>;                                              \
-  using Small = Kernel<1>;                                                                                      \
+                                   PrefillSm90<dtype_q, dtype_kv, head_dim, dtype_o, pos_encoding, KvRows,        \
+                                               kGeneral>,                                                       \
+                                   Kernel<head_dim <= 128 ? 2 : 1, kGeneral>>;                                    \
                                                                                                                 \
-  static constexpr aotinfer_launch_info prefill_launch = Large::launch;                                         \
-  AOTINFER_ENTRY static __device__ void prefill(const aotinfer_batch_prefill_params& p) { Large::run(p); }      \
+  static constexpr aotinfer_launch_info prefill_launch = Large<false>::launch;                                  \
+  AOTINFER_ENTRY static __device__ void prefill(const aotinfer_batch_prefill_params& p) { Large<false>::run(p); } \
                                                                                                                 \
-  static constexpr aotinfer_launch_info prefill_small_launch = Small::launch;                                   \
-  AOTINFER_ENTRY static __device__ void prefill_small(const aotinfer_batch_prefill_params& p) { Small::run(p); }
+  static constexpr aotinfer_launch_info prefill_small_launch = Kernel<1, false>::launch;                        \
+  AOTINFER_ENTRY static __device__ void prefill_small(const aotinfer_batch_prefill_params& p) {                 \
+    Kernel<1, false>::run(p);                                                                                   \
+  }                                                                                                             \
+                                                                                                                \
+  static constexpr aotinfer_launch_info prefill_general_launch = Large<true>::launch;                           \
+  AOTINFER_ENTRY static __device__ void prefill_general(const aotinfer_batch_prefill_params& p) {               \
+    Large<true>::run(p);                                                                                        \
+  }                                                                                                             \
+                                                                                                                \
+  static constexpr aotinfer_launch_info prefill_small_general_launch = Kernel<1, true>::launch;                 \
+  AOTINFER_ENTRY static __device__ void prefill_small_general(const aotinfer_batch_prefill_params& p) {         \
+    Kernel<1, true>::run(p);                                                                                    \
+  }
 
 template <typename dtype_q, int head_dim, typename dtype_kv = dtype_q, typename dtype_o = dtype_q,
           PosEncoding pos_encoding = PosEncoding::none>

@@ -24,7 +24,7 @@
 namespace aotinfer {
 
 template <typename dtype_q, typename dtype_kv, int head_dim, typename dtype_o, PosEncoding pos_encoding,
-          template <typename> class KvRows, int kMmaQ>
+          template <typename> class KvRows, int kMmaQ, bool kGeneral>
 struct PrefillMma {
   static_assert(sizeof(dtype_q) == 2 && sizeof(dtype_o) == 2, "16-bit queries and output");
   static constexpr bool kFp8 = sizeof(dtype_kv) == 1;
@@ -227,7 +227,7 @@ struct PrefillMma {
 
     // Softmax in log2 units with one FFMA per score: p = exp2(x * scale - m * scale), where x is
     // the raw product, or (soft cap) the capped product (score_fragment.cuh).
-    const bool capped = p.soft_cap_out > 0.f;  // the same for every thread: a uniform branch
+    const bool capped = kGeneral && p.soft_cap_out > 0.f;  // the same for every thread: a uniform branch
     const float scale = p.sm_scale * kLog2e;
     float row_m[kMmaQ][2], row_l[kMmaQ][2];
     float o[kMmaQ][kDimTiles][4];
@@ -289,9 +289,9 @@ struct PrefillMma {
       // custom mask). A window's edges lie within kRows keys of `begin` (begin is at least where
       // the first row's window starts, the last row's starts at most kRows - 1 tokens later):
       // tested on the tile index, which keeps no register live across the loop for it.
-      const bool causal = p.mask_mode == AOTINFER_MASK_CAUSAL, custom = p.mask_mode == AOTINFER_MASK_CUSTOM;
+      const bool causal = p.mask_mode == AOTINFER_MASK_CAUSAL, custom = kGeneral && p.mask_mode == AOTINFER_MASK_CUSTOM;
       const bool edge = custom || start + kKv > end || (causal && start + kKv - 1 > q_offset + t_first) ||
-                        (p.window_left != AOTINFER_NO_WINDOW && tile * kKv < kRows);
+                        (kGeneral && p.window_left != AOTINFER_NO_WINDOW && tile * kKv < kRows);
       // Element (m, j, e) is row (m, e / 2), key start + 8 j + 2 (lane % 4) + e % 2. The mask is a
       // loop of its own behind a warp-uniform branch: interleaved with the max below, the
       // compiler turned it into selects that every stage paid for.
@@ -307,7 +307,7 @@ struct PrefillMma {
           for (int h = 0; h < 2; ++h) {
             const int t = (q_row + min(warp * kWarpRows + m * 16 + lane / 4 + 8 * h, valid_rows - 1)) / group;
             if (causal) key_hi[h] = q_offset + t;
-            key_lo[h] = q_offset + t - p.window_left;
+            if (kGeneral) key_lo[h] = q_offset + t - p.window_left;
             row_bit[h] = int64_t(t) * rows.length;
           }
           mask_scores(s[m], start, end, key_lo, key_hi);

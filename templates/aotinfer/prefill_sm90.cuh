@@ -46,7 +46,7 @@ constexpr bool prefill_sm90_serves() {
 }
 
 template <typename dtype_q, typename dtype_kv, int head_dim, typename dtype_o, PosEncoding pos_encoding,
-          template <typename> class KvRows>
+          template <typename> class KvRows, bool kGeneral>
 struct PrefillSm90 {
   static_assert(prefill_sm90_serves<dtype_q, dtype_kv, head_dim, dtype_o, pos_encoding>(),
                 "head_dim 64, 96, 128 or 256; 16-bit types, or fp8 K/V without RoPE");
@@ -584,22 +584,24 @@ struct PrefillSm90 {
       const int w = n == 0 ? int(blockIdx.x) : sh.announced(n);
       if (w >= pairs.count) break;
       const Cta cta = pairs(p, w);
-      if (p.mask_mode == AOTINFER_MASK_CUSTOM) attend<true>(p, sh, cta, pairs.by_group, g, done, n);
-      else attend<false>(p, sh, cta, pairs.by_group, g, done, n);
+      if constexpr (!kGeneral) attend<KeyLoop::plain>(p, sh, cta, pairs.by_group, g, done, n);
+      else if (p.mask_mode == AOTINFER_MASK_CUSTOM) attend<KeyLoop::custom>(p, sh, cta, pairs.by_group, g, done, n);
+      else attend<KeyLoop::features>(p, sh, cta, pairs.by_group, g, done, n);
       done += cta.num_tiles;
     }
     if (g == 0) sm90::named_barrier_sync<256>(kTurnBarrier);
   }
 
   // One pair: the attention of consumer g's 64 rows, from ring position `done`; n-th pair of the
-  // CTA. A custom mask's key loop is a code path of its own (kCustom): its words, loaded ahead,
-  // would hold registers the other masks' loop needs.
-  template <bool kCustom>
+  // CTA, in one of the key loops (prefill_work.cuh): a custom mask's words, loaded ahead, and a
+  // window's or soft cap's tests would otherwise hold registers and issue slots in every loop.
+  template <KeyLoop kLoop>
   static __device__ __forceinline__ void attend(const aotinfer_batch_prefill_params& p, const Shared& sh,
                                                 const Cta& cta, const FastDiv& by_group, int g, int done, int n) {
     const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
     // Softmax in log2 units (score_fragment.cuh).
-    const bool capped = p.soft_cap_out > 0.f;  // the same for every thread: a uniform branch
+    constexpr bool kCustom = kLoop == KeyLoop::custom, kFeatures = kLoop != KeyLoop::plain;
+    const bool capped = kFeatures && p.soft_cap_out > 0.f;  // the same for every thread: a uniform branch
     const float scale = p.sm_scale * kLog2e;
     float row_m[2] = {-INFINITY, -INFINITY}, row_l[2] = {0.f, 0.f};
     float o[kDimTiles][4], s[kKvTiles][4];
@@ -661,10 +663,14 @@ struct PrefillSm90 {
       // kRows keys of begin, as in the mma.sync kernel; its first keys are worked out here, where
       // they cost no register across the loop); a custom mask's bits, on every tile.
       const bool edge = start + kKv > cta.end || (causal && start + kKv - 1 > cta.q_offset + cta.t_first) ||
-                        (p.window_left != AOTINFER_NO_WINDOW && t * kKv < kRows);
+                        (kFeatures && p.window_left != AOTINFER_NO_WINDOW && t * kKv < kRows);
       if (edge) {
-        const int key_lo[2] = {cta.q_offset + token(0) - p.window_left, cta.q_offset + token(1) - p.window_left};
-        mask_scores(s, start, cta.end, key_lo, key_hi);
+        if constexpr (kFeatures) {
+          const int key_lo[2] = {cta.q_offset + token(0) - p.window_left, cta.q_offset + token(1) - p.window_left};
+          mask_scores(s, start, cta.end, key_lo, key_hi);
+        } else {
+          mask_scores(s, start, cta.end, {INT_MIN, INT_MIN}, key_hi);
+        }
       }
       if constexpr (kCustom) mask_words.apply(s);
       softmax_step</*kLazyMax=*/true>(s, row_m, row_l, alpha, scale);
