@@ -5,9 +5,11 @@
 //
 // Two entries per variant, one per CTA query tile, so that the planner can match the tile to the
 // batch: `prefill` (128 packed rows) and `prefill_small` (64 rows), which wastes fewer rows on
-// short or decode-like requests. Both come twice: as they are, for masks none and causal, and as
-// `prefill_general` and `prefill_small_general`, which add windows, soft caps and custom masks
-// (KeyLoop, aotinfer/prefill_work.cuh); the runtime picks by the config. Behind `prefill`, the sm_90a compile pass puts the Hopper
+// short or decode-like requests. The large tile comes twice: `prefill` for masks none and causal,
+// and `prefill_general`, which adds windows, soft caps and custom masks (KeyLoop,
+// aotinfer/prefill_work.cuh); the runtime picks by the config. `prefill_small` serves every
+// feature in one entry: a third kernel of the mma.sync code on every arch would cost a fifth of
+// the default package's build time, for the tile that runs the fewest keys. Behind `prefill`, the sm_90a compile pass puts the Hopper
 // kernel (aotinfer/prefill_sm90.cuh: wgmma, warp-specialized); every other pass the mma.sync
 // kernel (aotinfer/prefill_mma.cuh: 2 m-tiles per warp; 64 rows for head_dim 256, whose output
 // accumulators leave no registers for a second m-tile), which also serves `prefill_small`.
@@ -43,18 +45,13 @@ constexpr bool kSm90Pass = false;
   static constexpr aotinfer_launch_info prefill_launch = Large<false>::launch;                                  \
   AOTINFER_ENTRY static __device__ void prefill(const aotinfer_batch_prefill_params& p) { Large<false>::run(p); } \
                                                                                                                 \
-  static constexpr aotinfer_launch_info prefill_small_launch = Kernel<1, false>::launch;                        \
-  AOTINFER_ENTRY static __device__ void prefill_small(const aotinfer_batch_prefill_params& p) {                 \
-    Kernel<1, false>::run(p);                                                                                   \
-  }                                                                                                             \
-                                                                                                                \
   static constexpr aotinfer_launch_info prefill_general_launch = Large<true>::launch;                           \
   AOTINFER_ENTRY static __device__ void prefill_general(const aotinfer_batch_prefill_params& p) {               \
     Large<true>::run(p);                                                                                        \
   }                                                                                                             \
                                                                                                                 \
-  static constexpr aotinfer_launch_info prefill_small_general_launch = Kernel<1, true>::launch;                 \
-  AOTINFER_ENTRY static __device__ void prefill_small_general(const aotinfer_batch_prefill_params& p) {         \
+  static constexpr aotinfer_launch_info prefill_small_launch = Kernel<1, true>::launch;                         \
+  AOTINFER_ENTRY static __device__ void prefill_small(const aotinfer_batch_prefill_params& p) {                 \
     Kernel<1, true>::run(p);                                                                                    \
   }
 

@@ -59,9 +59,10 @@ void encode_tensor_maps(aotinfer_batch_prefill_params& p, const aotinfer_launch_
 
 struct BatchPrefill::Impl {
   BatchPrefillConfig config;
-  // The entries of both tiles: plain (masks none and causal) and general (windows, soft caps and
-  // custom masks too); templates/batch_prefill.cuh.
-  Kernel large, small, large_general, small_general, merge;
+  // The large tile's plain entry (masks none and causal) and its general one (windows, soft caps
+  // and custom masks too); the small tile's one entry serves every feature
+  // (templates/batch_prefill.cuh).
+  Kernel large, large_general, small, merge;
   PrefillPlanLimits limits;
   PrefillCapacity graph_capacity;  // CUDA-graph mode
 
@@ -109,18 +110,13 @@ BatchPrefill::BatchPrefill(const Package& package, const BatchPrefillConfig& c) 
   detail::check_family_axes(package, key);
   s.large = package.kernel(key, "prefill");
   s.small = package.kernel(key, "prefill_small");
-  // Packages built before the general entries serve every feature through their plain ones.
+  // Packages built before the general entry serve every feature through their plain one.
   const auto& entries = package.find(key).entries;
   const bool has_general = std::any_of(entries.begin(), entries.end(), [](const auto& e) { return e.name == "prefill_general"; });
   s.large_general = has_general ? package.kernel(key, "prefill_general") : s.large;
-  s.small_general = has_general ? package.kernel(key, "prefill_small_general") : s.small;
-  auto same_tiles = [](const Kernel& plain, const Kernel& general) {
-    if (std::memcmp(plain.launch_info().tile, general.launch_info().tile, sizeof plain.launch_info().tile) != 0)
-      invalid("variant " + plain.uri() + ": entries " + plain.entry() + " and " + general.entry() +
-              " have different tiles (a package built from mismatched templates); rebuild it");
-  };
-  same_tiles(s.large, s.large_general);
-  same_tiles(s.small, s.small_general);
+  if (std::memcmp(s.large.launch_info().tile, s.large_general.launch_info().tile, sizeof s.large.launch_info().tile) != 0)
+    invalid("variant " + s.large.uri() + ": entries prefill and prefill_general have different tiles (a package built "
+            "from mismatched templates); rebuild it");
   s.merge = package.kernel(MergeState::variant_key(c.dtype_o, c.head_dim), "merge_varlen");
 
   const aotinfer_launch_info& info = s.large.launch_info();
@@ -131,10 +127,9 @@ BatchPrefill::BatchPrefill(const Package& package, const BatchPrefillConfig& c) 
   s.limits.num_sms = detail::current_device_sm_count();
   s.limits.num_kv_heads = c.num_kv_heads;
   s.limits.num_qo_heads = c.num_qo_heads;
-  // Plans hold for both entries of a tile: a soft cap, a run argument, picks the entry per run.
+  // Plans hold for both large entries: a soft cap, a run argument, picks the entry per run.
   s.limits.large = {int(info.tile[0]), std::min(s.large.max_active_ctas_per_sm(), s.large_general.max_active_ctas_per_sm())};
-  s.limits.small = {int(s.small.launch_info().tile[0]),
-                    std::min(s.small.max_active_ctas_per_sm(), s.small_general.max_active_ctas_per_sm())};
+  s.limits.small = {int(s.small.launch_info().tile[0]), s.small.max_active_ctas_per_sm()};
   s.limits.kv_tile_tokens = int(info.tile[1]);
   s.limits.causal = c.mask == MaskMode::causal;
   if (s.limits.large.ctas_per_sm < 1 || s.limits.small.ctas_per_sm < 1)
@@ -339,7 +334,7 @@ void BatchPrefill::run(const PrefillRunArgs& a, Stream stream) const {
   p.rope_rcp_scale = 1.f / a.rope_scale;
   p.rope_rcp_theta = 1.f / a.rope_theta;
   const bool general = c.mask == MaskMode::custom || c.window_left >= 0 || a.logits_soft_cap > 0;
-  const Kernel& kernel = s.work.large_tile ? (general ? s.large_general : s.large) : (general ? s.small_general : s.small);
+  const Kernel& kernel = s.work.large_tile ? (general ? s.large_general : s.large) : s.small;
   const PrefillTile& tile = s.work.large_tile ? s.limits.large : s.limits.small;
   encode_tensor_maps(p, kernel.launch_info(), c, a.total_q, s.shape.kv_entries);
   if (kernel.launch_info().tile[3] & AOTINFER_PREFILL_PERSISTENT) {  // one wave takes the (item, KV head) pairs
