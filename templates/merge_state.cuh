@@ -15,7 +15,7 @@ namespace aotinfer {
 template <typename dtype, int head_dim>
 struct AOTINFER_FAMILY("merge_state")
     AOTINFER_VALUES("dtype", "f16", "bf16")
-    AOTINFER_VALUES("head_dim", 64, 96, 128, 256) merge_state {
+    AOTINFER_VALUES("head_dim", 64, 96, 128, 256, 512) merge_state {
   // The kernel is memory-bound: each thread moves one 16-byte pack of each of v_a, v_b, v_out,
   // so a row takes head_dim / kVec threads and a CTA handles several rows.
   static constexpr int kVec = Pack16<dtype>::size;

@@ -338,7 +338,7 @@ TEST_CASE("specs/ci.json builds into a sealed package and rebuilds compile only 
   const Manifest& m = pkg.manifest();
   CHECK(m.package_name == "aotinfer-ci");
   CHECK(m.variants.size() == variants);
-  CHECK(m.families.size() == 5);  // seal keeps what the plan recorded: every template's family
+  CHECK(m.families.size() == 6);  // seal keeps what the plan recorded: every template's family
   CHECK(pkg.verify().empty());
   for (const auto& v : m.variants) {
     CHECK(v.archs == m.archs);  // read from the fatbin itself
@@ -352,7 +352,7 @@ TEST_CASE("specs/ci.json builds into a sealed package and rebuilds compile only 
   // One more head_dim: only its fatbin is compiled.
   auto before = mtimes(out / "package" / "kernels");
   std::string grown = spec;
-  grown.replace(grown.find("[64, 128]"), 9, "[64, 128, 256]");
+  grown.replace(grown.find("[64, 128, 512]"), 14, "[64, 128, 256, 512]");
   write_file_atomic(tmp.path / "ci.json", grown);
   REQUIRE(run(gen + " build " + (tmp.path / "ci.json").string() + " -o " + out.string()) == 0);
   auto after = mtimes(out / "package" / "kernels");

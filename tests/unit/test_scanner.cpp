@@ -202,7 +202,7 @@ TEST_CASE("scanner: the real templates", "[scanner]") {
   CHECK(it->axes[0].allowed == std::vector<std::string>{"f16", "bf16"});
   CHECK(it->axes[1].name == "head_dim");
   CHECK(it->axes[1].kind == AxisKind::integer);
-  CHECK(it->axes[1].allowed == std::vector<std::string>{"64", "96", "128", "256"});
+  CHECK(it->axes[1].allowed == std::vector<std::string>{"64", "96", "128", "256", "512"});  // 512: MLA's latent
   REQUIRE(it->entries.size() == 2);
   CHECK(it->entries[0].name == "merge");
   CHECK(it->entries[0].params_type == "aotinfer_merge_state_params");

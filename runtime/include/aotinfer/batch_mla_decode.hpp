@@ -1,0 +1,85 @@
+// Multi-head latent attention decode (DeepSeek-V3/R1, Kimi K2) over a paged latent cache,
+// FlashInfer-style plan/run:
+//
+//   aotinfer::BatchMlaDecode mla(pkg, config);              // loads the variant and the merge
+//   auto sizes = mla.workspace_sizes(max_batch);            // allocate once
+//   mla.plan(kv_indptr, kv_last_page_len, kv_indices, num_pages, q_len, workspace, stream);
+//   mla.run(args, stream);                                  // per layer: no host decisions
+//
+// The cache holds per token one latent row ckv (512 wide) and one RoPE key row kpe (64), shared
+// by every head; the queries come absorbed (q_nope, 512 wide, and q_pe, 64 wide, per head). Every
+// request has the same q_len (1..4) new tokens, causal among themselves: the decoded token and
+// the speculative ones of multi-token prediction. Contract of the kernel:
+// templates/aotinfer/params/batch_mla_decode.h.
+//
+// plan() partitions the keys with the decode planner (decode_plan.hpp: one KV head, the rows of
+// a request in groups of the kernel's tile) and ships the partition with one async copy; run()
+// launches the kernel and, when the plan splits, merge_state's merge_varlen.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "aotinfer/attention.hpp"
+#include "aotinfer/decode_plan.hpp"
+#include "aotinfer/dtype.hpp"
+#include "aotinfer/package.hpp"
+
+namespace aotinfer {
+
+struct BatchMlaDecodeConfig {
+  DType dtype = DType::bf16;  // q, the cache and o
+  int num_heads = 16;         // query heads (1..128 in the models; any count >= 1 is served)
+  int page_size = 64;
+};
+
+struct MlaDecodeRunArgs {
+  std::int32_t batch = 0;                     // must equal the planned batch
+  const void* q_nope = nullptr;               // [batch * q_len, num_heads, 512]
+  const void* q_pe = nullptr;                 // [batch * q_len, num_heads, 64]
+  std::int64_t q_nope_stride = 0;             // elements between tokens' rows; 0: dense
+  std::int64_t q_pe_stride = 0;
+  const void* ckv = nullptr;                  // [pages, page_size, 512]
+  const void* kpe = nullptr;                  // [pages, page_size, 64]
+  std::int64_t ckv_stride_page = 0;           // elements between pages; 0: dense
+  std::int64_t kpe_stride_page = 0;
+  const std::int32_t* kv_indices = nullptr;   // device copy of what plan() saw
+  void* o = nullptr;                          // [batch * q_len, num_heads, 512]
+  float* lse = nullptr;                       // [batch * q_len, num_heads] or nullptr
+  float sm_scale = 0;                         // required: MLA scales by the pre-absorption head_dim
+};
+
+class BatchMlaDecode {
+ public:
+  // Finds and loads the batch_mla_decode variant and merge_state (head_dim 512) of the package.
+  // Throws Error(invalid_argument) for a bad config, Error(not_found) for a missing variant.
+  BatchMlaDecode(const Package& package, const BatchMlaDecodeConfig& config);
+  static void check_config(const BatchMlaDecodeConfig& config);
+  static VariantKey variant_key(const BatchMlaDecodeConfig& config);
+  ~BatchMlaDecode();
+  BatchMlaDecode(BatchMlaDecode&&) noexcept;
+  BatchMlaDecode& operator=(BatchMlaDecode&&) noexcept;
+
+  // Workspace for plans of up to max_batch requests of up to max_q_len tokens.
+  WorkspaceSizes workspace_sizes(std::int32_t max_batch, std::int32_t max_q_len = 4) const;
+
+  // Host CSR metadata of the cache (kv_indices optional: checked against num_pages when given),
+  // and the new tokens per request (1..4). Throws Error(invalid_argument) before copying anything.
+  void plan(std::span<const std::int32_t> kv_indptr, std::span<const std::int32_t> kv_last_page_len,
+            std::span<const std::int32_t> kv_indices, std::int32_t num_pages, std::int32_t q_len,
+            const Workspace& workspace, Stream stream);
+
+  // Launches for the last plan. Throws Error(invalid_argument) without launching when no plan
+  // was made, args.batch differs from it, a required pointer is null or not 16-byte aligned, or
+  // sm_scale is not positive.
+  void run(const MlaDecodeRunArgs& args, Stream stream) const;
+
+  const DecodeWorkPlan& work_plan() const;
+  const BatchMlaDecodeConfig& config() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace aotinfer

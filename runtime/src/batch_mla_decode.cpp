@@ -1,0 +1,241 @@
+#include "aotinfer/batch_mla_decode.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "aotinfer/merge_state.hpp"
+#include "aotinfer/params/batch_mla_decode.h"
+#include "aotinfer/params/merge_varlen.h"
+#include "driver.hpp"
+#include "family_axes.hpp"
+#include "plan_inputs.hpp"
+#include "plan_upload.hpp"
+
+namespace aotinfer {
+
+namespace {
+
+[[noreturn]] void invalid(const std::string& what) { throw Error(ErrorCode::invalid_argument, "batch_mla_decode: " + what); }
+
+using detail::align_up;
+
+constexpr int kCkv = AOTINFER_MLA_CKV_DIM;
+
+// Where each array of the work partition lives in the int workspace.
+struct IntLayout {
+  std::size_t counts = 0;  // [num_work, batch]
+  std::size_t request = 0, kv_begin = 0, kv_end = 0, page_begin = 0, kv_len = 0, merge_indptr = 0;
+  std::size_t bytes = 0;
+
+  IntLayout(std::int32_t work_capacity, std::int32_t batch_capacity) {
+    const std::size_t work = align_up(std::size_t(work_capacity) * 4);
+    request = align_up(2 * 4);
+    kv_begin = request + work;
+    kv_end = kv_begin + work;
+    page_begin = kv_end + work;
+    kv_len = page_begin + work;
+    merge_indptr = kv_len + work;
+    bytes = merge_indptr + align_up(std::size_t(batch_capacity + 1) * 4);
+  }
+};
+
+// Float states of a split plan: each item's rows (q_len * num_heads) of 512 values and an lse.
+std::size_t float_bytes(std::int32_t work, std::int32_t rows) {
+  const std::size_t states = std::size_t(work) * rows;
+  return align_up(states * kCkv * 4) + align_up(states * 4);
+}
+
+}  // namespace
+
+struct BatchMlaDecode::Impl {
+  BatchMlaDecodeConfig config;
+  Kernel decode, merge;
+  DecodePlanLimits limits;
+  int tile_rows = 0;
+
+  // The last plan.
+  bool planned = false;
+  std::int32_t batch = 0, q_len = 0, row_groups = 0;
+  DecodeWorkPlan work;
+  IntLayout layout{0, 0};
+  Workspace workspace;
+  detail::PlanUpload upload;
+
+  int row_groups_for(std::int32_t q) const { return (q * config.num_heads + tile_rows - 1) / tile_rows; }
+};
+
+void BatchMlaDecode::check_config(const BatchMlaDecodeConfig& c) {
+  if (c.dtype != DType::f16 && c.dtype != DType::bf16)
+    invalid("dtype must be f16 or bf16, got " + std::string(dtype_name(c.dtype)));
+  if (c.num_heads < 1) invalid("num_heads must be >= 1, got " + std::to_string(c.num_heads));
+  if (c.page_size < 1) invalid("page_size must be >= 1, got " + std::to_string(c.page_size));
+}
+
+VariantKey BatchMlaDecode::variant_key(const BatchMlaDecodeConfig& c) {
+  return VariantKey{"batch_mla_decode", {{"dtype", std::string(dtype_name(c.dtype))}}};
+}
+
+BatchMlaDecode::BatchMlaDecode(const Package& package, const BatchMlaDecodeConfig& c) : impl_(std::make_unique<Impl>()) {
+  check_config(c);
+  Impl& s = *impl_;
+  s.config = c;
+  detail::check_family_axes(package, variant_key(c));
+  s.decode = package.kernel(variant_key(c), "decode");
+  s.merge = package.kernel(MergeState::variant_key(c.dtype, kCkv), "merge_varlen");
+  const aotinfer_launch_info& info = s.decode.launch_info();
+  if (int(info.tile[2]) != kCkv)
+    invalid("variant " + s.decode.uri() + " is built for latent width " + std::to_string(info.tile[2]) + ", not " +
+            std::to_string(kCkv));
+  s.tile_rows = int(info.tile[0]);
+  s.limits.num_sms = detail::current_device_sm_count();
+  s.limits.ctas_per_sm = s.decode.max_active_ctas_per_sm();
+  s.limits.tile_tokens = int(info.tile[1]);
+  s.limits.ctas_per_item = s.row_groups_for(1);
+  if (s.limits.ctas_per_sm < 1) invalid(s.decode.uri() + " cannot be resident on this GPU (occupancy 0)");
+}
+
+BatchMlaDecode::~BatchMlaDecode() = default;
+BatchMlaDecode::BatchMlaDecode(BatchMlaDecode&&) noexcept = default;
+BatchMlaDecode& BatchMlaDecode::operator=(BatchMlaDecode&&) noexcept = default;
+
+const DecodeWorkPlan& BatchMlaDecode::work_plan() const { return impl_->work; }
+const BatchMlaDecodeConfig& BatchMlaDecode::config() const { return impl_->config; }
+
+WorkspaceSizes BatchMlaDecode::workspace_sizes(std::int32_t max_batch, std::int32_t max_q_len) const {
+  const Impl& s = *impl_;
+  if (max_batch < 1) invalid("max_batch must be >= 1, got " + std::to_string(max_batch));
+  if (max_q_len < 1 || max_q_len > AOTINFER_MLA_MAX_Q_LEN)
+    invalid("max_q_len must be 1.." + std::to_string(AOTINFER_MLA_MAX_Q_LEN) + ", got " + std::to_string(max_q_len));
+  // Fewer tokens mean fewer CTAs per item and so more items a wave: the sizes are the largest
+  // over every q_len up to max_q_len.
+  std::int32_t work = 0;
+  std::size_t floats = 0;
+  for (std::int32_t q = 1; q <= max_q_len; ++q) {
+    DecodePlanLimits limits = s.limits;
+    limits.ctas_per_item = s.row_groups_for(q);
+    const std::int32_t w = decode_max_work(max_batch, limits);
+    work = std::max(work, w);
+    floats = std::max(floats, float_bytes(w, q * s.config.num_heads));
+  }
+  return {floats, IntLayout(work, max_batch).bytes};
+}
+
+void BatchMlaDecode::plan(std::span<const std::int32_t> kv_indptr, std::span<const std::int32_t> kv_last_page_len,
+                          std::span<const std::int32_t> kv_indices, std::int32_t num_pages, std::int32_t q_len,
+                          const Workspace& ws, Stream stream) {
+  Impl& s = *impl_;
+  s.planned = false;  // a failed plan leaves nothing runnable
+  if (q_len < 1 || q_len > AOTINFER_MLA_MAX_Q_LEN)
+    invalid("q_len (new tokens per request) must be 1.." + std::to_string(AOTINFER_MLA_MAX_Q_LEN) + ", got " +
+            std::to_string(q_len));
+  const std::vector<std::int32_t> lengths = decode_kv_lengths(kv_indptr, kv_last_page_len, s.config.page_size);
+  const std::int32_t batch = std::int32_t(lengths.size());
+  for (std::int32_t i = 0; i < batch; ++i)
+    if (lengths[i] > 0 && lengths[i] < q_len)
+      invalid("request " + std::to_string(i) + " has " + std::to_string(lengths[i]) + " keys, fewer than its " +
+              std::to_string(q_len) + " new tokens (whose keys are the last of the cache)");
+  detail::check_page_ids("batch_mla_decode", kv_indptr, kv_indices, num_pages);
+
+  s.limits.ctas_per_item = s.row_groups_for(q_len);
+  plan_decode_work(lengths, s.limits, s.work);
+  const IntLayout layout(s.work.padded_work, batch);
+  const std::size_t need_float = s.work.split ? float_bytes(s.work.padded_work, q_len * s.config.num_heads) : 0;
+  detail::check_workspace("batch_mla_decode", ws, layout.bytes, need_float);
+
+  char* image = s.upload.image(layout.bytes);
+  const std::int32_t counts[2] = {s.work.num_work, batch};
+  std::memcpy(image + layout.counts, counts, sizeof counts);
+  const std::size_t work_bytes = s.work.request.size() * 4;
+  std::memcpy(image + layout.request, s.work.request.data(), work_bytes);
+  std::memcpy(image + layout.kv_begin, s.work.kv_begin.data(), work_bytes);
+  std::memcpy(image + layout.kv_end, s.work.kv_end.data(), work_bytes);
+  auto* page_begin = reinterpret_cast<std::int32_t*>(image + layout.page_begin);
+  auto* kv_len = reinterpret_cast<std::int32_t*>(image + layout.kv_len);
+  for (std::int32_t x = 0; x < s.work.padded_work; ++x) {
+    const bool item = x < s.work.num_work;
+    page_begin[x] = item ? kv_indptr[s.work.request[x]] : 0;
+    kv_len[x] = item ? lengths[s.work.request[x]] : 0;
+  }
+  std::memcpy(image + layout.merge_indptr, s.work.merge_indptr.data(), s.work.merge_indptr.size() * 4);
+  s.upload.send(ws.int_buffer, layout.bytes, stream);
+
+  s.batch = batch;
+  s.q_len = q_len;
+  s.row_groups = s.row_groups_for(q_len);
+  s.layout = layout;
+  s.workspace = ws;
+  s.planned = true;
+}
+
+void BatchMlaDecode::run(const MlaDecodeRunArgs& a, Stream stream) const {
+  const Impl& s = *impl_;
+  const BatchMlaDecodeConfig& c = s.config;
+  if (!s.planned) invalid("run() needs a successful plan() first");
+  if (a.batch != s.batch)
+    invalid("run() got batch " + std::to_string(a.batch) + " but the plan was made for " + std::to_string(s.batch) + "; plan again");
+  if (!a.q_nope || !a.q_pe || !a.ckv || !a.kpe || !a.kv_indices || !a.o)
+    invalid("q_nope, q_pe, ckv, kpe, kv_indices and o must not be null");
+  for (auto [name, ptr] : {std::pair{"q_nope", a.q_nope}, {"q_pe", a.q_pe}, {"ckv", a.ckv}, {"kpe", a.kpe}, {"o", static_cast<const void*>(a.o)}})
+    if (reinterpret_cast<std::uintptr_t>(ptr) % 16 != 0) invalid(std::string(name) + " must be 16-byte aligned (the kernel moves 16-byte vectors)");
+  if (!(a.sm_scale > 0)) invalid("sm_scale must be > 0 (MLA scales by the head_dim before absorption, e.g. 1 / sqrt(192))");
+  const std::int64_t nope_row = std::int64_t(c.num_heads) * kCkv, pe_row = std::int64_t(c.num_heads) * AOTINFER_MLA_KPE_DIM;
+  for (auto [name, stride, least] : {std::tuple{"q_nope_stride", a.q_nope_stride, nope_row}, {"q_pe_stride", a.q_pe_stride, pe_row}})
+    if (stride != 0 && (stride < least || stride % 8 != 0))
+      invalid(std::string(name) + " must be 0 (dense) or a multiple of 8 elements of at least " + std::to_string(least) +
+              ", got " + std::to_string(stride));
+  const std::int64_t ckv_page = std::int64_t(c.page_size) * kCkv, kpe_page = std::int64_t(c.page_size) * AOTINFER_MLA_KPE_DIM;
+  for (auto [name, stride, least] : {std::tuple{"ckv_stride_page", a.ckv_stride_page, ckv_page}, {"kpe_stride_page", a.kpe_stride_page, kpe_page}})
+    if (stride != 0 && (stride < least || stride % 8 != 0))
+      invalid(std::string(name) + " must be 0 (dense) or a multiple of 8 elements of at least " + std::to_string(least) +
+              ", got " + std::to_string(stride));
+  if (s.batch == 0) return;
+
+  const char* ints = static_cast<const char*>(s.workspace.int_buffer);
+  auto int_array = [&](std::size_t offset) { return reinterpret_cast<const std::int32_t*>(ints + offset); };
+  const std::int32_t rows = s.q_len * c.num_heads;
+
+  aotinfer_batch_mla_decode_params p{};
+  p.q_nope = a.q_nope;
+  p.q_pe = a.q_pe;
+  p.q_nope_stride_token = a.q_nope_stride != 0 ? a.q_nope_stride : nope_row;
+  p.q_pe_stride_token = a.q_pe_stride != 0 ? a.q_pe_stride : pe_row;
+  p.ckv = a.ckv;
+  p.kpe = a.kpe;
+  p.ckv_stride_page = a.ckv_stride_page != 0 ? a.ckv_stride_page : ckv_page;
+  p.kpe_stride_page = a.kpe_stride_page != 0 ? a.kpe_stride_page : kpe_page;
+  p.kv_indices = a.kv_indices;
+  p.o = a.o;
+  p.lse = a.lse;
+  p.work_request = int_array(s.layout.request);
+  p.work_kv_begin = int_array(s.layout.kv_begin);
+  p.work_kv_end = int_array(s.layout.kv_end);
+  p.work_page_begin = int_array(s.layout.page_begin);
+  p.work_kv_len = int_array(s.layout.kv_len);
+  p.num_work = int_array(s.layout.counts);
+  const std::size_t states = std::size_t(s.work.padded_work) * rows;
+  if (s.work.split) {
+    p.partial_o = static_cast<float*>(s.workspace.float_buffer);
+    p.partial_lse = reinterpret_cast<float*>(static_cast<char*>(s.workspace.float_buffer) + align_up(states * kCkv * 4));
+  }
+  p.page_size = c.page_size;
+  p.num_heads = c.num_heads;
+  p.q_len = s.q_len;
+  p.sm_scale = a.sm_scale;
+  s.decode.launch(Grid{unsigned(s.work.padded_work), unsigned(s.row_groups)}, p, stream);
+  if (!s.work.split) return;
+
+  // Every request's item states (rows of q_len * num_heads) into its rows of o.
+  aotinfer_merge_varlen_params m{};
+  m.v = p.partial_o;
+  m.s = p.partial_lse;
+  m.indptr = int_array(s.layout.merge_indptr);
+  m.v_out = a.o;
+  m.s_out = a.lse;
+  m.num_outputs = s.batch;
+  m.num_heads = rows;
+  const std::int64_t per_cta = s.merge.launch_info().tile[0];
+  s.merge.launch(Grid{unsigned((std::int64_t(s.batch) * rows + per_cta - 1) / per_cta)}, m, stream);
+}
+
+}  // namespace aotinfer

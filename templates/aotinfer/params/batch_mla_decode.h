@@ -1,0 +1,68 @@
+/* Parameters of the batch_mla_decode family (templates/batch_mla_decode.cuh): multi-head latent
+ * attention (DeepSeek-V2/V3, Kimi K2) in its absorbed decode form. Each request caches, per
+ * token, one latent vector ckv (AOTINFER_MLA_CKV_DIM = 512 wide) and one RoPE key kpe
+ * (AOTINFER_MLA_KPE_DIM = 64), shared by every head. Every query head attends to that cache, which is
+ * both K ([ckv, kpe], 576 wide) and V (ckv, 512 wide):
+ *
+ *   q_nope [tokens, num_heads, 512]  dtype, token row stride q_nope_stride_token, head stride 512
+ *   q_pe   [tokens, num_heads, 64]   dtype, likewise q_pe_stride_token
+ *   ckv    [pages, page_size, 512]   dtype, page stride ckv_stride_page, token stride 512
+ *   kpe    [pages, page_size, 64]    dtype, page stride kpe_stride_page, token stride 64
+ *   o      [tokens, num_heads, 512]  dtype (dense)
+ *   lse    [tokens, num_heads]       float, natural log; may be NULL
+ *
+ * Every request has q_len query tokens (1..4: the token being decoded and the speculative ones
+ * of multi-token prediction), its tokens i * q_len ... in q and o. Token t of a request with
+ * kv_len keys sees keys 0 .. kv_len - q_len + t (causal among the new tokens, whose keys are the
+ * last q_len of the cache). Scores s = (q_nope . ckv + q_pe . kpe) * sm_scale.
+ *
+ * Pages: request i owns kv_indices[kv_indptr[i] .. kv_indptr[i + 1]), the last page holding
+ * kv_last_page_len[i] tokens; a request with no page has no keys (o = 0, lse = -inf).
+ *
+ * Work (the decode planner, runtime/include/aotinfer/decode_plan.hpp): item x covers keys
+ * [work_kv_begin[x], work_kv_end[x]) of request work_request[x] for all its rows (q_len *
+ * num_heads, token-major: row r is token r / num_heads, head r % num_heads); grid
+ * (padded work, row groups of tile[0] rows). Items x >= *num_work exit at once. With
+ * partial_o set (a split plan), every item writes its rows' float state to row x of
+ * partial_o [padded work, q_len * num_heads, 512] and partial_lse, which merge_state's
+ * merge_varlen entry then combines per request; otherwise items write o and lse.
+ *
+ * Launch info: tile[0] = rows per CTA, tile[1] = keys per pipeline stage, tile[2] = 512. */
+#ifndef AOTINFER_PARAMS_BATCH_MLA_DECODE_H
+#define AOTINFER_PARAMS_BATCH_MLA_DECODE_H
+
+#include <stdint.h>
+
+#define AOTINFER_MLA_CKV_DIM 512
+#define AOTINFER_MLA_KPE_DIM 64
+#define AOTINFER_MLA_MAX_Q_LEN 4
+
+typedef struct aotinfer_batch_mla_decode_params {
+  const void* q_nope;
+  const void* q_pe;
+  int64_t q_nope_stride_token; /* elements, a multiple of 8 */
+  int64_t q_pe_stride_token;
+  const void* ckv;
+  const void* kpe;
+  int64_t ckv_stride_page; /* elements, multiples of 8 */
+  int64_t kpe_stride_page;
+  const int32_t* kv_indices;
+  void* o;
+  float* lse;
+
+  const int32_t* work_request;    /* [padded work] */
+  const int32_t* work_kv_begin;   /* [padded work] request-relative key index */
+  const int32_t* work_kv_end;     /* [padded work] */
+  const int32_t* work_page_begin; /* [padded work] kv_indptr[request] */
+  const int32_t* work_kv_len;     /* [padded work] the request's key count */
+  const int32_t* num_work;        /* device scalar */
+  float* partial_o;               /* [padded work, q_len * num_heads, 512] or NULL */
+  float* partial_lse;             /* [padded work, q_len * num_heads] */
+
+  int32_t page_size;
+  int32_t num_heads;
+  int32_t q_len;
+  float sm_scale;
+} aotinfer_batch_mla_decode_params;
+
+#endif

@@ -1,0 +1,26 @@
+// batch_mla_decode: multi-head latent attention (DeepSeek-V3/R1, Kimi K2) decode against a
+// paged latent cache, 1-4 query tokens per request (multi-token prediction). Contract:
+// aotinfer/params/batch_mla_decode.h.
+//
+// Every head of every new token attends to the same 576-wide cache rows, so a request's
+// tokens x heads fill the MMA's rows by themselves and each cache row is read once per CTA for
+// both products (aotinfer/mla_decode_mma.cuh). Long requests split over several work items, as
+// decode's do; merge_state's merge_varlen (head_dim 512) combines their states.
+#pragma once
+#include "aotinfer/abi.h"
+#include "aotinfer/annotate.h"
+#include "aotinfer/mla_decode_mma.cuh"
+#include "aotinfer/params/batch_mla_decode.h"
+
+namespace aotinfer {
+
+template <typename dtype>
+struct AOTINFER_FAMILY("batch_mla_decode")
+    AOTINFER_VALUES("dtype", "f16", "bf16") batch_mla_decode {
+  using Mma = MlaDecodeMma<dtype>;
+  static constexpr aotinfer_launch_info decode_launch = Mma::launch;
+
+  AOTINFER_ENTRY static __device__ void decode(const aotinfer_batch_mla_decode_params& p) { Mma::run(p); }
+};
+
+}  // namespace aotinfer
