@@ -85,6 +85,8 @@ bool read_latent_attention(ModelConfig& m, const Fields& f) {
   if (!f.get("qk_rope_head_dim")) f.bad("qk_rope_head_dim", "a positive integer: kv_lora_rank makes it multi-head latent attention");
   const int rope = f.positive_int("qk_rope_head_dim");
   m.head_dim = int(f.optional_int("qk_nope_head_dim", 0).value_or(0)) + rope;
+  m.latent_rank = int(*rank), m.latent_rope_dim = rope;
+  m.latent_v_dim = int(f.optional_int("v_head_dim", 1).value_or(0));
   m.latent_attention = "multi-head latent attention (kv_lora_rank " + std::to_string(*rank) + ", qk_rope_head_dim " +
                        std::to_string(rope) + ")";
   return true;

@@ -26,8 +26,10 @@ struct ModelConfig {
 
   // Multi-head latent attention (DeepSeek-V2/V3, Kimi K2: kv_lora_rank), named for messages:
   // "multi-head latent attention (kv_lora_rank 512, qk_rope_head_dim 64)"; empty for attention
-  // over per-head K and V, the only kind the templates implement.
+  // over per-head K and V. Its widths: the latent (kv_lora_rank), the shared RoPE key
+  // (qk_rope_head_dim) and the values of its prefill (v_head_dim; 0 when absent).
   std::string latent_attention;
+  int latent_rank = 0, latent_rope_dim = 0, latent_v_dim = 0;
 
   // Which attention the layers use: some attend to the whole context, some through a window
   // (both for alternating models such as Gemma 2 and gpt-oss).

@@ -20,8 +20,8 @@ struct Options {
   bool fused_rope = false;        // RoPE applied inside attention (pos_encoding rope_llama)
 };
 
-enum class Op { decode, prefill_paged, prefill_ragged, append, merge };
-std::string_view op_name(Op op);  // "decode", "prefill paged", ...
+enum class Op { decode, prefill_paged, prefill_ragged, append, merge, latent_decode };
+std::string_view op_name(Op op);  // "decode", "prefill paged", ..., "latent decode"
 
 struct Need {
   Op op = Op::decode;
