@@ -30,3 +30,7 @@ if [ $have_torch = 1 ]; then
 else
   echo "(PyTorch not installed: peers skipped)"
 fi
+
+echo
+echo "== batch_mla_decode benchmark ($pkg)"
+"$root/build-gpu/bench/aotinfer_bench_mla_decode" "$pkg" "$out/mla_decode.jsonl"
