@@ -73,20 +73,11 @@ struct Case {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: %s PACKAGE_DIR RESULTS.jsonl\n", argv[0]);
-    return 2;
-  }
-  aotinfer::Package pkg = aotinfer::Package::open(argv[1]);
-  std::ofstream results(argv[2]);
-  cudaDeviceProp prop{};
-  check(cudaGetDeviceProperties(&prop, 0), "device properties");
-  check(cudaFree(nullptr), "context");
-
-  const double copy_gbs = bench::copy_bandwidth_gbs();
-  std::printf("device %s, %d SMs, L2 %.0f MB; copy bandwidth %.0f GB/s (read + write)\n", prop.name,
-              prop.multiProcessorCount, prop.l2CacheSize / 1e6, copy_gbs);
-  results << "{\"copy_gbs\": " << copy_gbs << "}\n";
+  bench::Session run = bench::start(argc, argv);
+  const aotinfer::Package& pkg = run.pkg;
+  std::ofstream& results = run.results;
+  const cudaDeviceProp& prop = run.prop;
+  const double copy_gbs = run.copy_gbs;
 
   const int qo_heads = 32, kv_heads = 8, page = 16;
   const aotinfer::KvSplit kv_split = bench::kv_split_from_env();

@@ -46,17 +46,10 @@ struct Case {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: %s PACKAGE_DIR RESULTS.jsonl\n", argv[0]);
-    return 2;
-  }
-  aotinfer::Package pkg = aotinfer::Package::open(argv[1]);
-  std::ofstream results(argv[2]);
-  cudaDeviceProp prop{};
-  check(cudaGetDeviceProperties(&prop, 0), "device properties");
-  const double copy_gbs = bench::copy_bandwidth_gbs();
-  std::printf("device %s, %d SMs; copy bandwidth %.0f GB/s\n", prop.name, prop.multiProcessorCount, copy_gbs);
-  results << "{\"copy_gbs\": " << copy_gbs << "}\n";
+  bench::Session run = bench::start(argc, argv);
+  const aotinfer::Package& pkg = run.pkg;
+  std::ofstream& results = run.results;
+  const double copy_gbs = run.copy_gbs;
 
   aotinfer::BatchMlaDecodeConfig cfg;
   cfg.dtype = aotinfer::DType::bf16;

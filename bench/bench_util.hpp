@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -113,6 +114,29 @@ inline double copy_bandwidth_gbs() {
   cudaFree(src);
   cudaFree(dst);
   return 2.0 * bytes / us / 1e3;
+}
+
+// The start of every benchmark program, `PROG PACKAGE_DIR RESULTS.jsonl`: opens both, prints the
+// device and its copy bandwidth (every bandwidth row's yardstick) and records it first.
+struct Session {
+  aotinfer::Package pkg;
+  std::ofstream results;
+  cudaDeviceProp prop{};
+  double copy_gbs = 0;
+};
+inline Session start(int argc, char** argv) {
+  if (argc != 3) {
+    std::fprintf(stderr, "usage: %s PACKAGE_DIR RESULTS.jsonl\n", argv[0]);
+    std::exit(2);
+  }
+  Session s{aotinfer::Package::open(argv[1]), std::ofstream(argv[2])};
+  check(cudaGetDeviceProperties(&s.prop, 0), "device properties");
+  check(cudaFree(nullptr), "context");
+  s.copy_gbs = copy_bandwidth_gbs();
+  std::printf("device %s, %d SMs, L2 %.0f MB; copy bandwidth %.0f GB/s (read + write)\n", s.prop.name,
+              s.prop.multiProcessorCount, s.prop.l2CacheSize / 1e6, s.copy_gbs);
+  s.results << "{\"copy_gbs\": " << s.copy_gbs << "}\n";
+  return s;
 }
 
 }  // namespace bench

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "decode_work_image.hpp"
 #include "driver.hpp"
 #include "family_axes.hpp"
 #include "plan_inputs.hpp"
@@ -22,23 +23,15 @@ namespace {
 
 using detail::align_up;
 
-// Where each array of the work partition lives in the int workspace. The layout depends only
-// on capacities, so in CUDA-graph mode every plan uses the same addresses. The merge counters
-// (one per request and grid row) are zero in every upload and the kernel leaves them at zero.
-struct IntLayout {
-  std::size_t counts = 0;  // [num_work, batch]
-  std::size_t request = 0, kv_begin = 0, kv_end = 0, page_begin = 0, kv_len = 0, merge_indptr = 0, merge_counters = 0;
+// The int workspace: the work partition (decode_work_image.hpp), then the merge counters (one
+// per request and grid row), zero in every upload; the kernel leaves them at zero.
+struct IntLayout : detail::DecodeWorkLayout {
+  std::size_t merge_counters = 0;
   std::size_t bytes = 0;
 
-  IntLayout(std::int32_t work_capacity, std::int32_t batch_capacity, std::int32_t grid_rows) {
-    const std::size_t work = std::size_t(work_capacity) * 4;
-    request = align_up(2 * 4);
-    kv_begin = request + align_up(work);
-    kv_end = kv_begin + align_up(work);
-    page_begin = kv_end + align_up(work);
-    kv_len = page_begin + align_up(work);
-    merge_indptr = kv_len + align_up(work);
-    merge_counters = merge_indptr + align_up(std::size_t(batch_capacity + 1) * 4);
+  IntLayout(std::int32_t work_capacity, std::int32_t batch_capacity, std::int32_t grid_rows)
+      : DecodeWorkLayout(work_capacity, batch_capacity) {
+    merge_counters = end;
     bytes = merge_counters + align_up(std::size_t(batch_capacity) * grid_rows * 4);
   }
 };
@@ -142,20 +135,7 @@ void BatchDecode::plan(std::span<const std::int32_t> kv_indptr, std::span<const 
 
   // Fill the pinned image of the int workspace, then one async copy.
   char* image = s.upload.image(layout.bytes);
-  const std::int32_t counts[2] = {s.work.num_work, batch};
-  std::memcpy(image + layout.counts, counts, sizeof counts);
-  const std::size_t work_bytes = s.work.request.size() * 4;
-  std::memcpy(image + layout.request, s.work.request.data(), work_bytes);
-  std::memcpy(image + layout.kv_begin, s.work.kv_begin.data(), work_bytes);
-  std::memcpy(image + layout.kv_end, s.work.kv_end.data(), work_bytes);
-  auto* page_begin = reinterpret_cast<std::int32_t*>(image + layout.page_begin);
-  auto* kv_len = reinterpret_cast<std::int32_t*>(image + layout.kv_len);
-  for (std::int32_t x = 0; x < s.work.padded_work; ++x) {  // CUDA-graph padding past num_work: zeros
-    const bool item = x < s.work.num_work;
-    page_begin[x] = item ? kv_indptr[s.work.request[x]] : 0;
-    kv_len[x] = item ? lengths[s.work.request[x]] : 0;
-  }
-  std::memcpy(image + layout.merge_indptr, s.work.merge_indptr.data(), s.work.merge_indptr.size() * 4);
+  detail::write_decode_work(image, layout, s.work, batch, kv_indptr, lengths);
   std::memset(image + layout.merge_counters, 0, layout.bytes - layout.merge_counters);
   s.upload.send(ws.int_buffer, layout.bytes, stream);
 
@@ -212,12 +192,7 @@ void BatchDecode::run(const DecodeRunArgs& a, Stream stream) const {
   p.lse = a.lse;
   p.q_positions = a.q_positions;
   p.sinks = a.sinks;
-  p.work_request = int_array(s.layout.request);
-  p.work_kv_begin = int_array(s.layout.kv_begin);
-  p.work_kv_end = int_array(s.layout.kv_end);
-  p.work_page_begin = int_array(s.layout.page_begin);
-  p.work_kv_len = int_array(s.layout.kv_len);
-  p.num_work = int_array(s.layout.counts);
+  detail::point_at_work(p, s.layout, s.workspace.int_buffer);
   const std::size_t partial_rows = std::size_t(s.work.padded_work) * c.num_qo_heads;
   if (s.work.split) {
     p.partial_o = static_cast<float*>(s.workspace.float_buffer);

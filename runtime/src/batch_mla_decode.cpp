@@ -1,12 +1,12 @@
 #include "aotinfer/batch_mla_decode.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <string>
 
 #include "aotinfer/merge_state.hpp"
 #include "aotinfer/params/batch_mla_decode.h"
 #include "aotinfer/params/merge_varlen.h"
+#include "decode_work_image.hpp"
 #include "driver.hpp"
 #include "family_axes.hpp"
 #include "plan_inputs.hpp"
@@ -21,24 +21,6 @@ namespace {
 using detail::align_up;
 
 constexpr int kCkv = AOTINFER_MLA_CKV_DIM;
-
-// Where each array of the work partition lives in the int workspace.
-struct IntLayout {
-  std::size_t counts = 0;  // [num_work, batch]
-  std::size_t request = 0, kv_begin = 0, kv_end = 0, page_begin = 0, kv_len = 0, merge_indptr = 0;
-  std::size_t bytes = 0;
-
-  IntLayout(std::int32_t work_capacity, std::int32_t batch_capacity) {
-    const std::size_t work = align_up(std::size_t(work_capacity) * 4);
-    request = align_up(2 * 4);
-    kv_begin = request + work;
-    kv_end = kv_begin + work;
-    page_begin = kv_end + work;
-    kv_len = page_begin + work;
-    merge_indptr = kv_len + work;
-    bytes = merge_indptr + align_up(std::size_t(batch_capacity + 1) * 4);
-  }
-};
 
 // Float states of a split plan: each item's rows (q_len * num_heads) of 512 values and an lse.
 std::size_t float_bytes(std::int32_t work, std::int32_t rows) {
@@ -58,7 +40,7 @@ struct BatchMlaDecode::Impl {
   bool planned = false;
   std::int32_t batch = 0, q_len = 0, row_groups = 0;
   DecodeWorkPlan work;
-  IntLayout layout{0, 0};
+  detail::DecodeWorkLayout layout{0, 0};
   Workspace workspace;
   detail::PlanUpload upload;
 
@@ -118,7 +100,7 @@ WorkspaceSizes BatchMlaDecode::workspace_sizes(std::int32_t max_batch, std::int3
     work = std::max(work, w);
     floats = std::max(floats, float_bytes(w, q * s.config.num_heads));
   }
-  return {floats, IntLayout(work, max_batch).bytes};
+  return {floats, detail::DecodeWorkLayout(work, max_batch).end};
 }
 
 void BatchMlaDecode::plan(std::span<const std::int32_t> kv_indptr, std::span<const std::int32_t> kv_last_page_len,
@@ -139,26 +121,13 @@ void BatchMlaDecode::plan(std::span<const std::int32_t> kv_indptr, std::span<con
 
   s.limits.ctas_per_item = s.row_groups_for(q_len);
   plan_decode_work(lengths, s.limits, s.work);
-  const IntLayout layout(s.work.padded_work, batch);
+  const detail::DecodeWorkLayout layout(s.work.padded_work, batch);
   const std::size_t need_float = s.work.split ? float_bytes(s.work.padded_work, q_len * s.config.num_heads) : 0;
-  detail::check_workspace("batch_mla_decode", ws, layout.bytes, need_float);
+  detail::check_workspace("batch_mla_decode", ws, layout.end, need_float);
 
-  char* image = s.upload.image(layout.bytes);
-  const std::int32_t counts[2] = {s.work.num_work, batch};
-  std::memcpy(image + layout.counts, counts, sizeof counts);
-  const std::size_t work_bytes = s.work.request.size() * 4;
-  std::memcpy(image + layout.request, s.work.request.data(), work_bytes);
-  std::memcpy(image + layout.kv_begin, s.work.kv_begin.data(), work_bytes);
-  std::memcpy(image + layout.kv_end, s.work.kv_end.data(), work_bytes);
-  auto* page_begin = reinterpret_cast<std::int32_t*>(image + layout.page_begin);
-  auto* kv_len = reinterpret_cast<std::int32_t*>(image + layout.kv_len);
-  for (std::int32_t x = 0; x < s.work.padded_work; ++x) {
-    const bool item = x < s.work.num_work;
-    page_begin[x] = item ? kv_indptr[s.work.request[x]] : 0;
-    kv_len[x] = item ? lengths[s.work.request[x]] : 0;
-  }
-  std::memcpy(image + layout.merge_indptr, s.work.merge_indptr.data(), s.work.merge_indptr.size() * 4);
-  s.upload.send(ws.int_buffer, layout.bytes, stream);
+  char* image = s.upload.image(layout.end);
+  detail::write_decode_work(image, layout, s.work, batch, kv_indptr, lengths);
+  s.upload.send(ws.int_buffer, layout.end, stream);
 
   s.batch = batch;
   s.q_len = q_len;
@@ -207,12 +176,7 @@ void BatchMlaDecode::run(const MlaDecodeRunArgs& a, Stream stream) const {
   p.kv_indices = a.kv_indices;
   p.o = a.o;
   p.lse = a.lse;
-  p.work_request = int_array(s.layout.request);
-  p.work_kv_begin = int_array(s.layout.kv_begin);
-  p.work_kv_end = int_array(s.layout.kv_end);
-  p.work_page_begin = int_array(s.layout.page_begin);
-  p.work_kv_len = int_array(s.layout.kv_len);
-  p.num_work = int_array(s.layout.counts);
+  detail::point_at_work(p, s.layout, s.workspace.int_buffer);
   const std::size_t states = std::size_t(s.work.padded_work) * rows;
   if (s.work.split) {
     p.partial_o = static_cast<float*>(s.workspace.float_buffer);
