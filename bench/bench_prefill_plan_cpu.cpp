@@ -20,13 +20,13 @@
 #include <vector>
 
 #include "aotinfer/prefill_plan.hpp"
-#include "prefill_layout.hpp"
+#include "planning/prefill_layout.hpp"
 
 namespace {
 
 using aotinfer::detail::PrefillIntLayout;
 
-// plan_ragged()'s host work as runtime/src/batch_prefill.cpp does it, minus the driver calls
+// plan_ragged()'s host work as runtime/src/ops/batch_prefill.cpp does it, minus the driver calls
 // and the workspace checks; `image` stands for the pinned staging buffer (PlanUpload::raw_image).
 std::size_t plan_and_image(std::span<const std::int32_t> qo_indptr, std::span<const std::int32_t> kv_indptr,
                            const aotinfer::PrefillPlanLimits& limits, aotinfer::PrefillWorkPlan& work,

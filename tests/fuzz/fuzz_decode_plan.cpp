@@ -1,5 +1,5 @@
 // Fuzz target: the decode planner's input checks and work partition, along the path
-// BatchDecode's constructor and plan() take (runtime/src/batch_decode.cpp), without a GPU.
+// BatchDecode's constructor and plan() take (runtime/src/ops/batch_decode.cpp), without a GPU.
 //
 // From the input (fuzz_input.hpp's number code): the config (head counts, page size, CUDA-graph
 // mode, max_batch), device limits within what GPUs have (SMs, occupancy, the kernel's tiles),
@@ -23,7 +23,7 @@
 #include "aotinfer/decode_plan.hpp"
 #include "aotinfer/error.hpp"
 #include "fuzz/fuzz_input.hpp"
-#include "plan_inputs.hpp"
+#include "planning/plan_inputs.hpp"
 #include "fuzz/plan_checks.hpp"
 
 using namespace aotinfer;

@@ -1,5 +1,5 @@
 // Fuzz target: the manifest reader (runtime/src/core/manifest.cpp) and Package::open and the
-// package queries (runtime/src/package.cpp), none of which touch the CUDA driver.
+// package queries (runtime/src/loading/package.cpp), none of which touch the CUDA driver.
 //
 // Input: the text of manifest.json, optionally followed by a NUL byte and the bytes of one
 // kernel file (a manifest is JSON text, which never holds a raw NUL). The target writes both

@@ -1,6 +1,6 @@
 // Fuzz target: the prefill planner's input checks, capacity and work partition, along the path
 // BatchPrefill's constructor, plan_paged() / plan_ragged() and plan_lengths() take
-// (runtime/src/batch_prefill.cpp), without a GPU.
+// (runtime/src/ops/batch_prefill.cpp), without a GPU.
 //
 // From the input (fuzz_input.hpp's number code): the config (head counts, causal mask, paged or
 // ragged KV, page size, CUDA-graph mode with max_batch and max_total_q), device limits within
@@ -27,7 +27,7 @@
 #include "aotinfer/error.hpp"
 #include "aotinfer/prefill_plan.hpp"
 #include "fuzz/fuzz_input.hpp"
-#include "plan_inputs.hpp"
+#include "planning/plan_inputs.hpp"
 #include "fuzz/plan_checks.hpp"
 
 using namespace aotinfer;

@@ -16,7 +16,7 @@
 #include <string>
 
 #include "aotinfer/aotinfer.h"
-#include "driver.hpp"
+#include "loading/driver.hpp"
 
 using aotinfer::test::FakePackage;
 using aotinfer_test::Contains;

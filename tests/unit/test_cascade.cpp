@@ -14,7 +14,7 @@
 
 #include "aotinfer/aotinfer.h"
 #include "aotinfer/cascade.hpp"
-#include "driver.hpp"
+#include "loading/driver.hpp"
 
 using aotinfer::Cascade;
 using aotinfer::CascadeConfig;

@@ -15,7 +15,7 @@
 #include "aotinfer/files.hpp"
 #include "aotinfer/package.hpp"
 #include "aotinfer/sha256.hpp"
-#include "driver.hpp"
+#include "loading/driver.hpp"
 
 namespace fs = std::filesystem;
 using aotinfer::Error;

@@ -1,4 +1,4 @@
-// The checks every described tensor goes through before a launch (runtime/src/tensor_checks.hpp),
+// The checks every described tensor goes through before a launch (runtime/src/checks/tensor_checks.hpp),
 // on the CPU: a correct set passes and becomes the right launch arguments; each class of mistake
 // (dtype, shape against the config and the plan, device, strides, alignment, scalars) is refused
 // with a message naming the argument, what was expected and what was given.
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "tensor_checks.hpp"
+#include "checks/tensor_checks.hpp"
 #include "unit/test_util.hpp"
 
 using namespace aotinfer;

@@ -6,9 +6,9 @@
 
 #include "aotinfer/decode_plan.hpp"
 #include "aotinfer/merge_state.hpp"
-#include "driver.hpp"
-#include "plan_inputs.hpp"
-#include "tensor_checks.hpp"
+#include "loading/driver.hpp"
+#include "planning/plan_inputs.hpp"
+#include "checks/tensor_checks.hpp"
 
 namespace aotinfer {
 

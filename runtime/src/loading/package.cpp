@@ -10,7 +10,7 @@
 #include "aotinfer/json.hpp"
 #include "aotinfer/log.hpp"
 #include "aotinfer/sha256.hpp"
-#include "driver.hpp"
+#include "loading/driver.hpp"
 
 namespace aotinfer {
 

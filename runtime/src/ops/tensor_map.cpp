@@ -1,8 +1,8 @@
-#include "tensor_map.hpp"
+#include "ops/tensor_map.hpp"
 
 #include <string>
 
-#include "driver.hpp"
+#include "loading/driver.hpp"
 
 namespace aotinfer::detail {
 

@@ -1,8 +1,8 @@
-#include "decode_work_image.hpp"
+#include "planning/decode_work_image.hpp"
 
 #include <cstring>
 
-#include "plan_inputs.hpp"
+#include "planning/plan_inputs.hpp"
 
 namespace aotinfer::detail {
 

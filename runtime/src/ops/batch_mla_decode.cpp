@@ -6,11 +6,11 @@
 #include "aotinfer/merge_state.hpp"
 #include "aotinfer/params/batch_mla_decode.h"
 #include "aotinfer/params/merge_varlen.h"
-#include "decode_work_image.hpp"
-#include "driver.hpp"
-#include "family_axes.hpp"
-#include "plan_inputs.hpp"
-#include "plan_upload.hpp"
+#include "planning/decode_work_image.hpp"
+#include "loading/driver.hpp"
+#include "loading/family_axes.hpp"
+#include "planning/plan_inputs.hpp"
+#include "planning/plan_upload.hpp"
 
 namespace aotinfer {
 

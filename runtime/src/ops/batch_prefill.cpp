@@ -9,13 +9,13 @@
 #include "aotinfer/merge_state.hpp"
 #include "aotinfer/params/batch_prefill.h"
 #include "aotinfer/params/merge_varlen.h"
-#include "driver.hpp"
-#include "family_axes.hpp"
-#include "plan_inputs.hpp"
-#include "plan_upload.hpp"
-#include "prefill_layout.hpp"
-#include "tensor_checks.hpp"
-#include "tensor_map.hpp"
+#include "loading/driver.hpp"
+#include "loading/family_axes.hpp"
+#include "planning/plan_inputs.hpp"
+#include "planning/plan_upload.hpp"
+#include "planning/prefill_layout.hpp"
+#include "checks/tensor_checks.hpp"
+#include "ops/tensor_map.hpp"
 
 namespace aotinfer {
 

@@ -1,4 +1,4 @@
-#include "tensor_checks.hpp"
+#include "checks/tensor_checks.hpp"
 
 #include <algorithm>
 #include <cstring>

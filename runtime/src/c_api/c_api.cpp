@@ -18,8 +18,8 @@
 #include "aotinfer/log.hpp"
 #include "aotinfer/merge_state.hpp"
 #include "aotinfer/package.hpp"
-#include "driver.hpp"
-#include "tensor_checks.hpp"
+#include "loading/driver.hpp"
+#include "checks/tensor_checks.hpp"
 
 // The merge_state / append_paged_kv front-ends of one (context, dtype, head_dim), made on first
 // use: a call then costs a map lookup instead of a variant search.

@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "aotinfer/prefill_plan.hpp"
-#include "plan_inputs.hpp"
+#include "planning/plan_inputs.hpp"
 
 namespace aotinfer::detail {
 

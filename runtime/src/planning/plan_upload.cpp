@@ -1,8 +1,8 @@
-#include "plan_upload.hpp"
+#include "planning/plan_upload.hpp"
 
 #include <cstring>
 
-#include "driver.hpp"
+#include "loading/driver.hpp"
 
 namespace aotinfer::detail {
 

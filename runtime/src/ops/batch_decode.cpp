@@ -5,12 +5,12 @@
 #include <cstring>
 #include <string>
 
-#include "decode_work_image.hpp"
-#include "driver.hpp"
-#include "family_axes.hpp"
-#include "plan_inputs.hpp"
-#include "plan_upload.hpp"
-#include "tensor_checks.hpp"
+#include "planning/decode_work_image.hpp"
+#include "loading/driver.hpp"
+#include "loading/family_axes.hpp"
+#include "planning/plan_inputs.hpp"
+#include "planning/plan_upload.hpp"
+#include "checks/tensor_checks.hpp"
 
 namespace aotinfer {
 

@@ -1,4 +1,4 @@
-#include "family_axes.hpp"
+#include "loading/family_axes.hpp"
 
 #include <string>
 

@@ -1,4 +1,4 @@
-#include "plan_inputs.hpp"
+#include "planning/plan_inputs.hpp"
 
 #include "aotinfer/error.hpp"
 

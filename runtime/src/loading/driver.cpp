@@ -1,4 +1,4 @@
-#include "driver.hpp"
+#include "loading/driver.hpp"
 
 #include <dlfcn.h>
 
