@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The PTX fallback and the 99 KiB decode tiles, on a GPU newer than sm_8x (an H100): a package of
-# decode variants (and the merge_state they use) with sm_80 SASS and compute_80 PTX
+# decode and MLA decode variants (and the merge_state they use) with sm_80 SASS and compute_80 PTX
 # (tests/gpu/ptx_decode.json) has no code
 # that runs there but PTX, so the driver compiles the sm_80-sized kernels (the ones 99 KiB chips
-# run) and the decode GPU tests check them against the fp64 reference. The runtime must say
+# run: MLA's 16-row tile among them) and the decode GPU tests check them against the fp64
+# reference. The runtime must say
 # once per variant that it fell back to PTX (AOTINFER_LOG=1).
 # Usage: tests/gpu/ptx_fallback.sh BUILD_DIR   (BUILD_DIR holds tests/aotinfer_gpu_tests)
 set -euo pipefail
@@ -20,7 +21,8 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
 AOTINFER_LOG=1 AOTINFER_TEST_PACKAGE=$package "$build/tests/aotinfer_gpu_tests" \
-  "batch_decode matches the fp64 reference across variant axes*,batch_decode batch sizes 1..512*" 2>&1 | tee "$log" ||
+  "batch_decode matches the fp64 reference across variant axes*,batch_decode batch sizes 1..512*,batch_mla_decode matches the fp64 reference*" \
+  2>&1 | tee "$log" ||
   status=1
 told=$(grep -c "has no SASS for this GPU" "$log" || true)
 variants=$(grep -c '"uri":' "$package/manifest.json")
