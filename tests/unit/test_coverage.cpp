@@ -336,7 +336,7 @@ TEST_CASE("coverage: present, wrong arch, missing, unsupported, and unknown with
   }
 }
 
-TEST_CASE("coverage: multi-head latent attention needs batch_mla_decode; its prefill and append are named, not read as a head_dim", "[coverage][needs]") {
+TEST_CASE("coverage: multi-head latent attention needs batch_mla_decode, and names its missing prefill and append (not a head_dim)", "[coverage][needs]") {
   const std::string mla = "multi-head latent attention (kv_lora_rank 512, qk_rope_head_dim 64)";
   // Kimi K2's attention: 64 heads over hidden_size 7168 would read as head_dim 112.
   const ModelConfig kimi = parse_model_config(nlohmann::json::parse(R"({"num_attention_heads": 64, "num_key_value_heads": 64,
