@@ -168,12 +168,13 @@ struct PrefillCta {
   }
 };
 
-// The key loops a kernel is compiled with. The `prefill` entries serve masks none and causal
-// without windows or soft caps (the common case): their plain loop keeps no register and no test
-// for the features it cannot meet, so they run as fast as the variants that once left those out
-// at compile time. The `_general` entries serve every feature: windows and soft caps (the
-// feature loop), and custom masks (the Hopper kernel's custom loop adds the mask's bits, loaded
-// ahead; the mma.sync kernel tests them in its one general loop).
+// The key loops a kernel is compiled with. The large tile's `prefill` entry serves masks none and
+// causal without windows or soft caps (the common case): its plain loop keeps no register and no
+// test for the features it cannot meet, so it runs as fast as the variants that once left those
+// out at compile time. `prefill_general` (and the small tile's one entry, `prefill_small`) serve
+// every feature: windows and soft caps (the feature loop), and custom masks (the Hopper kernel's
+// custom loop adds the mask's bits, loaded ahead; the mma.sync kernel tests them in its one
+// general loop).
 enum class KeyLoop { plain, features, custom };
 
 }  // namespace aotinfer
