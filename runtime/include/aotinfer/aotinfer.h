@@ -147,6 +147,48 @@ aotinfer_status aotinfer_batch_decode_tensors_run(const aotinfer_batch_decode* d
                                                   const aotinfer_batch_decode_tensors* tensors,
                                                   const aotinfer_attention_scalars* scalars, void* stream);
 
+/* Multi-head latent attention decode (DeepSeek-V3/R1, Kimi K2) over a paged latent cache (see
+ * aotinfer/batch_mla_decode.hpp for the plan/run contract, aotinfer/params/batch_mla_decode.h for
+ * the semantics). */
+typedef struct aotinfer_batch_mla_decode aotinfer_batch_mla_decode;
+
+typedef struct aotinfer_batch_mla_decode_config {
+  const char* dtype;  /* "f16" | "bf16": q, the cache and o */
+  int32_t num_heads;
+  int32_t page_size;
+} aotinfer_batch_mla_decode_config;
+
+typedef struct aotinfer_batch_mla_decode_run_args {
+  int32_t batch;
+  const void* q_nope;          /* [batch * q_len, num_heads, 512] */
+  const void* q_pe;            /* [batch * q_len, num_heads, 64] */
+  int64_t q_nope_stride;       /* elements between tokens' rows; 0: dense */
+  int64_t q_pe_stride;
+  const void* ckv;             /* [pages, page_size, 512] */
+  const void* kpe;             /* [pages, page_size, 64] */
+  int64_t ckv_stride_page;     /* elements between pages; 0: dense */
+  int64_t kpe_stride_page;
+  const int32_t* kv_indices;
+  void* o;                     /* [batch * q_len, num_heads, 512] */
+  float* lse;                  /* may be NULL */
+  float sm_scale;              /* > 0 (MLA scales by the head_dim before absorption) */
+} aotinfer_batch_mla_decode_run_args;
+
+aotinfer_status aotinfer_batch_mla_decode_create(const aotinfer_package* package,
+                                                 const aotinfer_batch_mla_decode_config* config,
+                                                 aotinfer_batch_mla_decode** out);
+void aotinfer_batch_mla_decode_destroy(aotinfer_batch_mla_decode* mla);
+aotinfer_status aotinfer_batch_mla_decode_workspace_sizes(const aotinfer_batch_mla_decode* mla, int32_t max_batch,
+                                                          int32_t max_q_len, size_t* float_bytes, size_t* int_bytes);
+/* Host arrays as aotinfer_batch_decode_plan's; q_len: the new tokens of every request (1..4). */
+aotinfer_status aotinfer_batch_mla_decode_plan(aotinfer_batch_mla_decode* mla, const int32_t* kv_indptr, int32_t batch,
+                                               const int32_t* kv_last_page_len, const int32_t* kv_indices,
+                                               int32_t num_indices, int32_t num_pages, int32_t q_len,
+                                               void* float_workspace, size_t float_bytes, void* int_workspace,
+                                               size_t int_bytes, void* stream);
+aotinfer_status aotinfer_batch_mla_decode_run(const aotinfer_batch_mla_decode* mla,
+                                              const aotinfer_batch_mla_decode_run_args* args, void* stream);
+
 /* Batch prefill over a paged or ragged KV cache (see aotinfer/batch_prefill.hpp for the plan/run
  * contract, aotinfer/params/batch_prefill.h for the semantics: query token t of a request sits at
  * position kv_len - qo_len + t). */

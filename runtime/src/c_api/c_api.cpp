@@ -13,6 +13,7 @@
 
 #include "aotinfer/append_paged_kv.hpp"
 #include "aotinfer/batch_decode.hpp"
+#include "aotinfer/batch_mla_decode.hpp"
 #include "aotinfer/batch_prefill.hpp"
 #include "aotinfer/cascade.hpp"
 #include "aotinfer/log.hpp"
@@ -47,6 +48,7 @@ enum HandleTag : std::uint64_t {
   kPackageTag = 0x4b43'4150'4e49'544fULL,  // "OTINPACK"
   kDecodeTag = 0x4345'4444'4e49'544fULL,   // "OTINDDEC"
   kPrefillTag = 0x4552'5046'4e49'544fULL,  // "OTINFPRE"
+  kMlaDecodeTag = 0x4344'414c'4d4e'544fULL,  // "OTNMLADC"
   kDeadTag = 0x4441'4544'4e49'544fULL,     // "OTINDEAD": destroyed
 };
 
@@ -61,6 +63,11 @@ struct aotinfer_package {
 struct aotinfer_batch_decode {
   std::uint64_t tag = kDecodeTag;
   aotinfer::BatchDecode decode;
+};
+
+struct aotinfer_batch_mla_decode {
+  std::uint64_t tag = kMlaDecodeTag;
+  aotinfer::BatchMlaDecode mla;
 };
 
 struct aotinfer_batch_prefill {
@@ -197,6 +204,7 @@ struct Args {
 constexpr const char* kPackageMaker = "aotinfer_package_open";
 constexpr const char* kDecodeMaker = "aotinfer_batch_decode_create";
 constexpr const char* kPrefillMaker = "aotinfer_batch_prefill_create";
+constexpr const char* kMlaDecodeMaker = "aotinfer_batch_mla_decode_create";
 
 aotinfer::DType dtype_arg(const char* name, const char* what) {
   auto type = name ? aotinfer::parse_dtype(name) : std::nullopt;
@@ -559,6 +567,86 @@ aotinfer_status aotinfer_batch_decode_tensors_run(const aotinfer_batch_decode* d
     a.pointer(scalars, "scalars", "an aotinfer_attention_scalars");
     a.handle(decode, "decode", kDecodeTag, kDecodeMaker);
     decode->decode.run(*tensors, *scalars, static_cast<aotinfer::Stream>(stream));
+  });
+}
+
+aotinfer_status aotinfer_batch_mla_decode_create(const aotinfer_package* package,
+                                                 const aotinfer_batch_mla_decode_config* c, aotinfer_batch_mla_decode** out) {
+  return guarded([&] {
+    const Args a{"aotinfer_batch_mla_decode_create"};
+    a.pointer(out, "out", "where to store the MLA decode handle");
+    *out = nullptr;
+    a.pointer(c, "config", "an aotinfer_batch_mla_decode_config");
+    a.at_least(c->num_heads, 1, "config->num_heads");
+    a.at_least(c->page_size, 1, "config->page_size");
+    aotinfer::BatchMlaDecodeConfig config;
+    config.dtype = dtype_arg(c->dtype, "dtype");
+    config.num_heads = c->num_heads;
+    config.page_size = c->page_size;
+    a.handle(package, "package", kPackageTag, kPackageMaker);
+    *out = new aotinfer_batch_mla_decode{kMlaDecodeTag, aotinfer::BatchMlaDecode(package->package, config)};
+  });
+}
+
+void aotinfer_batch_mla_decode_destroy(aotinfer_batch_mla_decode* mla) {
+  destroy(mla, "aotinfer_batch_mla_decode_destroy", "mla", kMlaDecodeTag, kMlaDecodeMaker);
+}
+
+aotinfer_status aotinfer_batch_mla_decode_workspace_sizes(const aotinfer_batch_mla_decode* mla, int32_t max_batch,
+                                                          int32_t max_q_len, size_t* float_bytes, size_t* int_bytes) {
+  return guarded([&] {
+    const Args a{"aotinfer_batch_mla_decode_workspace_sizes"};
+    a.pointer(float_bytes, "float_bytes", "where to store the float workspace's size");
+    a.pointer(int_bytes, "int_bytes", "where to store the int workspace's size");
+    a.handle(mla, "mla", kMlaDecodeTag, kMlaDecodeMaker);
+    auto sizes = mla->mla.workspace_sizes(max_batch, max_q_len);
+    *float_bytes = sizes.float_bytes;
+    *int_bytes = sizes.int_bytes;
+  });
+}
+
+aotinfer_status aotinfer_batch_mla_decode_plan(aotinfer_batch_mla_decode* mla, const int32_t* kv_indptr, int32_t batch,
+                                               const int32_t* kv_last_page_len, const int32_t* kv_indices,
+                                               int32_t num_indices, int32_t num_pages, int32_t q_len,
+                                               void* float_workspace, size_t float_bytes, void* int_workspace,
+                                               size_t int_bytes, void* stream) {
+  return guarded([&] {
+    const Args a{"aotinfer_batch_mla_decode_plan"};
+    a.at_least(batch, 0, "batch");
+    a.array(kv_indptr, std::int64_t(batch) + 1, "kv_indptr", "batch + 1 page offsets");
+    a.array(kv_last_page_len, batch, "kv_last_page_len", "batch lengths");
+    a.at_least(num_indices, 0, "num_indices");
+    a.array(kv_indices, num_indices, "kv_indices", "num_indices page ids (or NULL with num_indices 0)");
+    a.at_least(num_pages, 0, "num_pages");
+    workspace_args(a, float_workspace, float_bytes, int_workspace, int_bytes);
+    a.handle(mla, "mla", kMlaDecodeTag, kMlaDecodeMaker);
+    mla->mla.plan({kv_indptr, std::size_t(batch) + 1}, {kv_last_page_len, std::size_t(batch)},
+                  {kv_indices, kv_indices ? std::size_t(num_indices) : 0}, num_pages, q_len,
+                  {float_workspace, float_bytes, int_workspace, int_bytes}, static_cast<aotinfer::Stream>(stream));
+  });
+}
+
+aotinfer_status aotinfer_batch_mla_decode_run(const aotinfer_batch_mla_decode* mla,
+                                              const aotinfer_batch_mla_decode_run_args* in, void* stream) {
+  return guarded([&] {
+    const Args a{"aotinfer_batch_mla_decode_run"};
+    a.pointer(in, "args", "an aotinfer_batch_mla_decode_run_args");
+    a.handle(mla, "mla", kMlaDecodeTag, kMlaDecodeMaker);
+    aotinfer::MlaDecodeRunArgs args;
+    args.batch = in->batch;
+    args.q_nope = in->q_nope;
+    args.q_pe = in->q_pe;
+    args.q_nope_stride = in->q_nope_stride;
+    args.q_pe_stride = in->q_pe_stride;
+    args.ckv = in->ckv;
+    args.kpe = in->kpe;
+    args.ckv_stride_page = in->ckv_stride_page;
+    args.kpe_stride_page = in->kpe_stride_page;
+    args.kv_indices = in->kv_indices;
+    args.o = in->o;
+    args.lse = in->lse;
+    args.sm_scale = in->sm_scale;
+    mla->mla.run(args, static_cast<aotinfer::Stream>(stream));
   });
 }
 
