@@ -34,3 +34,7 @@ fi
 echo
 echo "== batch_mla_decode benchmark ($pkg)"
 "$root/build-gpu/bench/aotinfer_bench_mla_decode" "$pkg" "$out/mla_decode.jsonl"
+
+echo
+echo "== speculative verification benchmark ($pkg): the decode kernel and the paged prefill"
+"$root/build-gpu/bench/aotinfer_bench_specdec" "$pkg" "$out/specdec.jsonl"

@@ -1,10 +1,11 @@
-// batch_decode: one query token per request against its paged KV cache. Contract:
-// aotinfer/params/batch_decode.h.
+// batch_decode: the newest query tokens of each request (one, or a few to verify
+// speculatively) against its paged KV cache. Contract: aotinfer/params/batch_decode.h.
 //
 // Decode is bandwidth-bound: every KV byte is read once and used by the `group` query heads
-// that share its KV head. A CTA handles one work item (request, KV range) for one KV head and
-// up to 16 of its query heads (the GQA group is a run-time value; larger groups take several
-// CTAs), on tensor cores for every head_dim and KV type (aotinfer/decode_mma.cuh).
+// that share its KV head, for each of the request's q_len tokens. A CTA handles one work item
+// (request, KV range) for one KV head and up to 16 of its (token, head) rows (group and q_len
+// are run-time values; more rows take several CTAs), on tensor cores for every head_dim and KV
+// type (aotinfer/decode_mma.cuh).
 #pragma once
 #include "aotinfer/abi.h"
 #include "aotinfer/annotate.h"

@@ -15,8 +15,9 @@
 
 /* 2: sliding windows and soft caps are run-time values (no variant axes; decode params lost
  * window_left); 3: prefill params carry v_scale (fp8 K/V in prefill); 4: the prefill mask is a run-time value
- * (mask_mode, custom masks; no variant axis) */
-#define AOTINFER_ABI_VERSION 4u
+ * (mask_mode, custom masks; no variant axis); 5: decode params carry q_len and q_causal (several
+ * query tokens per request) */
+#define AOTINFER_ABI_VERSION 5u
 
 typedef struct aotinfer_launch_info {
   uint32_t abi_version;        /* AOTINFER_ABI_VERSION of the kernel's build */

@@ -1,8 +1,9 @@
 // Decode on tensor cores, for every head_dim and KV either 16-bit (q converted to the KV's type
 // where the two differ) or fp8 (q converted to f16, fp8 scales applied in fp32), with or without
 // RoPE (q rotated once, each landed K block rotated in shared memory, fp8 widened on the way):
-// the query rows of a GQA group (padded to 16) are the M of mma.sync m16n8k16, so a group of 4
-// costs the same instructions as one of 16. The kernel of batch_decode
+// the query rows of a KV head (its GQA group's heads for each of a request's q_len tokens,
+// token-major, padded to 16) are the M of mma.sync m16n8k16, so a group of 4 costs the same
+// instructions as one of 16, and 4 speculative tokens of that group read each KV byte once. The kernel of batch_decode
 // (templates/batch_decode.cuh), whose contract it implements (aotinfer/params/batch_decode.h).
 //
 // Each team of warps streams its own 16-token blocks of the work item (blocks team, team +
@@ -269,8 +270,8 @@ struct DecodeMma {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int team = warp / kSplit, part = warp % kSplit;
     const DecodeWork item = DecodeWork::of_this_cta<kRows>(p);
-    const int kv_head = item.kv_head, rows = item.rows, first_head = item.first_head, request = item.request;
-    const int page_begin = item.page_begin, q_pos = item.q_pos, begin = item.begin, end = item.end;
+    const int kv_head = item.kv_head, rows = item.rows, request = item.request;
+    const int page_begin = item.page_begin, begin = item.begin, end = item.end;
     const int num_blocks = end > begin ? (end - begin + kBlock - 1) / kBlock : 0;
     // Split rows: every team takes the same number of steps (one past the end runs a block whose
     // keys are all masked), so that the score exchange can use the CTA barrier.
@@ -290,7 +291,7 @@ struct DecodeMma {
     }
     KeyPage ahead = key_page(p, block_start(kStages - 1), end, page_begin, lane);  // the loop's first copies
 
-    // q rows as mma operands (zero beyond `rows`), rotated at q_pos for RoPE; scaling happens
+    // q rows as mma operands (zero beyond `rows`), rotated at their q_pos for RoPE; scaling happens
     // on the fp32 scores. A row holds each part's dimensions in its warp's order, one part after
     // the other.
     constexpr int kPartChunks = kRope ? kChunks / 2 : kChunks;  // RoPE: a thread takes a chunk and its partner
@@ -299,8 +300,9 @@ struct DecodeMma {
       const int row = i / kQChunks, q_part = kSplit == 1 ? 0 : i % kQChunks / kPartChunks, chunk = i % kPartChunks;
       const int dim = head_dim_of(q_part, chunk * 8);
       float lo[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f}, hi[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-      const dtype_q* q = static_cast<const dtype_q*>(p.q) + int64_t(request) * p.q_stride_token + (first_head + row) * head_dim;
       if (row < rows) {
+        const int64_t token = int64_t(request) * p.q_len + item.token_of(row);
+        const dtype_q* q = static_cast<const dtype_q*>(p.q) + token * p.q_stride_token + item.head_of(row) * head_dim;
         if constexpr (kDirect) {
 #pragma unroll
           for (int e = 0; e < 8; ++e) lo[e] = to_float(q[head_dim_of(q_part, k_dim(chunk * 8 + e))]);
@@ -312,7 +314,7 @@ struct DecodeMma {
           float freq[8];
 #pragma unroll
           for (int e = 0; e < 8; ++e) freq[e] = p.rope_rcp_scale * powf(p.rope_rcp_theta, float(2 * (dim + e)) / float(head_dim));
-          rope_rotate8(lo, hi, freq, 0, q_pos);
+          rope_rotate8(lo, hi, freq, 0, item.q_pos(p, row));
         }
       }
       char* q_row = q_s + row * kQRowBytes + q_part * kChunks * 16;
@@ -331,10 +333,18 @@ struct DecodeMma {
     const bool log2_in_scale = !capped && pos_encoding != PosEncoding::alibi;
     const float score_scale = p.sm_scale * p.k_scale * (log2_in_scale ? kLog2e : 1.f);
     const int row_of[2] = {lane / 4, lane / 4 + 8};
+    // Each row's keys end at its token's own (causal among a request's tokens): end - cut, the
+    // cut of row_of[r] in byte r (at most 15 keys: q_len <= 16), one register in a loop at the
+    // register limit. One token per request cuts nothing.
+    const uint32_t cut = uint32_t(end - item.key_end(p, row_of[0])) | uint32_t(end - item.key_end(p, row_of[1])) << 8;
     float slope[2] = {0.f, 0.f};
+    int q_pos[2] = {0, 0};
     if constexpr (pos_encoding == PosEncoding::alibi) {
-      slope[0] = alibi_slope(first_head + row_of[0], p.num_qo_heads);
-      slope[1] = alibi_slope(first_head + row_of[1], p.num_qo_heads);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        slope[r] = alibi_slope(item.head_of(row_of[r]), p.num_qo_heads);
+        q_pos[r] = item.q_pos(p, row_of[r]);
+      }
     }
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
     float o[kNTiles][4];
@@ -425,9 +435,9 @@ struct DecodeMma {
         for (int e = 0; e < 4; ++e) {
           const int pos = start + 8 * h + 2 * (lane % 4) + e % 2;
           float x = s[h][e];
-          if constexpr (pos_encoding == PosEncoding::alibi) x += slope[e / 2] * float(pos - q_pos);
+          if constexpr (pos_encoding == PosEncoding::alibi) x += slope[e / 2] * float(pos - q_pos[e / 2]);
           if (!log2_in_scale) x *= kLog2e;
-          s[h][e] = pos < end ? x : -INFINITY;
+          s[h][e] = pos < end - int(cut >> (8 * (e / 2)) & 0xffu) ? x : -INFINITY;
           row_max[e / 2] = fmaxf(row_max[e / 2], s[h][e]);
         }
       float alpha[2];

@@ -1,4 +1,4 @@
-// What both decode kernels share: which work item, KV head, query rows and KV range a CTA
+// What the decode kernel's CTAs share: which work item, KV head, query rows and KV range a CTA
 // handles, how a finished (row, 8 dims) slice is written, and how the last item of a split
 // request merges the request's states (aotinfer/params/batch_decode.h).
 #pragma once
@@ -14,19 +14,37 @@ struct DecodeWork {
   int grid_rows;
   int request;
   int kv_head;
-  int first_head;  // query head of row 0
+  int group;       // query heads per KV head
+  int first_row;   // this CTA's first of its KV head's q_len * group (token, head) rows, token-major
   int rows;        // query rows of this CTA (<= its kernel's rows per CTA)
   int page_begin;  // first entry of the request in kv.indices
-  int q_pos;       // the query's position (RoPE, ALiBi)
+  int kv_len;      // the request's keys
   int begin, end;  // KV tokens to attend, request-relative (the plan applied any window)
   bool takes_sink; // sinks given and this is the request's first item: its state holds the request's sink
   int first_item, items;  // the request's work items (split plans; else this one alone)
   __device__ bool split() const { return items > 1; }
 
+  // CTA row r's query token (of the request's q_len) and query head. Rows past `rows` name
+  // tokens past q_len: callers read nothing for them and write nothing.
+  __device__ __forceinline__ int token_of(int r) const { return (first_row + r) / group; }
+  __device__ __forceinline__ int head_of(int r) const { return kv_head * group + (first_row + r) % group; }
+  // Row r among the request's q_len * num_qo_heads output rows (o, lse and partial states).
+  __device__ __forceinline__ int slot_of(const aotinfer_batch_decode_params& p, int r) const {
+    return token_of(r) * p.num_qo_heads + head_of(r);
+  }
+  // Row r's position (RoPE, ALiBi) and the end of the keys it sees (causal among the tokens).
+  __device__ __forceinline__ int q_pos(const aotinfer_batch_decode_params& p, int r) const {
+    const int t = token_of(r);
+    return p.q_positions && t < p.q_len ? p.q_positions[int64_t(request) * p.q_len + t] : kv_len - p.q_len + t;
+  }
+  __device__ __forceinline__ int key_end(const aotinfer_batch_decode_params& p, int r) const {
+    return p.q_causal ? min(end, kv_len - p.q_len + token_of(r) + 1) : end;
+  }
+
   // CTAs per work item: KV heads times the query-row groups of kRows.
   template <int kRows>
   static __device__ __forceinline__ int row_groups(const aotinfer_batch_decode_params& p) {
-    return (p.num_qo_heads / p.kv.num_kv_heads + kRows - 1) / kRows;
+    return (p.q_len * (p.num_qo_heads / p.kv.num_kv_heads) + kRows - 1) / kRows;
   }
   template <int kRows>
   static __device__ __forceinline__ int rows_per_item(const aotinfer_batch_decode_params& p) {
@@ -37,15 +55,14 @@ struct DecodeWork {
   template <int kRows>
   static __device__ __forceinline__ DecodeWork of_this_cta(const aotinfer_batch_decode_params& p) {
     DecodeWork w;
-    const int group = p.num_qo_heads / p.kv.num_kv_heads;
+    w.group = p.num_qo_heads / p.kv.num_kv_heads;
     const int row_groups = DecodeWork::row_groups<kRows>(p);
     w.grid_rows = rows_per_item<kRows>(p);
     w.work = int(blockIdx.x) / w.grid_rows;
     w.grid_row = int(blockIdx.x) - w.work * w.grid_rows;
     w.kv_head = w.grid_row / row_groups;
-    const int first_row = (w.grid_row % row_groups) * kRows;
-    w.rows = min(kRows, group - first_row);
-    w.first_head = w.kv_head * group + first_row;
+    w.first_row = (w.grid_row % row_groups) * kRows;
+    w.rows = min(kRows, p.q_len * w.group - w.first_row);
     w.request = p.work_request[w.work];
     w.first_item = w.work;
     w.items = 1;
@@ -54,8 +71,7 @@ struct DecodeWork {
       w.items = p.merge_indptr[w.request + 1] - w.first_item;
     }
     w.page_begin = p.work_page_begin[w.work];
-    const int kv_len = p.work_kv_len[w.work];
-    w.q_pos = p.q_positions ? p.q_positions[w.request] : kv_len - 1;
+    w.kv_len = p.work_kv_len[w.work];
     w.begin = p.work_kv_begin[w.work];
     w.end = p.work_kv_end[w.work];
     w.takes_sink = p.sinks && w.work == w.first_item;
@@ -67,20 +83,20 @@ struct DecodeWork {
   template <typename dtype_o, int head_dim>
   __device__ __forceinline__ void write(const aotinfer_batch_decode_params& p, int row, int d, float (&out)[8],
                                         float lse) const {
-    const int head = first_head + row;
+    const int64_t rows_per_request = int64_t(p.q_len) * p.num_qo_heads, slot = slot_of(p, row);
     if (takes_sink) {
-      const float factor = fold_sink(lse, p.sinks[head]);
+      const float factor = fold_sink(lse, p.sinks[head_of(row)]);
 #pragma unroll
       for (int e = 0; e < 8; ++e) out[e] *= factor;
     }
     if (split()) {
-      float* dst = p.partial_o + (int64_t(work) * p.num_qo_heads + head) * head_dim + d;
+      float* dst = p.partial_o + (work * rows_per_request + slot) * head_dim + d;
       *reinterpret_cast<float4*>(dst) = make_float4(out[0], out[1], out[2], out[3]);
       *reinterpret_cast<float4*>(dst + 4) = make_float4(out[4], out[5], out[6], out[7]);
-      if (d == 0) p.partial_lse[int64_t(work) * p.num_qo_heads + head] = lse;
+      if (d == 0) p.partial_lse[work * rows_per_request + slot] = lse;
     } else {
-      store8(static_cast<dtype_o*>(p.o) + (int64_t(request) * p.num_qo_heads + head) * head_dim + d, out);
-      if (d == 0 && p.lse) p.lse[int64_t(request) * p.num_qo_heads + head] = lse;
+      store8(static_cast<dtype_o*>(p.o) + (request * rows_per_request + slot) * head_dim + d, out);
+      if (d == 0 && p.lse) p.lse[request * rows_per_request + slot] = lse;
     }
   }
 
@@ -101,12 +117,13 @@ struct DecodeWork {
     if (!*flag) return;
 
     // Thread = (row, 4 dims). A small batch splits a request over up to a wave of items.
+    const int64_t rows_per_request = int64_t(p.q_len) * p.num_qo_heads;
     for (int pair = threadIdx.x; pair < rows * (head_dim / 4); pair += kThreads) {
-      const int head = first_head + pair / (head_dim / 4), d = (pair % (head_dim / 4)) * 4;
+      const int slot = slot_of(p, pair / (head_dim / 4)), d = (pair % (head_dim / 4)) * 4;
       const MergedSlice merged =
-          merge_partial_states<head_dim, 16>(p.partial_lse, p.partial_o, first_item, items, p.num_qo_heads, head, d);
-      store4(static_cast<dtype_o*>(p.o) + (int64_t(request) * p.num_qo_heads + head) * head_dim + d, merged.o);
-      if (d == 0 && p.lse) p.lse[int64_t(request) * p.num_qo_heads + head] = merged.lse;
+          merge_partial_states<head_dim, 16>(p.partial_lse, p.partial_o, first_item, items, rows_per_request, slot, d);
+      store4(static_cast<dtype_o*>(p.o) + (request * rows_per_request + slot) * head_dim + d, merged.o);
+      if (d == 0 && p.lse) p.lse[request * rows_per_request + slot] = merged.lse;
     }
   }
 };

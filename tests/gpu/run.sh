@@ -35,7 +35,7 @@ echo "== configure (generator $generator)"
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DAOTINFER_BUILD_GENERATOR=$generator \
   -DCMAKE_PREFIX_PATH="$root/.deps" > "$out/configure.log" 2>&1 || { cat "$out/configure.log"; exit 1; }
 echo "== build"
-ninja -C build-gpu aotinfer aotinfer_gpu_tests aotinfer_bench aotinfer_bench_decode aotinfer_bench_prefill aotinfer_bench_mla_decode > "$out/build.log" 2>&1 || { tail -50 "$out/build.log"; exit 1; }
+ninja -C build-gpu aotinfer aotinfer_gpu_tests aotinfer_bench aotinfer_bench_decode aotinfer_bench_prefill aotinfer_bench_mla_decode aotinfer_bench_specdec > "$out/build.log" 2>&1 || { tail -50 "$out/build.log"; exit 1; }
 
 if [ $generator = ON ]; then
   ninja -C build-gpu aotinfer-gen >> "$out/build.log" 2>&1

@@ -166,7 +166,8 @@ std::string describe(const Case& c) {
   if (c.lens.size() > 16) s << ", ... max " << *std::max_element(c.lens.begin(), c.lens.end());
   s << "}, lse " << c.with_lse << ", q_positions " << c.with_q_positions << ", sinks " << c.with_sinks << ", sm_scale " << c.sm_scale << ", soft_cap "
     << c.soft_cap << ", window_left " << g.window_left << ", rope " << c.rope_scale << "/" << c.rope_theta << ", k/v scale "
-    << c.k_scale << "/" << c.v_scale << (g.cuda_graph ? ", cuda_graph, max_batch " + std::to_string(g.max_batch) : "");
+    << c.k_scale << "/" << c.v_scale << (g.cuda_graph ? ", cuda_graph, max_batch " + std::to_string(g.max_batch) : "")
+    << (g.q_len > 1 ? ", q_len " + std::to_string(g.q_len) + (g.causal ? " causal" : " every key") : "");
   return s.str();
 }
 
@@ -189,7 +190,8 @@ struct Problem {
   std::vector<float> sinks;  // [num_qo_heads]
 
   std::int64_t batch() const { return std::int64_t(c.lens.size()); }
-  std::int64_t rows() const { return batch() * c.config.num_qo_heads; }
+  std::int64_t rows_per_request() const { return std::int64_t(c.config.q_len) * c.config.num_qo_heads; }
+  std::int64_t rows() const { return batch() * rows_per_request(); }  // (token, head) rows of q and o
 
   ref::DecodeParams params() const {
     ref::DecodeParams p;
@@ -204,6 +206,8 @@ struct Problem {
     p.rope_rcp_theta = 1 / double(c.rope_theta);
     p.k_scale = c.k_scale;
     p.v_scale = c.v_scale;
+    p.q_len = c.config.q_len;
+    p.causal = c.config.causal;
     if (c.with_q_positions) p.q_positions = q_positions;
     if (c.with_sinks) p.sinks.assign(sinks.begin(), sinks.end());
     // The products' operand type: the KV's, f16 for fp8 KV.
@@ -261,7 +265,10 @@ Problem make_problem(std::mt19937_64& rng, const Case& c) {
   p.q_bytes.resize(p.q.size() * aotinfer::dtype_size(g.dtype_q));
   q_values.fill(p.q_bytes.data(), p.q.data(), std::int64_t(p.q.size()));
   // Explicit positions run a little ahead of the cache (as after evictions), never behind it.
-  for (std::int32_t len : c.lens) p.q_positions.push_back(std::max(0, len - 1) + uniform(rng, 0, 16));
+  for (std::int32_t len : c.lens) {
+    const int ahead = uniform(rng, 0, 16);
+    for (int j = 0; j < g.q_len; ++j) p.q_positions.push_back(std::max(0, len - g.q_len + j) + ahead);
+  }
   // Sinks from well below to well above a row's lse: some barely count, some dominate.
   for (int h = 0; h < g.num_qo_heads; ++h) p.sinks.push_back(float(uniform(rng, -2.0, 8.0)));
   return p;
@@ -270,11 +277,11 @@ Problem make_problem(std::mt19937_64& rng, const Case& c) {
 // The reference on all requests, several at a time.
 ref::DecodeResult reference(const Problem& p) {
   const ref::DecodeParams params = p.params();
-  const std::int64_t heads = p.c.config.num_qo_heads, d = p.c.config.head_dim;
+  const std::int64_t rows = p.rows_per_request(), d = p.c.config.head_dim;
   ref::DecodeResult r{std::vector<double>(p.rows() * d), std::vector<double>(p.rows())};
   std::atomic<std::int64_t> next{0};
   auto work = [&] {
-    for (std::int64_t b; (b = next++) < p.batch();) ref::decode_request(p.q, p.cache, params, b, &r.o[b * heads * d], &r.lse[b * heads]);
+    for (std::int64_t b; (b = next++) < p.batch();) ref::decode_request(p.q, p.cache, params, b, &r.o[b * rows * d], &r.lse[b * rows]);
   };
   std::vector<std::thread> threads;
   const unsigned n = std::clamp(std::thread::hardware_concurrency(), 1u, 16u);
@@ -299,16 +306,16 @@ struct DeviceProblem {
       : config(c),
         max_batch(max_batch),
         q_pad(q_pad),
-        q(max_batch * (c.num_qo_heads * c.head_dim + q_pad) * aotinfer::dtype_size(c.dtype_q)),
-        o(max_batch * c.num_qo_heads * c.head_dim * aotinfer::dtype_size(c.dtype_o)),
+        q(max_batch * c.q_len * (c.num_qo_heads * c.head_dim + q_pad) * aotinfer::dtype_size(c.dtype_q)),
+        o(max_batch * c.q_len * c.num_qo_heads * c.head_dim * aotinfer::dtype_size(c.dtype_o)),
         k(max_pages * c.page_size * c.num_kv_heads * c.head_dim * aotinfer::dtype_size(c.dtype_kv)),
         v(k.count),
-        lse(max_batch * c.num_qo_heads),
+        lse(max_batch * c.q_len * c.num_qo_heads),
         sinks(c.num_qo_heads),
         indptr(max_batch + 1),
         indices(max_indices),
         last_page_len(max_batch),
-        q_positions(max_batch) {}
+        q_positions(max_batch * c.q_len) {}
   explicit DeviceProblem(const Problem& p)
       : DeviceProblem(p.c.config, p.batch(), p.num_pages, std::int64_t(p.cache.indices.size()), p.c.q_pad) {}
 
@@ -370,14 +377,16 @@ struct DeviceProblem {
 // products (f16 for fp8 KV). The reference rounds its fp64 rotation the same way, but an element
 // near a rounding boundary may go the other way: a score then errs by at most 2u |q| |k| |scale|
 // (Cauchy-Schwarz; rotation keeps norms), u the unit roundoff. The bound for query head h of request b
-// over its keys, which its lse inherits; 0 for other variants.
-double rope_score_error(const Problem& p, std::int64_t b, int h) {
+// over its keys, which its lse inherits (`row` of the request's q_len * num_qo_heads); 0 for
+// other variants.
+double rope_score_error(const Problem& p, std::int64_t b, std::int64_t row) {
   const auto& g = p.c.config;
   if (g.pos_encoding != PosEncoding::rope_llama) return 0;
   const double u = g.dtype_kv == DType::bf16 ? 0x1p-8 : 0x1p-11;
-  const int d = g.head_dim, kv_head = h / (g.num_qo_heads / g.num_kv_heads);
+  const int d = g.head_dim, kv_head = int(row % g.num_qo_heads) / (g.num_qo_heads / g.num_kv_heads);
+  const double* q = &p.q[(b * p.rows_per_request() + row) * d];
   double q_norm = 0, k_norm = 0;
-  for (int i = 0; i < d; ++i) q_norm += p.q[(b * g.num_qo_heads + h) * d + i] * p.q[(b * g.num_qo_heads + h) * d + i];
+  for (int i = 0; i < d; ++i) q_norm += q[i] * q[i];
   for (std::int64_t t = 0; t < p.cache.kv_len(b); ++t) {
     double n = 0;
     for (int i = 0; i < d; ++i) n += p.cache.k[p.cache.at(b, t, kv_head) + i] * p.cache.k[p.cache.at(b, t, kv_head) + i];
@@ -391,7 +400,7 @@ double rope_score_error(const Problem& p, std::int64_t b, int h) {
 // -inf where no key is attended), lse per row, and rows past the batch still poisoned.
 void check(const Problem& p, const DeviceProblem& d, const ref::DecodeResult& r) {
   const auto& g = p.c.config;
-  const std::int64_t heads = g.num_qo_heads, dim = g.head_dim, osize = aotinfer::dtype_size(g.dtype_o);
+  const std::int64_t heads = p.rows_per_request(), dim = g.head_dim, osize = aotinfer::dtype_size(g.dtype_o);
   const std::vector<std::uint8_t> o_bytes = d.o.download();
   std::vector<double> o(p.rows() * dim);
   for (std::size_t i = 0; i < o.size(); ++i) o[i] = decode_element(&o_bytes[i * osize], g.dtype_o);
@@ -403,14 +412,15 @@ void check(const Problem& p, const DeviceProblem& d, const ref::DecodeResult& r)
     if (problems.size() < 6) {
       std::ostringstream s;
       s << "request " << b << " (kv_len " << p.c.lens[b] << ", q_pos "
-        << (p.c.with_q_positions ? p.q_positions[b] : p.c.lens[b] - 1) << "): " << what;
+        << (p.c.with_q_positions ? p.q_positions[b * g.q_len] : p.c.lens[b] - g.q_len) << "): " << what;
       problems.push_back(s.str());
     }
   };
   for (std::int64_t b = 0; b < p.batch(); ++b) {
     const std::vector<double> out(o.begin() + b * heads * dim, o.begin() + (b + 1) * heads * dim);
     const std::vector<double> want(r.o.begin() + b * heads * dim, r.o.begin() + (b + 1) * heads * dim);
-    // Masks do not depend on the head: a request attends to keys with all heads or with none.
+    // Masks do not depend on the head, and the first token sees keys whenever a later one does:
+    // a request attends to keys with all rows or with none.
     const bool empty = std::isinf(r.lse[b * heads]);
     if (empty) {
       const auto nonzero = std::find_if(out.begin(), out.end(), [](double x) { return x != 0; });
@@ -425,7 +435,7 @@ void check(const Problem& p, const DeviceProblem& d, const ref::DecodeResult& r)
         const double tol_lse = 1e-3 * std::max(1.0, std::abs(want_lse)) + rope_score_error(p, b, h);
         const bool ok = std::isinf(want_lse) ? (std::isinf(got) && got < 0) : std::abs(got - want_lse) <= tol_lse;
         if (!ok) {
-          report(b, "head " + std::to_string(h) + " lse " + std::to_string(got) + ", reference " + std::to_string(want_lse));
+          report(b, "row " + std::to_string(h) + " (token " + std::to_string(h / g.num_qo_heads) + ") lse " + std::to_string(got) + ", reference " + std::to_string(want_lse));
           break;
         }
       }
@@ -813,9 +823,81 @@ TEST_CASE("batch_decode of a 128k-token request among short ones", "[gpu][long]"
   CHECK(plan.split);
 }
 
+// Lengths raised to at least `keys` (causal speculative tokens need their own keys in the cache).
+static std::vector<std::int32_t> at_least(std::vector<std::int32_t> lens, std::int32_t keys) {
+  for (auto& len : lens) len = std::max(len, keys);
+  return lens;
+}
+
+// Speculative verification: q_len tokens per request packed with the GQA heads into the
+// kernel's rows, causal among themselves or seeing every key.
+TEST_CASE("batch_decode verifies 2..16 query tokens per request: causal and every key, split and unsplit plans", "[gpu]") {
+  SEEDED_RNG(rng);
+  std::vector<BatchDecodeConfig> held;
+  for (PosEncoding pos : {PosEncoding::none, PosEncoding::rope_llama, PosEncoding::alibi})
+    for (const Dtypes& d : kDtypes) {
+      BatchDecodeConfig c = with_dtypes({}, d);
+      c.pos_encoding = pos;
+      for (int dim : head_dims("batch_decode")) {
+        c.head_dim = dim;
+        if (available(c)) held.push_back(c);
+      }
+    }
+  REQUIRE_SOME_RAN(held.size());
+  int ran = 0, split = 0, unsplit = 0, every_key = 0;
+  for (int i = 0; i < 30; ++i) {
+    BatchDecodeConfig config = random_shape(rng, pick(rng, held), i);
+    config = with_heads(config, pick<int>(rng, {1, 2, 3, 4, 5, 8}), uniform(rng, 1, 4));
+    config.q_len = pick<int>(rng, {2, 2, 3, 4, 4, 5, 7, 8, 16});
+    config.causal = i % 4 != 3;
+    // Few long requests split, many short ones do not; causal tokens need their keys.
+    const bool few = i % 2 == 0;
+    const std::int64_t batch = few ? uniform(rng, 1, 6) : uniform(rng, 20, 140);
+    std::vector<std::int32_t> lens = random_lens(rng, batch, few ? 9000 : 700, config.page_size);
+    if (config.causal) lens = at_least(lens, config.q_len);
+    Case c = random_case(rng, config, lens, uniform(rng, 0, 2) == 0, uniform(rng, 0, 3) != 0);
+    c.soft_cap = uniform(rng, 0, 3) == 0 ? random_soft_cap(rng) : 0;
+    if (uniform(rng, 0, 4) == 0) c.q_pad = pick<int>(rng, {8, 2 * c.config.num_kv_heads * c.config.head_dim});
+    aotinfer::DecodeWorkPlan plan;
+    if (!run_case(rng, c, &plan)) continue;
+    ++ran;
+    (plan.split ? split : unsplit) += 1;
+    every_key += !config.causal;
+  }
+  REQUIRE_SOME_RAN(ran);
+  CHECK(split > 0);
+  CHECK(unsplit > 0);
+  CHECK(every_key > 0);
+}
+
+TEST_CASE("batch_decode refuses q_len outside 1..16, a window with several tokens, and requests with fewer keys than causal tokens", "[gpu]") {
+  std::optional<BatchDecodeConfig> base = base_config();
+  REQUIRE_SOME_RAN(base ? 1 : 0);
+  BatchDecodeConfig c = *base;
+  for (int q_len : {0, 17}) {
+    c.q_len = q_len;
+    REQUIRE_THROWS_WITH(BatchDecode(package(), c), Contains("q_len (query tokens per request) must be 1..16, got " + std::to_string(q_len)));
+  }
+  c.q_len = 4;
+  c.window_left = 100;
+  REQUIRE_THROWS_WITH(BatchDecode(package(), c), Contains("takes one query token per request, got q_len 4"));
+  c.window_left = -1;
+  c.page_size = 16;
+  BatchDecode decode(package(), c);
+  Workspace ws(decode.workspace_sizes(2));
+  const std::vector<std::int32_t> indptr = {0, 1, 2}, last = {16, 3}, indices = {0, 1};
+  REQUIRE_THROWS_WITH(decode.plan(indptr, last, indices, 2, ws.ws, nullptr),
+                      Contains("request 1 has 3 keys, fewer than its q_len 4 causal query tokens"));
+  c.causal = false;  // every key: a short request is fine
+  BatchDecode all_keys(package(), c);
+  Workspace ws2(all_keys.workspace_sizes(2));
+  all_keys.plan(indptr, last, indices, 2, ws2.ws, nullptr);
+}
+
 // One CUDA-graph decode captured once and replayed after each of several plans, each checked.
-static void replay_plans(std::mt19937_64& rng, const BatchDecodeConfig& base, bool window) {
+static void replay_plans(std::mt19937_64& rng, const BatchDecodeConfig& base, bool window, int q_len = 1) {
   BatchDecodeConfig config = with_heads(base, pick(rng, kGroups), uniform(rng, 1, 4));
+  config.q_len = q_len;
   config.page_size = pick(rng, std::vector<int>{1, 16, 64});
   config.layout = uniform(rng, 0, 1) ? KvLayout::hnd : KvLayout::nhd;
   config.cuda_graph = true;
@@ -837,6 +919,7 @@ static void replay_plans(std::mt19937_64& rng, const BatchDecodeConfig& base, bo
       random_lens(rng, first, 1500, config.page_size), random_lens(rng, max_batch, 600, config.page_size),
       {uniform(rng, 12000, 24000)}, random_lens(rng, uniform(rng, 2, max_batch), 3, config.page_size)};
   shapes.push_back(shapes[0]);
+  for (auto& lens : shapes) lens = at_least(lens, q_len);
   std::vector<Problem> problems;
   std::int64_t max_pages = 0, max_indices = 0;
   Case first_case = random_case(rng, config, shapes[0], q_positions, true);
@@ -892,7 +975,7 @@ static void replay_plans(std::mt19937_64& rng, const BatchDecodeConfig& base, bo
   }
 }
 
-TEST_CASE("batch_decode in CUDA-graph mode: one captured graph replays every later plan, with and without a window", "[gpu]") {
+TEST_CASE("batch_decode in CUDA-graph mode: one captured graph replays every later plan, with and without a window, and with several query tokens", "[gpu]") {
   SEEDED_RNG(rng);
   std::optional<BatchDecodeConfig> base = base_config();
   REQUIRE_SOME_RAN(base ? 1 : 0);
@@ -900,6 +983,9 @@ TEST_CASE("batch_decode in CUDA-graph mode: one captured graph replays every lat
     INFO((window ? "with" : "without") << " a sliding window");
     replay_plans(rng, *base, window);
   }
+  const int q_len = uniform(rng, 2, 8);
+  INFO("q_len " << q_len);
+  replay_plans(rng, *base, false, q_len);
 }
 
 // A decode step runs the layers' decodes back to back on one stream, each reading what the

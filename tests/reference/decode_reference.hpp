@@ -2,8 +2,10 @@
 // tests. It follows templates/aotinfer/params/batch_decode.h and paged_kv.h literally and prefers
 // obviousness to speed (requests are independent, so callers may run them on several threads).
 //
-// Per request b with kv_len = L and q_pos = q_positions[b] (or L - 1), per query head h reading
-// KV head h / (num_qo_heads / num_kv_heads), over the keys t = 0 .. L-1 of the request:
+// Per request b with kv_len = L, per query token j < q_len (row b * q_len + j of q and o) with
+// q_pos = q_positions[b * q_len + j] (or L - q_len + j), per query head h reading KV head
+// h / (num_qo_heads / num_kv_heads), over the keys t = 0 .. L-1 of the request (causal, q_len > 1:
+// t <= L - q_len + j only):
 //   q' = round(rope(q, q_pos)), k' = round(rope(k, t)) * k_scale   (rope_llama; round = to the
 //                                      operand type; otherwise q' = q, k' = k * k_scale)
 //   s  = dot(q', k') * sm_scale
@@ -63,7 +65,9 @@ struct DecodeParams {
   double rope_rcp_theta = 1e-4;
   double k_scale = 1;
   double v_scale = 1;
-  std::vector<std::int32_t> q_positions;  // [batch], or empty for q_pos = kv_len - 1
+  int q_len = 1;        // query tokens per request
+  bool causal = true;   // q_len > 1: token j sees keys up to L - q_len + j; else every key
+  std::vector<std::int32_t> q_positions;  // [batch * q_len], or empty for q_pos = kv_len - q_len + j
   std::vector<double> sinks;              // [num_qo_heads] attention-sink logits, or empty
   // RoPE variants rotate q and K and round them once to the type of their products.
   std::function<double(double)> round_operand = [](double x) { return x; };
@@ -89,13 +93,12 @@ inline std::vector<double> rope_llama(const double* x, int d, double pos, double
   return y;
 }
 
-// Request b: q is [batch][num_qo_heads][head_dim]; writes o[num_qo_heads * head_dim] and
-// lse[num_qo_heads].
+// Request b: q is [batch * q_len][num_qo_heads][head_dim]; writes o[q_len * num_qo_heads *
+// head_dim] and lse[q_len * num_qo_heads] (its token rows).
 inline void decode_request(const std::vector<double>& q, const PagedCache& kv, const DecodeParams& p, std::int64_t b,
                            double* o, double* lse) {
   const int d = kv.head_dim, heads = p.num_qo_heads, group = heads / kv.num_kv_heads;
   const std::int64_t len = kv.kv_len(b);
-  const std::int64_t q_pos = p.q_positions.empty() ? len - 1 : p.q_positions[b];
   const bool rope = p.pos == DecodePos::rope_llama;
   for (int kv_head = 0; kv_head < kv.num_kv_heads; ++kv_head) {
     std::vector<std::vector<double>> keys(len), values(len);
@@ -109,8 +112,12 @@ inline void decode_request(const std::vector<double>& q, const PagedCache& kv, c
       keys[t] = key;
       values[t] = value;
     }
-    for (int h = kv_head * group; h < (kv_head + 1) * group; ++h) {
-      const double* q_row = &q[std::size_t((b * heads + h) * d)];
+    for (int r = 0; r < p.q_len * group; ++r) {  // this KV head's (token j, query head h) pairs
+      const int j = r / group, h = kv_head * group + r % group;
+      const std::int64_t token = b * p.q_len + j, row = std::int64_t(j) * heads + h;  // row: of the request's
+      const std::int64_t q_pos = p.q_positions.empty() ? len - p.q_len + j : p.q_positions[token];
+      const std::int64_t last_key = p.causal ? len - p.q_len + j : len - 1;
+      const double* q_row = &q[std::size_t((token * heads + h) * d)];
       std::vector<double> qv(q_row, q_row + d);
       if (rope) {
         qv = rope_llama(q_row, d, double(q_pos), p.rope_rcp_scale, p.rope_rcp_theta);
@@ -124,26 +131,27 @@ inline void decode_request(const std::vector<double>& q, const PagedCache& kv, c
         if (p.logits_soft_cap > 0) s = p.logits_soft_cap * std::tanh(s / p.logits_soft_cap);
         if (p.pos == DecodePos::alibi) s += alibi_slope(h, heads) * double(t - q_pos);
         if (p.window_left >= 0 && t < len - 1 - p.window_left) s = -std::numeric_limits<double>::infinity();
+        if (t > last_key) s = -std::numeric_limits<double>::infinity();
         scores[t] = s;
       }
       State state = attend(scores, values, std::size_t(d));
       if (!p.sinks.empty()) state = merge(state, sink_state(p.sinks[h], std::size_t(d)));
-      for (int i = 0; i < d; ++i) o[h * d + i] = state.v[i];
-      lse[h] = state.lse;
+      for (int i = 0; i < d; ++i) o[row * d + i] = state.v[i];
+      lse[row] = state.lse;
     }
   }
 }
 
 struct DecodeResult {
-  std::vector<double> o;    // [batch][num_qo_heads][head_dim]
-  std::vector<double> lse;  // [batch][num_qo_heads]
+  std::vector<double> o;    // [batch * q_len][num_qo_heads][head_dim]
+  std::vector<double> lse;  // [batch * q_len][num_qo_heads]
 };
 
 inline DecodeResult decode(const std::vector<double>& q, const PagedCache& kv, const DecodeParams& p) {
-  DecodeResult r{std::vector<double>(std::size_t(kv.batch() * p.num_qo_heads * kv.head_dim)),
-                 std::vector<double>(std::size_t(kv.batch() * p.num_qo_heads))};
+  const std::int64_t rows = std::int64_t(p.q_len) * p.num_qo_heads;  // of a request
+  DecodeResult r{std::vector<double>(std::size_t(kv.batch() * rows * kv.head_dim)), std::vector<double>(std::size_t(kv.batch() * rows))};
   for (std::int64_t b = 0; b < kv.batch(); ++b)
-    decode_request(q, kv, p, b, &r.o[std::size_t(b * p.num_qo_heads * kv.head_dim)], &r.lse[std::size_t(b * p.num_qo_heads)]);
+    decode_request(q, kv, p, b, &r.o[std::size_t(b * rows * kv.head_dim)], &r.lse[std::size_t(b * rows)]);
   return r;
 }
 

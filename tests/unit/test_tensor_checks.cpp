@@ -88,6 +88,66 @@ TEST_CASE("decode tensors that fit become the launch arguments", "[tensor_checks
   CHECK(a.sinks == c.t.sinks.data);
 }
 
+TEST_CASE("decode with several query tokens per request takes batch * q_len rows of q, o, lse and q_positions", "[tensor_checks]") {
+  DecodeCase c;
+  c.config.q_len = 4;
+  c.plan.q_rows = 12;
+  CHECK_THAT(c.error(), Contains("batch_decode.run: q: expected shape [12, 32, 128] (batch * q_len, num_qo_heads, head_dim), got [3, 32, 128]"));
+  c.t.q = tensor(AOTINFER_BF16, {12, 32, 128});
+  c.t.o = tensor(AOTINFER_BF16, {12, 32, 128}, 0x7f0000100000);
+  c.t.lse = tensor(AOTINFER_F32, {12, 32});
+  c.t.q_positions = tensor(AOTINFER_I32, {12});
+  const DecodeRunArgs a = detail::decode_run_args(c.config, c.plan, c.t, c.scalars);
+  CHECK(a.batch == 3);
+  CHECK(a.lse == c.t.lse.data);
+  c.t.q_positions = tensor(AOTINFER_I32, {3});
+  CHECK_THAT(c.error(), Contains("q_positions: expected shape [12] (batch * q_len), got [3]"));
+}
+
+TEST_CASE("MLA decode tensors: latent views of one cache pass, each bad one is refused by name", "[tensor_checks]") {
+  BatchMlaDecodeConfig config;  // bf16, 16 heads, page 64
+  const detail::PlannedShape plan{2, 4, 7, 9, 0};  // 2 requests x 2 tokens, 7 page entries, 9 pages
+  aotinfer_batch_mla_decode_tensors t{};
+  t.q_nope = tensor(AOTINFER_BF16, {4, 16, 512});
+  t.q_pe = tensor(AOTINFER_BF16, {4, 16, 64}, 0x7f0000100000);
+  t.o = tensor(AOTINFER_BF16, {4, 16, 512}, 0x7f0000200000);
+  // ckv and kpe as views of one [pages, page_size, 576] cache (page stride 64 * 576).
+  t.ckv = tensor(AOTINFER_BF16, {9, 64, 512}, 0x7f0001000000);
+  t.kpe = tensor(AOTINFER_BF16, {9, 64, 64}, 0x7f0001000000 + 512 * 2);
+  t.ckv.strides[0] = t.kpe.strides[0] = 64 * 576;
+  t.kv_indices = tensor(AOTINFER_I32, {7});
+  auto error = [&] { return std::string(error_of([&] { detail::mla_decode_run_args(config, plan, t, 0.07f); }).what()); };
+
+  MlaDecodeRunArgs a = detail::mla_decode_run_args(config, plan, t, 0.07f);
+  CHECK(a.batch == 2);
+  CHECK(a.ckv_stride_page == 64 * 576);
+  CHECK(a.kpe_stride_page == 64 * 576);
+  CHECK(a.q_nope_stride == 16 * 512);  // dense rows, said explicitly
+  CHECK(a.lse == nullptr);
+  CHECK(a.sm_scale == 0.07f);
+
+  SECTION("q_pe of another dtype") {
+    t.q_pe.dtype = AOTINFER_F16;
+    CHECK_THAT(error(), Contains("batch_mla_decode.run: q_pe: expected dtype bf16, got f16"));
+  }
+  SECTION("q_nope for one token per request") {
+    t.q_nope = tensor(AOTINFER_BF16, {2, 16, 512});
+    CHECK_THAT(error(), Contains("q_nope: expected shape [4, 16, 512] (batch * q_len, num_heads, kv_lora_rank 512)"));
+  }
+  SECTION("ckv whose tokens are strided inside a page (a [pages, page_size, 576] slice the kernel cannot read)") {
+    t.ckv.strides[1] = 576;
+    CHECK_THAT(error(), Contains("ckv: must be contiguous past its first dimension"));
+  }
+  SECTION("a cache of another page size") {
+    t.kpe = tensor(AOTINFER_BF16, {9, 16, 64});
+    CHECK_THAT(error(), Contains("kpe: expected shape [>= 9, 64, 64] (pages, page_size, qk_rope_head_dim 64)"));
+  }
+  SECTION("an lse of the wrong rows") {
+    t.lse = tensor(AOTINFER_F32, {2, 16});
+    CHECK_THAT(error(), Contains("lse: expected shape [4, 16] (batch * q_len, num_heads)"));
+  }
+}
+
 TEST_CASE("each kind of bad decode tensor is refused, naming it", "[tensor_checks]") {
   DecodeCase c;
   SECTION("float16 q for a bf16 decode") {

@@ -225,12 +225,18 @@ class BatchDecode:
     sees its last key and the window_left keys before it (keys t < kv_len - 1 - window_left are
     dropped, whatever q_positions says); < 0 (the default): every key. The logits soft cap is a
     run() value instead: any variant serves both, so layers of one model with different windows
-    need one object (and plan) per distinct window, and any cap."""
+    need one object (and plan) per distinct window, and any cap.
+
+    q_len: query tokens per request (1..16; speculative verification), the request's newest,
+    whose keys the cache already holds; q, o and lse then hold batch * q_len token rows.
+    causal=True: token t of a request of n keys sees keys 0 .. n - q_len + t (each request needs
+    at least q_len keys); False: every key. A window takes q_len 1."""
 
     def __init__(self, package, num_qo_heads, num_kv_heads, head_dim, page_size, dtype_q="bf16", dtype_kv=None,
                  dtype_o=None, layout="nhd", pos_encoding="none", window_left=-1, cuda_graph=False, max_batch=0,
-                 kv_split="adaptive", kv_split_tokens=0, max_kv_len=0):
+                 kv_split="adaptive", kv_split_tokens=0, max_kv_len=0, q_len=1, causal=True):
         self.package, self.layout, self.page_size = package, layout, page_size
+        self.q_len, self.causal = q_len, bool(causal)
         self.num_qo_heads, self.num_kv_heads, self.head_dim = num_qo_heads, num_kv_heads, head_dim
         sliding, window = _window(window_left, "batch_decode")
         self.window_left = window if sliding else -1
@@ -239,7 +245,8 @@ class BatchDecode:
                                     head_dim, num_qo_heads, num_kv_heads, page_size, _text(layout, "layout", ("nhd", "hnd")),
                                     _text(pos_encoding, "pos_encoding", ("none", "rope_llama", "alibi")),
                                     sliding, window, int(cuda_graph), max_batch,
-                                    _text(kv_split, "kv_split", _KV_SPLITS), kv_split_tokens, max_kv_len)
+                                    _text(kv_split, "kv_split", _KV_SPLITS), kv_split_tokens, max_kv_len,
+                                    q_len, 0 if causal else 1)
         handle = ctypes.c_void_p()
         _check(_capi.lib.aotinfer_batch_decode_create(package._handle, ctypes.byref(config), ctypes.byref(handle)))
         self._handle, self._address, self._batch = handle, handle.value, None
@@ -274,8 +281,8 @@ class BatchDecode:
     def run(self, q, k_pages, v_pages, kv_indptr, kv_indices, kv_last_page_len, o, lse=None, q_positions=None,
             sm_scale=0.0, logits_soft_cap=0.0, rope_scale=1.0, rope_theta=1e4, k_scale=1.0, v_scale=1.0,
             stream=None, sinks=None):
-        """Runs the last plan. q, o [batch, num_qo_heads, head_dim]; lse [batch, num_qo_heads]
-        float32 or None; k_pages, v_pages the pools in the config's layout (views of one
+        """Runs the last plan. q, o [batch * q_len, num_qo_heads, head_dim]; lse [batch * q_len,
+        num_qo_heads] float32 or None; k_pages, v_pages the pools in the config's layout (views of one
         [pages, 2, ...] tensor are fine); kv_indptr, kv_indices, kv_last_page_len (and
         q_positions) int32 device copies of what plan saw. logits_soft_cap > 0 caps the scaled
         scores (cap * tanh(score / cap)); <= 0: no cap. The window is the constructor's. sinks:
@@ -395,13 +402,13 @@ def _level_pointers(arrays):
     return (_capi.c_int32_p * len(arrays))(*[ctypes.cast(a.buffer_info()[0], _capi.c_int32_p) for a in arrays])
 
 
-def _device_buffer(buffer, name):
+def _device_buffer(buffer, name, where="cascade"):
     """(pointer, bytes) of a contiguous device workspace."""
     t = _tensor.tensor(buffer, name)
     if not t.on_gpu:
-        raise InvalidArgument(f"cascade: {name}: the workspace must be GPU memory", 1)
+        raise InvalidArgument(f"{where}: {name}: the workspace must be GPU memory", 1)
     if t.strides != _tensor.contiguous_strides(t.shape) and t.nbytes > _tensor.DTYPE_SIZES.get(t.dtype, 1):
-        raise InvalidArgument(f"cascade: {name}: the workspace must be contiguous", 1)
+        raise InvalidArgument(f"{where}: {name}: the workspace must be contiguous", 1)
     return t.ptr, t.nbytes
 
 
@@ -414,14 +421,14 @@ def _stream(stream, like):
     return _tensor.stream_handle(stream)
 
 
-def _described(x, name):
+def _described(x, name, where="cascade.run"):
     """x as an aotinfer_tensor (zeroed for None: the argument is absent)."""
     out = _capi.Tensor()
     if x is None:
         return out
     t = _tensor.tensor(x, name)
     if len(t.shape) > 4:
-        raise InvalidArgument(f"cascade.run: {name}: expected at most 4 dimensions, got shape {list(t.shape)}", 1)
+        raise InvalidArgument(f"{where}: {name}: expected at most 4 dimensions, got shape {list(t.shape)}", 1)
     out.data, out.ndim, out.dtype, out.device_type, out.device_id = t.ptr, len(t.shape), t.dtype, t.device_type, t.device_id
     for i, (size, stride) in enumerate(zip(t.shape, t.strides)):
         out.shape[i], out.strides[i] = size, stride
@@ -521,3 +528,68 @@ class Cascade:
         scalars = _capi.Scalars(sm_scale, logits_soft_cap, 1.0, 1e4, 1.0, 1.0)
         _check(_capi.lib.aotinfer_cascade_tensors_run(self._handle, ctypes.byref(tensors), ctypes.byref(scalars),
                                                       _stream(stream, q)))
+
+
+class BatchMlaDecode:
+    """Multi-head latent attention decode (DeepSeek-V3/R1, Kimi K2) over a paged latent cache,
+    plan/run (aotinfer/batch_mla_decode.hpp). Every query head attends to the cache's rows: scores
+    (q_nope . ckv + q_pe . kpe) * sm_scale, values the ckv rows. Each request brings q_len (1..4)
+    new tokens, the last of its cache, causal among themselves (multi-token prediction)."""
+
+    def __init__(self, package, num_heads, page_size=64, dtype="bf16"):
+        self.package, self.num_heads, self.page_size, self.dtype = package, num_heads, page_size, dtype
+        config = _capi.MlaDecodeConfig(_text(dtype, "dtype", _DTYPES[:2]), num_heads, page_size)
+        handle = ctypes.c_void_p()
+        _check(_capi.lib.aotinfer_batch_mla_decode_create(package._handle, ctypes.byref(config), ctypes.byref(handle)))
+        self._handle, self._q_len = handle, None
+
+    def __del__(self):
+        if getattr(self, "_handle", None):
+            _capi.lib.aotinfer_batch_mla_decode_destroy(self._handle)
+            self._handle = None
+
+    def workspace_sizes(self, max_batch, max_q_len=4):
+        """(float_bytes, int_bytes) of device workspace for plans of up to max_batch requests of up
+        to max_q_len new tokens."""
+        f, i = ctypes.c_size_t(), ctypes.c_size_t()
+        _check(_capi.lib.aotinfer_batch_mla_decode_workspace_sizes(self._handle, max_batch, max_q_len, ctypes.byref(f),
+                                                                   ctypes.byref(i)))
+        return f.value, i.value
+
+    def plan(self, kv_indptr, kv_last_page_len, q_len, float_workspace, int_workspace, kv_indices=None, num_pages=0,
+             stream=None):
+        """Host metadata: kv_indptr [batch + 1] in pages, kv_last_page_len [batch] (lists, NumPy
+        arrays or CPU tensors); q_len the new tokens of every request (1..4). Workspaces are
+        device buffers (uint8 tensors), kept alive by this object until the next plan. With
+        kv_indices and num_pages, page ids are checked and run() checks that the pools hold
+        num_pages pages. stream=None: the current PyTorch stream, as run()."""
+        self._q_len = None
+        indptr, n_indptr, keep_indptr = _host_int32(kv_indptr, "batch_mla_decode: kv_indptr")
+        last, n_last, keep_last = _host_int32(kv_last_page_len, "batch_mla_decode: kv_last_page_len")
+        if n_indptr != n_last + 1:
+            raise InvalidArgument(f"batch_mla_decode: kv_indptr has {n_indptr} entries and kv_last_page_len "
+                                  f"{n_last}; expected batch + 1 and batch", 1)
+        indices, n_indices, keep_indices = (None, 0, None) if kv_indices is None else _host_int32(
+            kv_indices, "batch_mla_decode: kv_indices")
+        as_int32 = lambda address: ctypes.cast(address, _capi.c_int32_p) if address else None
+        workspaces = (*_device_buffer(float_workspace, "float_workspace", "batch_mla_decode"),
+                      *_device_buffer(int_workspace, "int_workspace", "batch_mla_decode"))
+        _check(_capi.lib.aotinfer_batch_mla_decode_plan(self._handle, as_int32(indptr), n_last, as_int32(last),
+                                                        as_int32(indices), n_indices, num_pages, q_len, *workspaces,
+                                                        _stream(stream, int_workspace)))
+        del keep_indptr, keep_last, keep_indices  # read by the call above: the plan holds its own copy
+        self._q_len, self._workspaces = q_len, (float_workspace, int_workspace)
+
+    def run(self, q_nope, q_pe, ckv, kpe, kv_indices, o, lse=None, sm_scale=0.0, stream=None):
+        """Runs the last plan. q_nope [batch * q_len, num_heads, 512] and q_pe [batch * q_len,
+        num_heads, 64] (token rows may be strided); ckv [pages, page_size, 512] and kpe [pages,
+        page_size, 64] (pages may be strided: views of one [pages, page_size, 576] tensor);
+        kv_indices the int32 device copy of the page ids plan saw; o [batch * q_len, num_heads,
+        512]; lse float32 [batch * q_len, num_heads] (natural log) or None. sm_scale > 0 is
+        required: MLA scales by the head_dim before absorption (1 / sqrt(192) for DeepSeek-V3)."""
+        where = "batch_mla_decode.run"
+        tensors = _capi.MlaDecodeTensors(*[_described(x, name, where) for x, name in (
+            (q_nope, "q_nope"), (q_pe, "q_pe"), (ckv, "ckv"), (kpe, "kpe"), (kv_indices, "kv_indices"), (o, "o"),
+            (lse, "lse"))])
+        _check(_capi.lib.aotinfer_batch_mla_decode_tensors_run(self._handle, ctypes.byref(tensors), float(sm_scale),
+                                                               _stream(stream, o)))

@@ -21,7 +21,7 @@ class DecodeConfig(ctypes.Structure):
                 ("num_qo_heads", c_int32), ("num_kv_heads", c_int32), ("page_size", c_int32), ("layout", c_char),
                 ("pos_encoding", c_char), ("sliding_window", c_int32), ("window_left", c_int32),
                 ("cuda_graph", c_int32), ("max_batch", c_int32), ("kv_split", c_char), ("kv_split_tokens", c_int32),
-                ("max_kv_len", ctypes.c_int64)]
+                ("max_kv_len", ctypes.c_int64), ("q_len", c_int32), ("non_causal", c_int32)]
 
 
 class PrefillConfig(ctypes.Structure):
@@ -98,6 +98,28 @@ _declare("aotinfer_cascade_workspace_sizes", _status, c_void, ctypes.c_int64, c_
 _declare("aotinfer_cascade_plan", _status, c_void, c_int32, c_int32_p, c_int32_pp, c_int32_pp, c_int32_pp, c_int32_pp,
          c_int32_p, c_int32, c_void, c_size, c_void, c_size, c_void)
 _declare("aotinfer_cascade_tensors_run", _status, c_void, ctypes.POINTER(CascadeTensors), ctypes.POINTER(Scalars), c_void)
+
+
+# --- Multi-head latent attention decode (aotinfer/batch_mla_decode.hpp), through ctypes ---------
+
+class MlaDecodeConfig(ctypes.Structure):
+    _fields_ = [("dtype", c_char), ("num_heads", c_int32), ("page_size", c_int32)]
+
+
+class MlaDecodeTensors(ctypes.Structure):
+    _fields_ = [(name, Tensor) for name in ("q_nope", "q_pe", "ckv", "kpe", "kv_indices", "o", "lse")]
+
+
+MIRRORS.update({"aotinfer_batch_mla_decode_config": MlaDecodeConfig,
+                "aotinfer_batch_mla_decode_tensors": MlaDecodeTensors})
+_declare("aotinfer_batch_mla_decode_create", _status, c_void, ctypes.POINTER(MlaDecodeConfig), ctypes.POINTER(c_void))
+_declare("aotinfer_batch_mla_decode_destroy", None, c_void)
+_declare("aotinfer_batch_mla_decode_workspace_sizes", _status, c_void, c_int32, c_int32, ctypes.POINTER(c_size),
+         ctypes.POINTER(c_size))
+_declare("aotinfer_batch_mla_decode_plan", _status, c_void, c_int32_p, c_int32, c_int32_p, c_int32_p, c_int32, c_int32,
+         c_int32, c_void, c_size, c_void, c_size, c_void)
+_declare("aotinfer_batch_mla_decode_tensors_run", _status, c_void, ctypes.POINTER(MlaDecodeTensors), ctypes.c_float,
+         c_void)
 
 
 def entry_address(name):

@@ -402,7 +402,7 @@ def paged_prefill_case(name, group, page, layout, form, dtype="bf16", head_dim=1
 def decode_multi_token_case():
     """The decode wrapper with q_len_per_req > 1 (speculative verification): each request's
     last tokens, causal among themselves."""
-    q_len, kv_heads, group, page = random.choice([2, 3, 4]), 2, 4, 16
+    q_len, kv_heads, group, page = random.choice([2, 3, 4, 8, 16]), 2, 4, 16
     heads, batch = kv_heads * group, random.randint(1, 8)
     kv = [random.randint(q_len, 900) for _ in range(batch)]
     cache = Paged(kv, page, kv_heads, 128, "NHD", "single", "bf16")
@@ -414,6 +414,33 @@ def decode_multi_token_case():
     ref_o, ref_lse = reference_prefill(q, [q_len] * batch, lambda r: cache.get(r, kv[r]), causal=True)
     torch.cuda.synchronize()
     label = f"decode q_len_per_req {q_len} [batch {batch} max_kv {max(kv)}]"
+    check(label + " o", o, ref_o, 1e-2)
+    check(label + " lse", lse, ref_lse, 1e-3)
+
+
+def speculative_prefill_case(q_len, causal, kv_dtype="bf16", pos="NONE", sinks=False, k_scale=None, v_scale=None,
+                             group=None):
+    """The paged prefill wrapper over requests that all verify q_len tokens (an engine's target
+    verification): served by the decode kernel while the tokens times the group fill one decode
+    CTA (16 rows), by the prefill kernels beyond; checked as any prefill."""
+    kv_heads, page = random.choice([1, 2, 4]), random.choice([1, 16])
+    group = group or random.choice([1, 4, 8])
+    heads, batch = kv_heads * group, random.randint(1, 12)
+    kv = [random.randint(q_len, 2000) for _ in range(batch)]
+    cache = Paged(kv, page, kv_heads, 128, "NHD", "single", kv_dtype)
+    wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(WORKSPACE, "NHD")
+    wrapper.plan(indptr_of([q_len] * batch), cache.indptr, cache.indices, cache.last, heads, kv_heads, 128, page,
+                 causal=causal, pos_encoding_mode=pos, q_data_type=torch.bfloat16, kv_data_type=DTYPES[kv_dtype])
+    assert wrapper._decoding == (q_len * group <= 16), "equal query runs of up to 16 rows run on the decode kernel"
+    q = torch.randn(batch * q_len, heads, 128, device=DEV).to(torch.bfloat16)
+    sinks = torch.rand(heads, device=DEV) * 8 - 2 if sinks else None
+    o, lse = wrapper.run(q, cache.cache, return_lse=True, sinks=sinks, k_scale=k_scale, v_scale=v_scale)
+    ref_o, ref_lse = reference_prefill(q, [q_len] * batch, lambda r: cache.get(r, kv[r]), causal=causal,
+                                       rope_theta=1e4 if pos == "ROPE_LLAMA" else None, sinks=sinks,
+                                       k_scale=k_scale or 1.0, v_scale=v_scale or 1.0)
+    torch.cuda.synchronize()
+    label = (f"paged prefill of {q_len} tokens per request on the decode kernel [{kv_dtype} {pos} "
+             f"{'causal' if causal else 'non-causal'} group {group} page {page} batch {batch} max_kv {max(kv)}]")
     check(label + " o", o, ref_o, 1e-2)
     check(label + " lse", lse, ref_lse, 1e-3)
 
@@ -454,6 +481,10 @@ def paged_prefill_cases():
     guarded("paged prefill custom mask e4m3", lambda: paged_prefill_case(
         "custom_mask, fp8 e4m3 KV", 8, 64, "NHD", "single", kv_dtype="e4m3", k_scale=0.8, v_scale=1.3, custom="bool"))
     guarded("decode q_len_per_req", decode_multi_token_case)
+    guarded("paged prefill speculative", lambda: speculative_prefill_case(random.choice([2, 4, 8]), True))
+    guarded("paged prefill speculative non-causal", lambda: speculative_prefill_case(3, False, sinks=True))
+    guarded("paged prefill speculative rope e4m3", lambda: speculative_prefill_case(  # the decode kernel's variant
+        4, True, kv_dtype="e4m3", pos="ROPE_LLAMA", k_scale=0.7, v_scale=1.4, group=4))
     guarded("paged prefill sinks+window+cap", lambda: paged_prefill_case(
         "sinks + window + soft cap", 2, 64, "HND", "tuple", head_dim=256, window=random.randint(0, 100), cap=1.5,
         sinks=True))
@@ -844,11 +875,61 @@ def fast_decode_plan_cases():
         guarded(f"fast_decode_plan page {page}", lambda: fast_decode_plan_case(page))
 
 
+def mla_case(q_len, page, heads, batch, dtype, latent_view):
+    """BatchMLAPagedAttentionWrapper (absorbed MLA) against a float64 reference: every head
+    attends to the latent rows (scores over ckv . q_nope + kpe . q_pe, values ckv), causal among a
+    request's q_len tokens. latent_view: ckv and kpe as views of one [pages, 576] cache (page 1)."""
+    lens = [random.randint(q_len, 3000) for _ in range(batch)]
+    pages = [(n + page - 1) // page for n in lens]
+    total = sum(pages) + 3
+    if latent_view:
+        cache = (torch.randn(total, page, 576, device=DEV) * 0.5).to(DTYPES[dtype])
+        ckv, kpe = cache[..., :512], cache[..., 512:]
+    else:
+        ckv = (torch.randn(total, page, 512, device=DEV) * 0.5).to(DTYPES[dtype])
+        kpe = (torch.randn(total, page, 64, device=DEV) * 0.5).to(DTYPES[dtype])
+    indices = torch.randperm(total, device=DEV)[:sum(pages)].to(torch.int32)
+    kv_indptr = torch.tensor(indptr_of(pages), dtype=torch.int32)
+    q_nope = torch.randn(batch * q_len, heads, 512, device=DEV).to(DTYPES[dtype])
+    q_pe = torch.randn(batch * q_len, heads, 64, device=DEV).to(DTYPES[dtype])
+    sm_scale = 1 / math.sqrt(192)
+    wrapper = flashinfer.BatchMLAPagedAttentionWrapper(WORKSPACE)
+    wrapper.plan(torch.tensor(indptr_of([q_len] * batch), dtype=torch.int32), kv_indptr, indices,
+                 torch.tensor(lens, dtype=torch.int32), heads, 512, 64, page, True, sm_scale, DTYPES[dtype],
+                 DTYPES[dtype])
+    o, lse = wrapper.run(q_nope, q_pe, ckv, kpe, return_lse=True)
+    ref_o, ref_lse = [], []
+    for b, n in enumerate(lens):
+        rows = indices[kv_indptr[b]:kv_indptr[b + 1]].long()
+        k_nope = ckv[rows].reshape(-1, 512)[:n].double()
+        k_pe = kpe[rows].reshape(-1, 64)[:n].double()
+        qn = q_nope[b * q_len:(b + 1) * q_len].double()
+        qp = q_pe[b * q_len:(b + 1) * q_len].double()
+        s = (torch.einsum("thd,nd->thn", qn, k_nope) + torch.einsum("thd,nd->thn", qp, k_pe)) * sm_scale
+        keys = torch.arange(n, device=DEV)
+        for t in range(q_len):  # token t sees keys up to n - q_len + t
+            s[t, :, keys > n - q_len + t] = -math.inf
+        ref_lse.append(torch.logsumexp(s, -1) / LN2)
+        ref_o.append(torch.einsum("thn,nd->thd", torch.softmax(s, -1), k_nope))
+    torch.cuda.synchronize()
+    label = (f"MLA {dtype} heads {heads} q_len {q_len} page {page} batch {batch} max_kv {max(lens)}"
+             f"{' (views of one latent cache)' if latent_view else ''}")
+    check(label + " o", o, torch.cat(ref_o), 1e-2)
+    check(label + " lse", lse, torch.cat(ref_lse), 1e-3)
+
+
+def mla_cases():
+    guarded("MLA decode", lambda: mla_case(1, 64, 16, random.randint(1, 40), "bf16", False))
+    guarded("MLA decode f16 page 1", lambda: mla_case(1, 1, 128, random.randint(1, 8), "f16", True))
+    guarded("MLA MTP", lambda: mla_case(random.choice([2, 3, 4]), 16, random.choice([16, 64, 128]),
+                                        random.randint(1, 20), "bf16", False))
+
+
 def main():
     start = time.time()
     for section in (decode_cases, decode_graph, paged_prefill_cases, paged_prefill_graph, ragged_cases, merge_cases,
                     cascade_case, page_cases, multilevel_cases, multilevel_graph, shared_prefix_cases,
-                    fast_decode_plan_cases):
+                    fast_decode_plan_cases, mla_cases):
         guarded(section.__name__, section)
     print(f"{len(failures)} failures; {time.time() - start:.1f} s; seed {SEED}")
     if failures:

@@ -179,6 +179,24 @@ FLASHINFER_0_7 = {
         ("logits_soft_cap", None), ("q_data_type", None), ("kv_data_type", None), ("data_type", None),
         ("sm_scale", None), ("rope_scale", None), ("rope_theta", None), ("non_blocking", True),
         ("fixed_split_size", None), ("disable_split_kv", False), ("global_override_indptr_cpu", None)),
+    # flashinfer/mla/_batch_mla/_wrapper.py: the flat CSR plan and the split run.
+    "BatchMLAPagedAttentionWrapper.__init__": positional(
+        ("float_workspace_buffer", R), ("use_cuda_graph", False), ("qo_indptr", None), ("kv_indptr", None),
+        ("kv_indices", None), ("kv_len_arr", None), ("backend", "auto")),
+    "BatchMLAPagedAttentionWrapper.plan": positional(
+        ("qo_indptr", None), ("kv_indptr", None), ("kv_indices", None), ("kv_len_arr", None), ("num_heads", None),
+        ("head_dim_ckv", None), ("head_dim_kpe", None), ("page_size", None), ("causal", None), ("sm_scale", None),
+        ("q_data_type", None), ("kv_data_type", None), ("use_profiler", False)) + keyword(
+        ("metadata", None), ("cum_seq_lens_q", None), ("block_tables", None), ("seq_lens", None), ("max_q_len", None),
+        ("query_layout", None), ("kv_cache_layout", None), ("lse_mode", "none"), ("output_dtype", None),
+        ("output_scale", "none"), ("scale_mode", "default"), ("skip_softmax", False), ("enable_pdl", None),
+        ("use_sinks", False)),
+    "BatchMLAPagedAttentionWrapper.run": positional(
+        ("q_nope", None), ("q_pe", None), ("ckv_cache", None), ("kpe_cache", None), ("out", None), ("lse", None),
+        ("return_lse", False), ("profiler_buffer", None), ("kv_len", None), ("page_table", None),
+        ("return_lse_base_on_e", False), ("o_scale", None)) + keyword(
+        ("query", None), ("kv_cache", None), ("ckv_scale", None), ("ckv_scale_arr", None), ("kpe_scale", None),
+        ("sinks", None), ("skip_softmax_threshold_scale_factor", None), ("bmm1_scale", None), ("bmm2_scale", None)),
 }
 
 DECODE_ARGS = ([0, 1], [0], [1], 32, 8, 128, 16)  # indptr, indices, last_page_len, heads, kv heads, dim, page
@@ -467,8 +485,8 @@ class RefusalTest(unittest.TestCase):
 
     def test_decode_plan(self):
         w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(Stand())
-        # Several query tokens per request run on the prefill path, as FlashInfer's tensor-core
-        # decode: the CUDA-core wrapper refuses them by that name.
+        # Several query tokens per request need use_tensor_cores=True, as FlashInfer's (its
+        # tensor-core decode serves them): the CUDA-core wrapper refuses them by that name.
         with self.assertRaises(ValueError) as e:
             w.plan(*DECODE_ARGS, q_len_per_req=2)
         self.assertIn("use_tensor_cores=True", str(e.exception))
@@ -787,6 +805,41 @@ class DecodeGraphTest(unittest.TestCase):
         with self.assertRaises(TypeError) as e:
             flashinfer.fast_decode_plan(flashinfer.BatchPrefillWithPagedKVCacheWrapper(Stand()), *DECODE_ARGS)
         self.assertIn("BatchDecodeWithPagedKVCacheWrapper", str(e.exception))
+
+
+class MlaTest(unittest.TestCase):
+    """BatchMLAPagedAttentionWrapper's refusals, each a NotImplementedError naming the argument,
+    before PyTorch or a GPU is needed."""
+    ARGS = ([0, 1], [0, 1], [0], [5], 16, 512, 64, 64, True, 0.07)
+
+    def refused(self, call, *names):
+        with self.assertRaises(NotImplementedError) as e:
+            call()
+        for name in names:
+            self.assertIn(name, str(e.exception))
+
+    def test_constructor(self):
+        self.refused(lambda: flashinfer.BatchMLAPagedAttentionWrapper(Stand(), use_cuda_graph=True), "use_cuda_graph")
+        self.refused(lambda: flashinfer.BatchMLAPagedAttentionWrapper(Stand(), backend="cutlass"), "backend='cutlass'")
+        self.assertIs(flashinfer.mla.BatchMLAPagedAttentionWrapper, flashinfer.BatchMLAPagedAttentionWrapper)
+
+    def test_plan_refusals(self):
+        w = flashinfer.BatchMLAPagedAttentionWrapper(Stand())
+        a = list(self.ARGS)
+        self.refused(lambda: w.plan(*a[:5], 256, *a[6:]), "head_dim_ckv", "512 and 64")
+        self.refused(lambda: w.plan(*a, q_data_type=DType("float8_e4m3fn")), "q_data_type")
+        self.refused(lambda: w.plan(*a, q_data_type=DType("bfloat16"), kv_data_type=DType("float16")), "kv_data_type")
+        self.refused(lambda: w.plan(*a, query_layout="packed"), "query_layout='packed'")
+        self.refused(lambda: w.plan(*a, use_sinks=True), "use_sinks")
+        self.refused(lambda: w.plan(metadata=Stand()), "metadata")
+
+    def test_run_refusals_and_order(self):
+        w = flashinfer.BatchMLAPagedAttentionWrapper(Stand())
+        self.refused(lambda: w.run(query=Stand(), kv_cache=Stand()), "query")
+        self.refused(lambda: w.run(Stand(), Stand(), Stand(), Stand(), ckv_scale=0.5), "ckv_scale")
+        with self.assertRaises(RuntimeError) as e:
+            w.run(Stand(), Stand(), Stand(), Stand())
+        self.assertIn("call plan() first", str(e.exception))
 
 
 class WithoutTorchTest(unittest.TestCase):

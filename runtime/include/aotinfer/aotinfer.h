@@ -104,6 +104,8 @@ typedef struct aotinfer_batch_decode_config {
   const char* kv_split;     /* "adaptive" | "fixed" | "none" (fixed, none: batch-invariant; aotinfer/attention.hpp); NULL: "adaptive" */
   int32_t kv_split_tokens;  /* "fixed": keys per chunk */
   int64_t max_kv_len;       /* CUDA-graph mode with kv_split "fixed": the longest request's keys */
+  int32_t q_len;            /* query tokens per request, 1..16 (speculative verification); 0: 1 */
+  int32_t non_causal;       /* bool, q_len > 1: every token sees every key; 0: causal among the tokens */
 } aotinfer_batch_decode_config;
 
 typedef struct aotinfer_batch_decode_run_args {
@@ -188,6 +190,11 @@ aotinfer_status aotinfer_batch_mla_decode_plan(aotinfer_batch_mla_decode* mla, c
                                                size_t int_bytes, void* stream);
 aotinfer_status aotinfer_batch_mla_decode_run(const aotinfer_batch_mla_decode* mla,
                                               const aotinfer_batch_mla_decode_run_args* args, void* stream);
+/* Described tensors, each checked against the config and the last plan before any launch;
+ * sm_scale > 0. */
+aotinfer_status aotinfer_batch_mla_decode_tensors_run(const aotinfer_batch_mla_decode* mla,
+                                                      const aotinfer_batch_mla_decode_tensors* tensors, float sm_scale,
+                                                      void* stream);
 
 /* Batch prefill over a paged or ragged KV cache (see aotinfer/batch_prefill.hpp for the plan/run
  * contract, aotinfer/params/batch_prefill.h for the semantics: query token t of a request sits at

@@ -1,4 +1,5 @@
-// Batch decode over a paged KV cache, FlashInfer-style plan/run:
+// Batch decode over a paged KV cache (one or a few query tokens per request), FlashInfer-style
+// plan/run:
 //
 //   aotinfer::BatchDecode decode(pkg, config);               // picks + loads the variants
 //   auto sizes = decode.workspace_sizes(max_batch);          // allocate once
@@ -40,8 +41,14 @@ struct BatchDecodeConfig {
   int page_size = 16;
   KvLayout layout = KvLayout::nhd;
   PosEncoding pos_encoding = PosEncoding::none;
-  // A sliding window: each query sees its own key and the window_left keys before it (< 0: every
-  // key). The plan gives each request's work only those keys.
+  // Query tokens per request (1..16): the newest q_len tokens, whose keys the cache already
+  // holds. More than one verifies speculative tokens: each KV byte is read once for all of them.
+  // causal: token t of a request of n keys sees keys 0 .. n - q_len + t (each request then needs
+  // at least q_len keys); false: every key.
+  int q_len = 1;
+  bool causal = true;
+  // A sliding window (q_len 1): the query sees its own key and the window_left keys before it
+  // (< 0: every key). The plan gives each request's work only those keys.
   std::int32_t window_left = -1;
   bool cuda_graph = false;      // fixed grid for graph capture; needs max_batch
   int max_batch = 0;
@@ -51,17 +58,17 @@ struct BatchDecodeConfig {
 
 struct DecodeRunArgs {
   std::int32_t batch = 0;  // must equal the planned batch
-  const void* q = nullptr;                       // [batch, num_qo_heads, head_dim]
-  std::int64_t q_stride = 0;                     // elements between requests' q rows (a fused qkv slice); 0: dense
+  const void* q = nullptr;                       // [batch * q_len, num_qo_heads, head_dim]
+  std::int64_t q_stride = 0;                     // elements between q's token rows (a fused qkv slice); 0: dense
   void* k_pages = nullptr;                       // page pools in config.layout
   void* v_pages = nullptr;
   std::int64_t kv_stride_page = 0;               // elements between pages of both pools; 0: one page
   const std::int32_t* kv_indptr = nullptr;       // device copies of what plan() saw
   const std::int32_t* kv_indices = nullptr;
   const std::int32_t* kv_last_page_len = nullptr;
-  void* o = nullptr;                             // [batch, num_qo_heads, head_dim]
-  float* lse = nullptr;                          // [batch, num_qo_heads] or nullptr
-  const std::int32_t* q_positions = nullptr;     // [batch] or nullptr (= kv_len - 1)
+  void* o = nullptr;                             // [batch * q_len, num_qo_heads, head_dim]
+  float* lse = nullptr;                          // [batch * q_len, num_qo_heads] or nullptr
+  const std::int32_t* q_positions = nullptr;     // [batch * q_len] or nullptr (= kv_len - q_len + t)
   const float* sinks = nullptr;                  // [num_qo_heads] attention-sink logits, or nullptr
   float sm_scale = 0;                            // 0 = 1/sqrt(head_dim)
   float logits_soft_cap = 0;                     // > 0: scores are soft-capped; <= 0: no cap

@@ -24,6 +24,7 @@
 #include "aotinfer/decode_plan.hpp"
 #include "aotinfer/dtype.hpp"
 #include "aotinfer/package.hpp"
+#include "aotinfer/tensor.h"
 
 namespace aotinfer {
 
@@ -73,6 +74,10 @@ class BatchMlaDecode {
   // was made, args.batch differs from it, a required pointer is null or not 16-byte aligned, or
   // sm_scale is not positive.
   void run(const MlaDecodeRunArgs& args, Stream stream) const;
+
+  // The same from described tensors (aotinfer/tensor.h): each is checked against the config and
+  // the last plan (device, dtype, shape, strides, alignment) before anything is launched.
+  void run(const aotinfer_batch_mla_decode_tensors& tensors, float sm_scale, Stream stream) const;
 
   const DecodeWorkPlan& work_plan() const;
   const BatchMlaDecodeConfig& config() const;

@@ -52,6 +52,16 @@ typedef struct aotinfer_batch_decode_tensors {
   aotinfer_tensor q, k_pages, v_pages, kv_indptr, kv_indices, kv_last_page_len, o, lse, q_positions, sinks;
 } aotinfer_batch_decode_tensors;
 
+/* The tensors of one batch_mla_decode run (aotinfer/params/batch_mla_decode.h), in the config's
+ * dtype but kv_indices (int32 [kv_indptr[batch]]) and lse (float32 [batch * q_len, num_heads],
+ * may be absent): q_nope [batch * q_len, num_heads, 512] and q_pe [batch * q_len, num_heads, 64],
+ * whose token rows may be strided (slices of one projection); the paged cache's ckv [pages,
+ * page_size, 512] and kpe [pages, page_size, 64], whose pages may be strided (views of one
+ * [pages, page_size, 576] tensor); o [batch * q_len, num_heads, 512], dense. */
+typedef struct aotinfer_batch_mla_decode_tensors {
+  aotinfer_tensor q_nope, q_pe, ckv, kpe, kv_indices, o, lse;
+} aotinfer_batch_mla_decode_tensors;
+
 /* Scalars of a run; 0 means the default (sm_scale 1/sqrt(head_dim), rope_scale 1, rope_theta
  * 1e4, k_scale and v_scale 1; logits_soft_cap 0: no cap). */
 typedef struct aotinfer_attention_scalars {

@@ -44,6 +44,17 @@ std::string prefill_tensors() {
                          F(kv_last_page_len), F(o), F(lse), F(sinks), F(custom_mask), F(mask_indptr));
 }
 
+std::string mla_decode_tensors() {
+  using T = aotinfer_batch_mla_decode_tensors;
+  return AOTINFER_STRUCT(aotinfer_batch_mla_decode_tensors, F(q_nope), F(q_pe), F(ckv), F(kpe), F(kv_indices), F(o),
+                         F(lse));
+}
+
+std::string mla_decode_config() {
+  using T = aotinfer_batch_mla_decode_config;
+  return AOTINFER_STRUCT(aotinfer_batch_mla_decode_config, F(dtype), F(num_heads), F(page_size));
+}
+
 std::string merge_tensors() {
   using T = aotinfer_merge_state_tensors;
   return AOTINFER_STRUCT(aotinfer_merge_state_tensors, F(v_a), F(s_a), F(v_b), F(s_b), F(v_out), F(s_out));
@@ -59,7 +70,8 @@ std::string decode_config() {
   using T = aotinfer_batch_decode_config;
   return AOTINFER_STRUCT(aotinfer_batch_decode_config, F(dtype_q), F(dtype_kv), F(dtype_o), F(head_dim), F(num_qo_heads),
                          F(num_kv_heads), F(page_size), F(layout), F(pos_encoding), F(sliding_window), F(window_left),
-                         F(cuda_graph), F(max_batch), F(kv_split), F(kv_split_tokens), F(max_kv_len));
+                         F(cuda_graph), F(max_batch), F(kv_split), F(kv_split_tokens), F(max_kv_len), F(q_len),
+                         F(non_causal));
 }
 
 std::string prefill_config() {
@@ -133,7 +145,8 @@ extern "C" const char* aotinfer_abi_layout(void) {
     static const std::string layout =
         "{" + join({tensor(), scalars(), decode_tensors(), prefill_tensors(), merge_tensors(), append_tensors(),
                     decode_config(), prefill_config(), decode_run_args(), prefill_run_args(), merge_params(), paged_kv(),
-                    append_params(), cascade_config(), cascade_run_args(), cascade_tensors()}) +
+                    append_params(), cascade_config(), cascade_run_args(), cascade_tensors(), mla_decode_tensors(),
+                    mla_decode_config()}) +
         "}";
     return layout.c_str();
   } catch (...) {

@@ -485,6 +485,9 @@ aotinfer_status aotinfer_batch_decode_create(const aotinfer_package* package, co
     config.max_batch = c->max_batch;
     config.kv_split = kv_split_arg(c->kv_split, c->kv_split_tokens);
     config.max_kv_len = c->max_kv_len;
+    a.at_least(c->q_len, 0, "config->q_len");
+    config.q_len = c->q_len == 0 ? 1 : c->q_len;
+    config.causal = c->non_causal == 0;
     a.handle(package, "package", kPackageTag, kPackageMaker);
     *out = new aotinfer_batch_decode{kDecodeTag, aotinfer::BatchDecode(package->package, config)};
   });
@@ -647,6 +650,17 @@ aotinfer_status aotinfer_batch_mla_decode_run(const aotinfer_batch_mla_decode* m
     args.lse = in->lse;
     args.sm_scale = in->sm_scale;
     mla->mla.run(args, static_cast<aotinfer::Stream>(stream));
+  });
+}
+
+aotinfer_status aotinfer_batch_mla_decode_tensors_run(const aotinfer_batch_mla_decode* mla,
+                                                      const aotinfer_batch_mla_decode_tensors* tensors, float sm_scale,
+                                                      void* stream) {
+  return guarded([&] {
+    const Args a{"aotinfer_batch_mla_decode_tensors_run"};
+    a.pointer(tensors, "tensors", "an aotinfer_batch_mla_decode_tensors");
+    a.handle(mla, "mla", kMlaDecodeTag, kMlaDecodeMaker);
+    mla->mla.run(*tensors, sm_scale, static_cast<aotinfer::Stream>(stream));
   });
 }
 

@@ -5,6 +5,8 @@
 #include <initializer_list>
 #include <string>
 
+#include "aotinfer/params/batch_mla_decode.h"
+
 namespace aotinfer::detail {
 
 namespace {
@@ -153,10 +155,12 @@ DecodeRunArgs decode_run_args(const BatchDecodeConfig& c, const PlannedShape& pl
                               const aotinfer_attention_scalars& s) {
   const Checker check("batch_decode.run", plan.device);
   const std::int64_t batch = plan.batch, hq = c.num_qo_heads, hk = c.num_kv_heads, dim = c.head_dim, page = c.page_size;
+  // One row per query token: batch, or batch * q_len when each request verifies q_len tokens.
+  const Dim tokens = c.q_len == 1 ? Dim{batch, "batch"} : Dim{plan.q_rows, "batch * q_len"};
   // q may be a token-strided view (a slice of a fused qkv tensor); o is written densely.
-  check.tensor(t.q, "q", c.dtype_q, {{batch, "batch"}, {hq, "num_qo_heads"}, {dim, "head_dim"}}, Packing::rows_strided);
-  check.tensor(t.o, "o", c.dtype_o, {{batch, "batch"}, {hq, "num_qo_heads"}, {dim, "head_dim"}});
-  check.optional(t.lse, "lse", DType::f32, {{batch, "batch"}, {hq, "num_qo_heads"}});
+  check.tensor(t.q, "q", c.dtype_q, {tokens, {hq, "num_qo_heads"}, {dim, "head_dim"}}, Packing::rows_strided);
+  check.tensor(t.o, "o", c.dtype_o, {tokens, {hq, "num_qo_heads"}, {dim, "head_dim"}});
+  check.optional(t.lse, "lse", DType::f32, {tokens, {hq, "num_qo_heads"}});
   const Dim pages{std::max<std::int64_t>(plan.num_pages, 1), "pages", true};
   const bool nhd = c.layout == KvLayout::nhd;
   for (auto [pool, name] : {std::pair{&t.k_pages, "k_pages"}, {&t.v_pages, "v_pages"}}) {
@@ -166,7 +170,7 @@ DecodeRunArgs decode_run_args(const BatchDecodeConfig& c, const PlannedShape& pl
   check.tensor(t.kv_indptr, "kv_indptr", DType::i32, {{batch + 1, "batch + 1"}}, Packing::contiguous, 4);
   check.tensor(t.kv_indices, "kv_indices", DType::i32, {{plan.kv_entries, "kv_indptr[batch]", true}}, Packing::contiguous, 4);
   check.tensor(t.kv_last_page_len, "kv_last_page_len", DType::i32, {{batch, "batch"}}, Packing::contiguous, 4);
-  check.optional(t.q_positions, "q_positions", DType::i32, {{batch, "batch"}});
+  check.optional(t.q_positions, "q_positions", DType::i32, {tokens});
   check.optional(t.sinks, "sinks", DType::f32, {{hq, "num_qo_heads"}});
 
   DecodeRunArgs a;
@@ -189,6 +193,39 @@ DecodeRunArgs decode_run_args(const BatchDecodeConfig& c, const PlannedShape& pl
   a.rope_theta = or_default(s.rope_theta, 1e4f);
   a.k_scale = or_default(s.k_scale, 1.f);
   a.v_scale = or_default(s.v_scale, 1.f);
+  return a;
+}
+
+MlaDecodeRunArgs mla_decode_run_args(const BatchMlaDecodeConfig& c, const PlannedShape& plan,
+                                     const aotinfer_batch_mla_decode_tensors& t, float sm_scale) {
+  const Checker check("batch_mla_decode.run", plan.device);
+  const Dim tokens{plan.q_rows, "batch * q_len"}, heads{c.num_heads, "num_heads"};
+  const Dim ckv{AOTINFER_MLA_CKV_DIM, "kv_lora_rank 512"}, kpe{AOTINFER_MLA_KPE_DIM, "qk_rope_head_dim 64"};
+  // q_nope and q_pe may be token-strided views (slices of one projection); o is written densely.
+  check.tensor(t.q_nope, "q_nope", c.dtype, {tokens, heads, ckv}, Packing::rows_strided);
+  check.tensor(t.q_pe, "q_pe", c.dtype, {tokens, heads, kpe}, Packing::rows_strided);
+  check.tensor(t.o, "o", c.dtype, {tokens, heads, ckv});
+  check.optional(t.lse, "lse", DType::f32, {tokens, heads});
+  // The pools may be page-strided views (of one [pages, page_size, 576] tensor).
+  const Dim pages{std::max<std::int64_t>(plan.num_pages, 1), "pages", true}, page{c.page_size, "page_size"};
+  check.tensor(t.ckv, "ckv", c.dtype, {pages, page, ckv}, Packing::rows_strided);
+  check.tensor(t.kpe, "kpe", c.dtype, {pages, page, kpe}, Packing::rows_strided);
+  check.tensor(t.kv_indices, "kv_indices", DType::i32, {{plan.kv_entries, "kv_indptr[batch]", true}}, Packing::contiguous, 4);
+
+  MlaDecodeRunArgs a;
+  a.batch = plan.batch;
+  a.q_nope = t.q_nope.data;
+  a.q_pe = t.q_pe.data;
+  a.q_nope_stride = row_stride(t.q_nope);
+  a.q_pe_stride = row_stride(t.q_pe);
+  a.ckv = t.ckv.data;
+  a.kpe = t.kpe.data;
+  a.ckv_stride_page = row_stride(t.ckv);
+  a.kpe_stride_page = row_stride(t.kpe);
+  a.kv_indices = static_cast<const std::int32_t*>(t.kv_indices.data);
+  a.o = t.o.data;
+  a.lse = static_cast<float*>(t.lse.data);
+  a.sm_scale = sm_scale;
   return a;
 }
 

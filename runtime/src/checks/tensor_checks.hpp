@@ -6,6 +6,7 @@
 
 #include "aotinfer/append_paged_kv.hpp"
 #include "aotinfer/batch_decode.hpp"
+#include "aotinfer/batch_mla_decode.hpp"
 #include "aotinfer/batch_prefill.hpp"
 #include "aotinfer/merge_state.hpp"
 #include "aotinfer/tensor.h"
@@ -18,7 +19,7 @@ using DeviceQuery = int (*)();
 // What a run's tensors are checked against besides the config: the last plan and its device.
 struct PlannedShape {
   std::int32_t batch = 0;       // requests
-  std::int64_t q_rows = 0;      // query rows the kernels read: decode batch, prefill total_q
+  std::int64_t q_rows = 0;      // query rows the kernels read: decode batch * q_len, prefill total_q
   std::int64_t kv_entries = 0;  // kv_indptr[batch]: pages (paged) or tokens (ragged)
   std::int32_t num_pages = 0;   // > 0: plan checked every page id against it
   std::int64_t mask_bytes = 0;  // prefill with a custom mask: the packed masks' bytes (FlashInfer's
@@ -30,6 +31,9 @@ struct PlannedShape {
 // tensor that does not fit.
 DecodeRunArgs decode_run_args(const BatchDecodeConfig& config, const PlannedShape& plan,
                               const aotinfer_batch_decode_tensors& t, const aotinfer_attention_scalars& s);
+// q_len: the plan's query tokens per request (plan.q_rows = batch * q_len).
+MlaDecodeRunArgs mla_decode_run_args(const BatchMlaDecodeConfig& config, const PlannedShape& plan,
+                                     const aotinfer_batch_mla_decode_tensors& t, float sm_scale);
 PrefillRunArgs prefill_run_args(const BatchPrefillConfig& config, const PlannedShape& plan,
                                 const aotinfer_batch_prefill_tensors& t, const aotinfer_attention_scalars& s);
 

@@ -21,6 +21,9 @@ namespace {
 
 [[noreturn]] void invalid(const std::string& what) { throw Error(ErrorCode::invalid_argument, "batch_decode: " + what); }
 
+// Query tokens per request: speculative verification's drafts; beyond them a prefill tile wins.
+constexpr int kMaxQLen = 16;
+
 using detail::align_up;
 
 // The int workspace: the work partition (decode_work_image.hpp), then the merge counters (one
@@ -36,8 +39,9 @@ struct IntLayout : detail::DecodeWorkLayout {
   }
 };
 
+// Split plans: each item's state for its request's q_len * num_qo_heads rows.
 std::size_t float_bytes(std::int32_t work_capacity, const BatchDecodeConfig& c) {
-  const std::size_t rows = std::size_t(work_capacity) * c.num_qo_heads;
+  const std::size_t rows = std::size_t(work_capacity) * c.q_len * c.num_qo_heads;
   return align_up(rows * c.head_dim * 4) + align_up(rows * 4);
 }
 }  // namespace
@@ -64,6 +68,12 @@ void BatchDecode::check_config(const BatchDecodeConfig& c) {
   const int group = c.num_qo_heads / c.num_kv_heads;
   if (group > 64) invalid("the GQA group size num_qo_heads / num_kv_heads is " + std::to_string(group) + "; at most 64 is supported");
   if (c.page_size < 1) invalid("page_size must be >= 1, got " + std::to_string(c.page_size));
+  if (c.q_len < 1 || c.q_len > kMaxQLen)
+    invalid("q_len (query tokens per request) must be 1.." + std::to_string(kMaxQLen) + ", got " + std::to_string(c.q_len) +
+            "; longer runs of new tokens are a paged prefill (BatchPrefill)");
+  if (c.q_len > 1 && c.window_left >= 0)
+    invalid("a sliding window (window_left " + std::to_string(c.window_left) + ") takes one query token per request, got q_len " +
+            std::to_string(c.q_len) + "; run several tokens with a window as a paged prefill (BatchPrefill)");
   if (c.cuda_graph && c.max_batch < 1) invalid("CUDA-graph mode needs max_batch >= 1");
   detail::check_kv_split("batch_decode", c.kv_split, c.cuda_graph, c.max_kv_len);
 }
@@ -87,8 +97,8 @@ BatchDecode::BatchDecode(const Package& package, const BatchDecodeConfig& c) : i
   if (int(info.tile[2]) != c.head_dim)
     invalid("variant " + impl_->decode.uri() + " is built for head_dim " + std::to_string(info.tile[2]) + ", the config says " +
             std::to_string(c.head_dim));
-  const int group = c.num_qo_heads / c.num_kv_heads;
-  impl_->row_groups = (group + int(info.tile[0]) - 1) / int(info.tile[0]);
+  const int rows = c.q_len * (c.num_qo_heads / c.num_kv_heads);  // (token, head) rows of a KV head
+  impl_->row_groups = (rows + int(info.tile[0]) - 1) / int(info.tile[0]);
   impl_->shape.device = detail::current_device_ordinal();
   impl_->limits.num_sms = detail::current_device_sm_count();
   impl_->limits.ctas_per_sm = impl_->decode.max_active_ctas_per_sm();
@@ -126,6 +136,11 @@ void BatchDecode::plan(std::span<const std::int32_t> kv_indptr, std::span<const 
   if (c.cuda_graph && batch > c.max_batch)
     invalid("batch " + std::to_string(batch) + " exceeds max_batch " + std::to_string(c.max_batch) + " of this CUDA-graph decode");
   detail::check_page_ids("batch_decode", kv_indptr, kv_indices, num_pages);
+  if (c.q_len > 1 && c.causal)
+    for (std::size_t i = 0; i < lengths.size(); ++i)
+      if (lengths[i] < c.q_len)
+        invalid("request " + std::to_string(i) + " has " + std::to_string(lengths[i]) + " keys, fewer than its q_len " +
+                std::to_string(c.q_len) + " causal query tokens (whose keys the cache must hold)");
 
   plan_decode_work(lengths, s.limits, s.work);
   const IntLayout layout = c.cuda_graph ? IntLayout(s.limits.graph_work, c.max_batch, s.limits.ctas_per_item)
@@ -142,7 +157,8 @@ void BatchDecode::plan(std::span<const std::int32_t> kv_indptr, std::span<const 
   s.batch = batch;
   s.layout = layout;
   s.workspace = ws;
-  s.shape.batch = s.shape.q_rows = batch;
+  s.shape.batch = batch;
+  s.shape.q_rows = std::int64_t(batch) * c.q_len;
   s.shape.kv_entries = kv_indptr.back();
   s.shape.num_pages = kv_indices.empty() ? 0 : num_pages;
   s.planned = true;
@@ -193,7 +209,7 @@ void BatchDecode::run(const DecodeRunArgs& a, Stream stream) const {
   p.q_positions = a.q_positions;
   p.sinks = a.sinks;
   detail::point_at_work(p, s.layout, s.workspace.int_buffer);
-  const std::size_t partial_rows = std::size_t(s.work.padded_work) * c.num_qo_heads;
+  const std::size_t partial_rows = std::size_t(s.work.padded_work) * c.q_len * c.num_qo_heads;
   if (s.work.split) {
     p.partial_o = static_cast<float*>(s.workspace.float_buffer);
     p.partial_lse = reinterpret_cast<float*>(static_cast<char*>(s.workspace.float_buffer) + align_up(partial_rows * dim * 4));
@@ -201,6 +217,8 @@ void BatchDecode::run(const DecodeRunArgs& a, Stream stream) const {
     p.merge_counters = reinterpret_cast<std::int32_t*>(static_cast<char*>(s.workspace.int_buffer) + s.layout.merge_counters);
   }
   p.num_qo_heads = c.num_qo_heads;
+  p.q_len = c.q_len;
+  p.q_causal = c.causal;
   p.sm_scale = a.sm_scale != 0 ? a.sm_scale : 1.f / std::sqrt(float(c.head_dim));
   p.logits_soft_cap = a.logits_soft_cap;
   p.rope_rcp_scale = 1.f / a.rope_scale;

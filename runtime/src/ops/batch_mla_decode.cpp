@@ -11,6 +11,7 @@
 #include "loading/family_axes.hpp"
 #include "planning/plan_inputs.hpp"
 #include "planning/plan_upload.hpp"
+#include "checks/tensor_checks.hpp"
 
 namespace aotinfer {
 
@@ -43,6 +44,7 @@ struct BatchMlaDecode::Impl {
   detail::DecodeWorkLayout layout{0, 0};
   Workspace workspace;
   detail::PlanUpload upload;
+  detail::PlannedShape shape;  // what described tensors are checked against
 
   int row_groups_for(std::int32_t q) const { return (q * config.num_heads + tile_rows - 1) / tile_rows; }
 };
@@ -134,7 +136,17 @@ void BatchMlaDecode::plan(std::span<const std::int32_t> kv_indptr, std::span<con
   s.row_groups = s.row_groups_for(q_len);
   s.layout = layout;
   s.workspace = ws;
+  s.shape.device = detail::current_device_ordinal();
+  s.shape.batch = batch;
+  s.shape.q_rows = std::int64_t(batch) * q_len;
+  s.shape.kv_entries = kv_indptr.back();
+  s.shape.num_pages = kv_indices.empty() ? 0 : num_pages;
   s.planned = true;
+}
+
+void BatchMlaDecode::run(const aotinfer_batch_mla_decode_tensors& t, float sm_scale, Stream stream) const {
+  if (!impl_->planned) invalid("run() needs a successful plan() first");
+  run(detail::mla_decode_run_args(impl_->config, impl_->shape, t, sm_scale), stream);
 }
 
 void BatchMlaDecode::run(const MlaDecodeRunArgs& a, Stream stream) const {

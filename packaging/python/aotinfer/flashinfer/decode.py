@@ -1,11 +1,14 @@
-"""FlashInfer's BatchDecodeWithPagedKVCacheWrapper over aotinfer.BatchDecode; with
-q_len_per_req > 1 (speculative verification: each request's last tokens, causal among
-themselves) over a paged prefill, as FlashInfer's tensor-core decode path does."""
+"""FlashInfer's BatchDecodeWithPagedKVCacheWrapper over aotinfer.BatchDecode, q_len_per_req > 1
+(speculative verification: each request's last tokens, causal among themselves) included: the
+decode kernel packs a request's tokens with its GQA heads into one CTA's rows, so each KV byte is
+read once for all of them. With a sliding window, or more rows (tokens times the group) than a
+decode CTA holds, such a plan runs as a paged prefill, as FlashInfer's tensor-core decode path
+does."""
 import functools
 
 from .. import BatchDecode
 from . import _args, _base
-from .prefill import BatchPrefillWithPagedKVCacheWrapper
+from .prefill import DECODE_ROWS, BatchPrefillWithPagedKVCacheWrapper
 
 _NAME = "BatchDecodeWithPagedKVCacheWrapper"
 _PLAN, _RUN, _FORWARD = _NAME + ".plan", _NAME + ".run", _NAME + ".forward"
@@ -32,7 +35,8 @@ class BatchDecodeWithPagedKVCacheWrapper(_base.Wrapper):
         self._paged_kv_indptr_buf = paged_kv_indptr_buffer
         self._paged_kv_indices_buf = paged_kv_indices_buffer
         self._paged_kv_last_page_len_buf = paged_kv_last_page_len_buffer
-        self._verify, self._q_len = None, 1  # the paged prefill of the last plan with q_len_per_req > 1
+        self._verify, self._q_len = None, 1  # the paged prefill serving q_len_per_req > 1 with a window
+        self._verifying = False  # the last plan is that prefill's
 
     @property
     def use_tensor_cores(self):
@@ -49,18 +53,25 @@ class BatchDecodeWithPagedKVCacheWrapper(_base.Wrapper):
         q holds that many tokens per request, the last ones of its KV, each seeing the keys up to
         its own (is_causal=False: every key); needs use_tensor_cores=True, as in FlashInfer."""
         q_len = 1 if q_len_per_req is None else int(q_len_per_req)
-        self._q_len = 1
+        self._q_len, self._verifying = 1, False
         if q_len != 1:
-            return self._plan_verify(q_len, is_causal, indptr, indices, last_page_len, num_qo_heads, num_kv_heads,
-                                     head_dim, page_size, pos_encoding_mode, window_left, logits_soft_cap, q_data_type,
-                                     kv_data_type, o_data_type, data_type, sm_scale, rope_scale, rope_theta,
-                                     non_blocking, block_tables, seq_lens, fixed_split_size, disable_split_kv,
-                                     window_right)
+            self._check_q_len(q_len)
+            windowed = window_left is not None and int(window_left) >= 0
+            if windowed or q_len * (int(num_qo_heads) // max(int(num_kv_heads), 1)) > DECODE_ROWS:
+                return self._plan_verify(q_len, is_causal, indptr, indices, last_page_len, num_qo_heads, num_kv_heads,
+                                         head_dim, page_size, pos_encoding_mode, window_left, logits_soft_cap,
+                                         q_data_type, kv_data_type, o_data_type, data_type, sm_scale, rope_scale,
+                                         rope_theta, non_blocking, block_tables, seq_lens, fixed_split_size,
+                                         disable_split_kv, window_right)
         config, features, scalars = _args.decode_plan(
             num_qo_heads, num_kv_heads, head_dim, page_size, pos_encoding_mode, window_left, logits_soft_cap,
             q_data_type, kv_data_type, o_data_type, data_type, sm_scale, rope_scale, rope_theta, block_tables,
-            seq_lens, fixed_split_size, disable_split_kv, q_len_per_req, window_right, is_causal)
+            seq_lens, fixed_split_size, disable_split_kv, 1 if q_len != 1 else q_len_per_req, window_right,
+            None if q_len != 1 else is_causal)
         config["layout"] = self._layout
+        if q_len != 1:
+            config.update(q_len=q_len, causal=is_causal is not False)
+            self._check_keys(q_len, indptr, last_page_len, page_size)
         _base.need_torch()
         self._core = None  # a failed plan leaves nothing runnable
         indptr_host, last_host = _base.host_int32(indptr), _base.host_int32(last_page_len)
@@ -76,7 +87,7 @@ class BatchDecodeWithPagedKVCacheWrapper(_base.Wrapper):
             config.update(cuda_graph=True, max_batch=self._fixed_batch_size)
             if config["kv_split"] == "fixed":  # the grid holds what the float workspace holds
                 config["max_kv_len"] = _base.graph_max_kv_len(
-                    self._float_workspace_buffer, self._fixed_batch_size, config["kv_split_tokens"],
+                    self._float_workspace_buffer, self._fixed_batch_size * q_len, config["kv_split_tokens"],
                     num_qo_heads * head_dim * 4 + num_qo_heads * 4, _PLAN)
         else:
             self._paged_kv_indptr_buf, self._paged_kv_indices_buf, self._paged_kv_last_page_len_buf = \
@@ -84,25 +95,37 @@ class BatchDecodeWithPagedKVCacheWrapper(_base.Wrapper):
         core = self._core_for(BatchDecode, config)
         _, int_bytes = core.workspace_sizes(max(batch, 1), _base.longest_request(config, indptr_host, page_size))
         core.plan(indptr_host, last_host, self._float_workspace_buffer, self._int_workspace(int_bytes))
-        self._batch_size = batch
+        self._batch_size, self._q_len = batch, q_len
         self._keep(core, config, features, scalars)
 
     begin_forward = plan
 
-    def _plan_verify(self, q_len, is_causal, indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim,
-                     page_size, pos_encoding_mode, window_left, logits_soft_cap, q_data_type, kv_data_type, o_data_type,
-                     data_type, sm_scale, rope_scale, rope_theta, non_blocking, block_tables, seq_lens,
-                     fixed_split_size, disable_split_kv, window_right):
-        """plan() with q_len_per_req > 1: a paged prefill over the same pages (its CUDA-graph
-        buffers the decode wrapper's), q_len query tokens per request."""
+    def _check_q_len(self, q_len):
+        """FlashInfer's rules for q_len_per_req > 1 (its multi-token decode is the fa2 tensor-core path)."""
         if q_len < 1:
             _args.refuse(_PLAN, "q_len_per_req", q_len, "at least 1 query token per request")
         if not self._use_tensor_cores:
             raise ValueError(f"aotinfer.flashinfer {_PLAN}: q_len_per_req={q_len} needs use_tensor_cores=True "
                              "(as in FlashInfer: several query tokens per request run on the prefill path)")
-        if self._backend not in ("auto", "fa2"):  # as FlashInfer, whose multi-token decode is fa2's
+        if self._backend not in ("auto", "fa2"):
             raise NotImplementedError(f"aotinfer.flashinfer {_PLAN}: q_len_per_req={q_len} is served on the fa2 "
                                       f"path (backend 'auto' or 'fa2'), not backend={self._backend!r}")
+
+    @staticmethod
+    def _check_keys(q_len, indptr, last_page_len, page_size):
+        last = _base.host_int32(last_page_len).tolist()
+        for i, keys in enumerate(_base.paged_kv_lengths(_base.host_int32(indptr).tolist(), last, int(page_size))):
+            if keys < q_len:  # as FlashInfer: the first query token would see no key
+                raise ValueError(f"aotinfer.flashinfer {_PLAN}: request {i} has {keys} keys, fewer than "
+                                 f"q_len_per_req={q_len}: its first query tokens would have an empty KV range")
+
+    def _plan_verify(self, q_len, is_causal, indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim,
+                     page_size, pos_encoding_mode, window_left, logits_soft_cap, q_data_type, kv_data_type, o_data_type,
+                     data_type, sm_scale, rope_scale, rope_theta, non_blocking, block_tables, seq_lens,
+                     fixed_split_size, disable_split_kv, window_right):
+        """plan() with q_len_per_req > 1 and a window, or more rows than a decode CTA holds: a
+        paged prefill over the same pages (its CUDA-graph buffers the decode
+        wrapper's), q_len query tokens per request."""
         # The decode checks first (the same arguments refused by the same names).
         _args.decode_plan(num_qo_heads, num_kv_heads, head_dim, page_size, pos_encoding_mode, window_left,
                           logits_soft_cap, q_data_type, kv_data_type, o_data_type, data_type, sm_scale, rope_scale,
@@ -112,12 +135,8 @@ class BatchDecodeWithPagedKVCacheWrapper(_base.Wrapper):
             kv_data_type = data_type if kv_data_type is None else kv_data_type
         _base.need_torch()
         self._core = None
-        last = _base.host_int32(last_page_len).tolist()
-        batch = len(last)
-        for i, keys in enumerate(_base.paged_kv_lengths(_base.host_int32(indptr).tolist(), last, int(page_size))):
-            if keys < q_len:  # as FlashInfer: the first query token would see no key
-                raise ValueError(f"aotinfer.flashinfer {_PLAN}: request {i} has {keys} keys, fewer than "
-                                 f"q_len_per_req={q_len}: its first query tokens would have an empty KV range")
+        batch = int(_base.host_int32(last_page_len).shape[0])
+        self._check_keys(q_len, indptr, last_page_len, page_size)
         if self._verify is None or (self._use_cuda_graph and self._verify_q_len != q_len):
             qo_indptr = _base.torch.arange(0, (batch + 1) * q_len, q_len, dtype=_base.torch.int32, device=self.device)
             self._verify = BatchPrefillWithPagedKVCacheWrapper(
@@ -132,7 +151,7 @@ class BatchDecodeWithPagedKVCacheWrapper(_base.Wrapper):
                           rope_theta=rope_theta, q_data_type=q_data_type, kv_data_type=kv_data_type,
                           o_data_type=o_data_type, non_blocking=non_blocking, fixed_split_size=fixed_split_size,
                           disable_split_kv=disable_split_kv)
-        self._batch_size, self._q_len = batch, q_len
+        self._batch_size, self._q_len, self._verifying = batch, q_len, True
 
     def run(self, q, paged_kv_cache, *args, q_scale=None, k_scale=None, v_scale=None, out=None, lse=None,
             return_lse=False, enable_pdl=None, window_left=None, sinks=None, q_len_per_req=None,
@@ -143,9 +162,12 @@ class BatchDecodeWithPagedKVCacheWrapper(_base.Wrapper):
         if args or kv_cache_sf is not None or skip_softmax_threshold_scale_factor is not None:
             _args.unserved(_RUN, args, kv_cache_sf=kv_cache_sf,
                            skip_softmax_threshold_scale_factor=skip_softmax_threshold_scale_factor)
-        if self._q_len != 1 or q_len_per_req not in (None, 1):
+        if q_len_per_req not in (None, self._q_len):
+            raise ValueError(f"aotinfer.flashinfer {_RUN}: q_len_per_req={q_len_per_req} differs from plan()'s "
+                             f"{self._q_len}")
+        if self._verifying:
             return self._run_verify(q, paged_kv_cache, q_scale, k_scale, v_scale, out, lse, return_lse, window_left,
-                                    sinks, q_len_per_req)
+                                    sinks)
         if self._core is None or window_left is not None:
             self._planned(_RUN, window_left)
         k, v = _base.split_cache(paged_kv_cache, self._kv_layout)
@@ -167,11 +189,7 @@ class BatchDecodeWithPagedKVCacheWrapper(_base.Wrapper):
 
     run_return_lse = functools.partialmethod(run, return_lse=True)
 
-    def _run_verify(self, q, paged_kv_cache, q_scale, k_scale, v_scale, out, lse, return_lse, window_left, sinks,
-                    q_len_per_req):
-        if q_len_per_req not in (None, self._q_len):
-            raise ValueError(f"aotinfer.flashinfer {_RUN}: q_len_per_req={q_len_per_req} differs from plan()'s "
-                             f"{self._q_len}")
+    def _run_verify(self, q, paged_kv_cache, q_scale, k_scale, v_scale, out, lse, return_lse, window_left, sinks):
         if q.shape[0] != self._batch_size * self._q_len:
             raise ValueError(f"aotinfer.flashinfer {_RUN}: q has {q.shape[0]} tokens; the plan's q_len_per_req "
                              f"{self._q_len} x batch {self._batch_size} needs {self._batch_size * self._q_len}")

@@ -1,9 +1,16 @@
 """FlashInfer's BatchPrefillWithPagedKVCacheWrapper and BatchPrefillWithRaggedKVCacheWrapper over
-aotinfer.BatchPrefill (kv_storage "paged" / "ragged")."""
+aotinfer.BatchPrefill (kv_storage "paged" / "ragged"). A paged plan whose requests all verify the
+same few tokens (speculative decoding) runs on aotinfer.BatchDecode instead, which reads each KV
+byte once for all of a request's tokens (_decode_form)."""
 import functools
 
-from .. import BatchPrefill
+from .. import BatchDecode, BatchPrefill, InvalidArgument, NotFound
 from . import _args, _base, _masks
+
+# The decode kernel's query rows per CTA: a paged plan runs on it when a request's tokens times
+# the GQA group fill at most one CTA's rows, so that each KV byte is read once (more rows take
+# several CTAs, each reading the keys again: the prefill kernels' larger tiles do better there).
+DECODE_ROWS = 16
 
 _PAGED, _RAGGED = "BatchPrefillWithPagedKVCacheWrapper", "BatchPrefillWithRaggedKVCacheWrapper"
 
@@ -47,18 +54,53 @@ class _Prefill(_base.Wrapper):
             copies = _base.device_int32s([x for _, x in metadata], self.device, non_blocking)
             for (name, _), copy in zip(metadata, copies):
                 setattr(self, "_" + name, copy)
-        core = self._core_for(BatchPrefill, config)
-        keys_per_entry = config.get("page_size", 1) if config["kv_storage"] == "paged" else 1
-        _, int_bytes = core.workspace_sizes(max(total_q, 1), max(batch, 1),
-                                            _base.longest_request(config, kv_host, keys_per_entry))
         paged = {k: _base.host_int32(x) for k, x in paged.items()}
-        core.plan(qo_host, kv_host, self._float_workspace_buffer, self._int_workspace(int_bytes), **paged)
+        self._decoding = False
+        decode = self._decode_form(config, qo_host, kv_host, paged)
+        if decode is not None:
+            try:
+                core = self._core_for(BatchDecode, decode)
+                self._decoding = True
+            except (NotFound, InvalidArgument):  # no decode variant for these types, or a GQA group over
+                pass                             # decode's 64: the prefill serves it
+        if self._decoding:
+            _, int_bytes = core.workspace_sizes(max(batch, 1))
+            core.plan(kv_host, paged["kv_last_page_len"], self._float_workspace_buffer, self._int_workspace(int_bytes))
+        else:
+            core = self._core_for(BatchPrefill, config)
+            keys_per_entry = config.get("page_size", 1) if config["kv_storage"] == "paged" else 1
+            _, int_bytes = core.workspace_sizes(max(total_q, 1), max(batch, 1),
+                                                _base.longest_request(config, kv_host, keys_per_entry))
+            core.plan(qo_host, kv_host, self._float_workspace_buffer, self._int_workspace(int_bytes), **paged)
         self._mask_bits = self._mask_offsets = None
         if config["mask"] == "custom":
             self._mask_bits, self._mask_offsets = self._custom_masks(where, masks, qo_host, kv_host, config, paged)
         self._qo_indptr_last = total_q
         self._batch_size = batch
         self._keep(core, config, features, scalars)
+
+    def _decode_form(self, config, qo_host, kv_host, paged):
+        """BatchDecode's config for a paged plan that is speculative verification, else None:
+        every request has the same few query tokens, whose rows (tokens times the GQA group) fit
+        one decode CTA, causal (with at least as many keys) or unmasked, with no window, adaptive
+        KV splits (a batch-invariant plan must not change kernels with the batch's shape) and no
+        CUDA graph (whose captured kernel must serve every later plan)."""
+        if (config.get("kv_storage") != "paged" or self._use_cuda_graph or config["mask"] == "custom"
+                or config["window_left"] >= 0 or config["kv_split"] != "adaptive" or qo_host.shape[0] < 2):
+            return None
+        q_len = int(qo_host[1] - qo_host[0])
+        group = config["num_qo_heads"] // config["num_kv_heads"]
+        if not 1 <= q_len * group <= DECODE_ROWS or bool(((qo_host[1:] - qo_host[:-1]) != q_len).any()):
+            return None
+        causal = config["mask"] == "causal"
+        if causal:
+            keys = _base.paged_kv_lengths(kv_host.tolist(), paged["kv_last_page_len"].tolist(), config["page_size"])
+            if min(keys) < q_len:
+                return None
+        decode = {k: config[k] for k in ("num_qo_heads", "num_kv_heads", "head_dim", "page_size", "dtype_q",
+                                         "dtype_kv", "dtype_o", "pos_encoding", "layout", "kv_split")}
+        decode.update(q_len=q_len, causal=causal)
+        return decode
 
     def _custom_masks(self, where, masks, qo_host, kv_host, config, paged):
         """The packed masks and their byte offsets on the device (in CUDA-graph mode, in the
@@ -176,6 +218,11 @@ class BatchPrefillWithPagedKVCacheWrapper(_Prefill):
     def _launch(self, q, k, v, o, lse, sm_scale, sinks):
         """The call into the core (its custom op inside torch.compile)."""
         s = self._scalars
+        if self._decoding:
+            run = _base.traced("batch_decode_run") if _base.torch.compiler.is_compiling() else BatchDecode.run
+            run(self._core, q, k, v, self._paged_kv_indptr_buf, self._paged_kv_indices_buf,
+                self._paged_kv_last_page_len_buf, o, lse, None, sm_scale, s[1], s[2], s[3], 1.0, 1.0, sinks=sinks)
+            return
         run = _base.traced("batch_prefill_run") if _base.torch.compiler.is_compiling() else BatchPrefill.run
         run(self._core, q, k, v, self._qo_indptr_buf, self._paged_kv_indptr_buf, o, self._paged_kv_indices_buf,
             self._paged_kv_last_page_len_buf, lse, sm_scale, s[1], s[2], s[3], sinks=sinks, custom_mask=self._mask_bits,
