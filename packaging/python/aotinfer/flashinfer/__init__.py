@@ -12,12 +12,13 @@ argument, its value and what is served. A served configuration whose variant the
 lacks raises aotinfer.NotFound naming the spec entry that adds it. LSE values are base 2, as
 FlashInfer's. Importing needs no PyTorch; plan(), run() and the functions do.
 
-Modules as FlashInfer's: decode (with decode_graph's CUDA-graph helpers), prefill, cascade, page;
+Modules as FlashInfer's: decode (with decode_graph's CUDA-graph helpers), prefill, cascade, page, mla;
 _args holds the argument checks, _base what the wrappers share.
 """
 from .cascade import (BatchDecodeWithSharedPrefixPagedKVCacheWrapper, BatchPrefillWithSharedPrefixPagedKVCacheWrapper,
                       MultiLevelCascadeAttentionWrapper, merge_state, merge_state_in_place)
 from .decode import BatchDecodeWithPagedKVCacheWrapper, CUDAGraphBatchDecodeWithPagedKVCacheWrapper, fast_decode_plan
+from .mla import BatchMLAPagedAttentionWrapper
 from .page import append_paged_kv_cache, get_batch_indices_positions, get_seq_lens
 from .prefill import BatchPrefillWithPagedKVCacheWrapper, BatchPrefillWithRaggedKVCacheWrapper
 
@@ -25,4 +26,4 @@ __all__ = ["BatchDecodeWithPagedKVCacheWrapper", "BatchPrefillWithPagedKVCacheWr
            "BatchPrefillWithRaggedKVCacheWrapper", "merge_state", "merge_state_in_place", "append_paged_kv_cache",
            "get_batch_indices_positions", "get_seq_lens", "MultiLevelCascadeAttentionWrapper",
            "BatchDecodeWithSharedPrefixPagedKVCacheWrapper", "BatchPrefillWithSharedPrefixPagedKVCacheWrapper",
-           "CUDAGraphBatchDecodeWithPagedKVCacheWrapper", "fast_decode_plan"]
+           "CUDAGraphBatchDecodeWithPagedKVCacheWrapper", "fast_decode_plan", "BatchMLAPagedAttentionWrapper"]
