@@ -178,7 +178,8 @@ FLASHINFER_0_7 = {
         ("head_dim", R), ("page_size", R), ("pos_encoding_mode", "NONE"), ("window_left", -1),
         ("logits_soft_cap", None), ("q_data_type", None), ("kv_data_type", None), ("data_type", None),
         ("sm_scale", None), ("rope_scale", None), ("rope_theta", None), ("non_blocking", True),
-        ("fixed_split_size", None), ("disable_split_kv", False), ("global_override_indptr_cpu", None)),
+        ("fixed_split_size", None), ("disable_split_kv", False), ("q_len_per_req", 1),
+        ("global_override_indptr_cpu", None)),
     # flashinfer/mla/_batch_mla/_wrapper.py: the flat CSR plan and the split run.
     "BatchMLAPagedAttentionWrapper.__init__": positional(
         ("float_workspace_buffer", R), ("use_cuda_graph", False), ("qo_indptr", None), ("kv_indptr", None),

@@ -37,6 +37,7 @@ class BatchDecodeWithPagedKVCacheWrapper(_base.Wrapper):
         self._paged_kv_last_page_len_buf = paged_kv_last_page_len_buffer
         self._verify, self._q_len = None, 1  # the paged prefill serving q_len_per_req > 1 with a window
         self._verifying = False  # the last plan is that prefill's
+        self._graph_q_len = None  # CUDA-graph mode: q_len_per_req is part of the captured shape
 
     @property
     def use_tensor_cores(self):
@@ -53,6 +54,10 @@ class BatchDecodeWithPagedKVCacheWrapper(_base.Wrapper):
         q holds that many tokens per request, the last ones of its KV, each seeing the keys up to
         its own (is_causal=False: every key); needs use_tensor_cores=True, as in FlashInfer."""
         q_len = 1 if q_len_per_req is None else int(q_len_per_req)
+        if self._use_cuda_graph and self._graph_q_len not in (None, q_len):
+            raise ValueError(f"aotinfer.flashinfer {_PLAN}: q_len_per_req is part of the frozen cudagraph shape: this "
+                             f"wrapper was planned with {self._graph_q_len}, got {q_len}; use one wrapper per "
+                             "q_len_per_req")
         self._q_len, self._verifying = 1, False
         if q_len != 1:
             self._check_q_len(q_len)
@@ -96,6 +101,7 @@ class BatchDecodeWithPagedKVCacheWrapper(_base.Wrapper):
         _, int_bytes = core.workspace_sizes(max(batch, 1), _base.longest_request(config, indptr_host, page_size))
         core.plan(indptr_host, last_host, self._float_workspace_buffer, self._int_workspace(int_bytes))
         self._batch_size, self._q_len = batch, q_len
+        self._graph_q_len = q_len if self._use_cuda_graph else None
         self._keep(core, config, features, scalars)
 
     begin_forward = plan
@@ -152,6 +158,7 @@ class BatchDecodeWithPagedKVCacheWrapper(_base.Wrapper):
                           o_data_type=o_data_type, non_blocking=non_blocking, fixed_split_size=fixed_split_size,
                           disable_split_kv=disable_split_kv)
         self._batch_size, self._q_len, self._verifying = batch, q_len, True
+        self._graph_q_len = q_len if self._use_cuda_graph else None
 
     def run(self, q, paged_kv_cache, *args, q_scale=None, k_scale=None, v_scale=None, out=None, lse=None,
             return_lse=False, enable_pdl=None, window_left=None, sinks=None, q_len_per_req=None,
@@ -165,6 +172,9 @@ class BatchDecodeWithPagedKVCacheWrapper(_base.Wrapper):
         if q_len_per_req not in (None, self._q_len):
             raise ValueError(f"aotinfer.flashinfer {_RUN}: q_len_per_req={q_len_per_req} differs from plan()'s "
                              f"{self._q_len}")
+        if self._q_len != 1 and q.shape[0] != self._batch_size * self._q_len:
+            raise ValueError(f"aotinfer.flashinfer {_RUN}: q has {q.shape[0]} tokens; the plan's q_len_per_req "
+                             f"{self._q_len} x batch {self._batch_size} needs {self._batch_size * self._q_len}")
         if self._verifying:
             return self._run_verify(q, paged_kv_cache, q_scale, k_scale, v_scale, out, lse, return_lse, window_left,
                                     sinks)
@@ -190,9 +200,6 @@ class BatchDecodeWithPagedKVCacheWrapper(_base.Wrapper):
     run_return_lse = functools.partialmethod(run, return_lse=True)
 
     def _run_verify(self, q, paged_kv_cache, q_scale, k_scale, v_scale, out, lse, return_lse, window_left, sinks):
-        if q.shape[0] != self._batch_size * self._q_len:
-            raise ValueError(f"aotinfer.flashinfer {_RUN}: q has {q.shape[0]} tokens; the plan's q_len_per_req "
-                             f"{self._q_len} x batch {self._batch_size} needs {self._batch_size * self._q_len}")
         return self._verify.run(q, paged_kv_cache, q_scale=q_scale, k_scale=k_scale, v_scale=v_scale, out=out, lse=lse,
                                 return_lse=return_lse, window_left=window_left, sinks=sinks)
 

@@ -20,7 +20,7 @@ class CUDAGraphBatchDecodeWithPagedKVCacheWrapper(BatchDecodeWithPagedKVCacheWra
 def fast_decode_plan(self, indptr, indices, last_page_len, num_qo_heads, num_kv_heads, head_dim, page_size,
                      pos_encoding_mode="NONE", window_left=-1, logits_soft_cap=None, q_data_type=None,
                      kv_data_type=None, data_type=None, sm_scale=None, rope_scale=None, rope_theta=None,
-                     non_blocking=True, fixed_split_size=None, disable_split_kv=False,
+                     non_blocking=True, fixed_split_size=None, disable_split_kv=False, q_len_per_req=1,
                      global_override_indptr_cpu=None):
     """plan() of a decode wrapper (self), as engines install it:
     wrapper.begin_forward = functools.partial(fast_decode_plan, wrapper). The same plan and the
@@ -32,11 +32,16 @@ def fast_decode_plan(self, indptr, indices, last_page_len, num_qo_heads, num_kv_
 
     Metadata passed as the wrapper's own CUDA-graph buffers (engines fill them on the GPU) is
     copied onto itself, which PyTorch skips. plan() does the work, called through the class, so
-    an engine may install this function as the instance's plan as well."""
+    an engine may install this function as the instance's plan as well. q_len_per_req > 1, as in
+    FlashInfer, re-plans a wrapper plan() has already planned (with tensor cores)."""
     if not isinstance(self, BatchDecodeWithPagedKVCacheWrapper):
         raise TypeError(f"aotinfer.flashinfer fast_decode_plan: self must be a BatchDecodeWithPagedKVCacheWrapper, "
                         f"got {type(self).__name__}")
     batch = len(last_page_len)
+    q_len = 1 if q_len_per_req is None else int(q_len_per_req)
+    if q_len > 1 and self._core is None and not self._verifying:
+        raise ValueError("aotinfer.flashinfer fast_decode_plan: q_len_per_req > 1 needs a prior plan() of this wrapper "
+                         "(with use_tensor_cores=True), as in FlashInfer")
     if data_type is not None:  # fills the types left None, as plan()
         q_data_type = data_type if q_data_type is None else q_data_type
         kv_data_type = data_type if kv_data_type is None else kv_data_type
@@ -48,4 +53,4 @@ def fast_decode_plan(self, indptr, indices, last_page_len, num_qo_heads, num_kv_
                     pos_encoding_mode=pos_encoding_mode, window_left=window_left, logits_soft_cap=logits_soft_cap,
                     q_data_type="float16" if q_data_type is None else q_data_type, kv_data_type=kv_data_type,
                     sm_scale=sm_scale, rope_scale=rope_scale, rope_theta=rope_theta, non_blocking=non_blocking,
-                    fixed_split_size=fixed_split_size, disable_split_kv=disable_split_kv)
+                    fixed_split_size=fixed_split_size, disable_split_kv=disable_split_kv, q_len_per_req=q_len)
