@@ -20,7 +20,7 @@ template <typename dtype_q, typename dtype_kv, int head_dim, typename dtype_o = 
 struct AOTINFER_FAMILY("batch_decode")
     AOTINFER_VALUES("dtype_q", "f16", "bf16")
     AOTINFER_VALUES("dtype_kv", "f16", "bf16", "e4m3", "e5m2")
-    AOTINFER_VALUES("head_dim", 64, 96, 128, 256)
+    AOTINFER_VALUES("head_dim", 64, 96, 128, 256, 512)
     AOTINFER_VALUES("dtype_o", "f16", "bf16") batch_decode {
   using Mma = DecodeMma<dtype_q, dtype_kv, head_dim, dtype_o, pos_encoding>;
   static constexpr aotinfer_launch_info decode_launch = Mma::launch;

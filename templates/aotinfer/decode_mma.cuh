@@ -10,10 +10,11 @@
 // kTeams, ...) through private cp.async pipelines and keeps its own online-softmax state; the
 // team states are merged once at the end. A team is one warp up to head_dim 128, and then the
 // main loop needs no CTA barrier. head_dim 256 splits each row between the two warps of a team
-// (a warp's accumulators and q fragments for 256 dimensions would take 192 registers): each
-// warp copies, multiplies and accumulates its 128 dimensions, and the two add their partial
-// scores through shared memory once per block (behind a CTA barrier: the teams take equal step
-// counts), after which both run the same softmax on the same scores.
+// (a warp's accumulators and q fragments for 256 dimensions would take 192 registers), head_dim
+// 512 between the four warps of the CTA's one team: each warp copies, multiplies and
+// accumulates its 128 dimensions, and the team adds its partial scores through shared memory
+// once per block (behind a CTA barrier: the teams take equal step counts), after which its warps
+// run the same softmax on the same scores.
 //   S = Q K^T: A = Q (registers, loaded once), B = K rows via ldmatrix;
 //   O += P V:  A = P (the S accumulators, repacked), B = V via ldmatrix.trans.
 // fp8 converts byte pairs straight into the B fragments instead (no ldmatrix); with RoPE, K is
@@ -45,7 +46,7 @@ struct DecodeMma {
   using dtype = std::conditional_t<kFp8, __half, dtype_kv>;  // the mma operand type
   static constexpr int kWarps = 4;
   static constexpr int kThreads = 32 * kWarps;
-  static constexpr int kSplit = head_dim > 128 ? 2 : 1;  // warps sharing a row: a team
+  static constexpr int kSplit = head_dim > 256 ? 4 : head_dim > 128 ? 2 : 1;  // warps sharing a row: a team
   static constexpr int kTeams = kWarps / kSplit;
   static constexpr int kWarpDim = head_dim / kSplit;     // the dimensions of one warp
   static constexpr int kRows = 16;   // query rows per CTA: the mma's M
@@ -404,16 +405,30 @@ struct DecodeMma {
           mma_16816<dtype>(s[1], q_frag[kk], b[2], b[3]);
         }
       }
-      if constexpr (kSplit > 1) {  // add the partner's partial scores (a + b == b + a: both warps agree)
+      if constexpr (kSplit > 1) {  // the team's partial scores, summed to the same bits in every warp
         float* slot = reinterpret_cast<float*>(q_s) + (i % 2) * kWarps * 256;
         *reinterpret_cast<float4*>(slot + warp * 256 + lane * 4) = make_float4(s[0][0], s[0][1], s[0][2], s[0][3]);
         *reinterpret_cast<float4*>(slot + warp * 256 + 128 + lane * 4) = make_float4(s[1][0], s[1][1], s[1][2], s[1][3]);
         __syncthreads();
-        const float* theirs = slot + (warp ^ 1) * 256 + lane * 4;
+        if constexpr (kSplit == 2) {  // own + partner's: a + b == b + a, so both warps agree
+          const float* theirs = slot + (warp ^ 1) * 256 + lane * 4;
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const float4 t = *reinterpret_cast<const float4*>(theirs + 128 * h);
-          s[h][0] += t.x, s[h][1] += t.y, s[h][2] += t.z, s[h][3] += t.w;
+          for (int h = 0; h < 2; ++h) {
+            const float4 t = *reinterpret_cast<const float4*>(theirs + 128 * h);
+            s[h][0] += t.x, s[h][1] += t.y, s[h][2] += t.z, s[h][3] += t.w;
+          }
+        } else {  // every warp adds the team's partials in part order
+          const float* team_slot = slot + team * kSplit * 256 + lane * 4;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            float4 sum = *reinterpret_cast<const float4*>(team_slot + 128 * h);
+#pragma unroll
+            for (int p = 1; p < kSplit; ++p) {
+              const float4 t = *reinterpret_cast<const float4*>(team_slot + p * 256 + 128 * h);
+              sum.x += t.x, sum.y += t.y, sum.z += t.z, sum.w += t.w;
+            }
+            s[h][0] = sum.x, s[h][1] = sum.y, s[h][2] = sum.z, s[h][3] = sum.w;
+          }
         }
       }
 

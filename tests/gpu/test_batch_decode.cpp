@@ -121,6 +121,21 @@ BatchDecodeConfig with_dtypes(BatchDecodeConfig c, Dtypes d) {
   return c;
 }
 
+// Every variant configuration the package holds (dtypes, head_dim, position encoding).
+std::vector<BatchDecodeConfig> held_configs() {
+  std::vector<BatchDecodeConfig> held;
+  for (PosEncoding pos : {PosEncoding::none, PosEncoding::rope_llama, PosEncoding::alibi})
+    for (const Dtypes& d : kDtypes) {
+      BatchDecodeConfig c = with_dtypes({}, d);
+      c.pos_encoding = pos;
+      for (int dim : head_dims("batch_decode")) {
+        c.head_dim = dim;
+        if (available(c)) held.push_back(c);
+      }
+    }
+  return held;
+}
+
 // The first plain configuration (no position encoding unless asked) that the package holds,
 // preferring bf16 and head_dim 128; nullopt when there is none.
 std::optional<BatchDecodeConfig> base_config(BatchDecodeConfig features = {}) {
@@ -603,16 +618,7 @@ TEST_CASE("batch_decode matches the fp64 reference across variant axes, run-time
     else make_decode(with_dtypes({}, d));  // WARNs that it is skipped
   }
   // Random draws over everything the package holds, windows and caps on in a third of them each.
-  std::vector<BatchDecodeConfig> held;
-  for (PosEncoding pos : {PosEncoding::none, PosEncoding::rope_llama, PosEncoding::alibi})
-    for (const Dtypes& d : kDtypes) {
-      BatchDecodeConfig c = with_dtypes({}, d);
-      c.pos_encoding = pos;
-      for (int dim : head_dims("batch_decode")) {
-        c.head_dim = dim;
-        if (available(c)) held.push_back(c);
-      }
-    }
+  const std::vector<BatchDecodeConfig> held = held_configs();
   for (int trial = 0; trial < 24 && !held.empty(); ++trial) {
     const bool window = uniform(rng, 0, 2) == 0, cap = uniform(rng, 0, 2) == 0;
     go(pick(rng, held), window, cap);
@@ -833,16 +839,7 @@ static std::vector<std::int32_t> at_least(std::vector<std::int32_t> lens, std::i
 // kernel's rows, causal among themselves or seeing every key.
 TEST_CASE("batch_decode verifies 2..16 query tokens per request: causal and every key, split and unsplit plans", "[gpu]") {
   SEEDED_RNG(rng);
-  std::vector<BatchDecodeConfig> held;
-  for (PosEncoding pos : {PosEncoding::none, PosEncoding::rope_llama, PosEncoding::alibi})
-    for (const Dtypes& d : kDtypes) {
-      BatchDecodeConfig c = with_dtypes({}, d);
-      c.pos_encoding = pos;
-      for (int dim : head_dims("batch_decode")) {
-        c.head_dim = dim;
-        if (available(c)) held.push_back(c);
-      }
-    }
+  const std::vector<BatchDecodeConfig> held = held_configs();
   REQUIRE_SOME_RAN(held.size());
   int ran = 0, split = 0, unsplit = 0, every_key = 0;
   for (int i = 0; i < 30; ++i) {
@@ -868,6 +865,29 @@ TEST_CASE("batch_decode verifies 2..16 query tokens per request: causal and ever
   CHECK(split > 0);
   CHECK(unsplit > 0);
   CHECK(every_key > 0);
+}
+
+TEST_CASE("batch_decode at head_dim 512: the four warps of a team add their partial scores", "[gpu]") {
+  SEEDED_RNG(rng);
+  int ran = 0;
+  for (int i = 0; i < 8; ++i) {
+    BatchDecodeConfig c = with_dtypes({}, kDtypes[i % 2]);  // bf16 and f16, q = KV = o
+    c.head_dim = 512;
+    c.pos_encoding = i % 4 < 2 ? PosEncoding::none : PosEncoding::rope_llama;
+    if (!available(c)) {
+      make_decode(c);  // WARNs that it is skipped
+      continue;
+    }
+    c = random_shape(rng, c, i);
+    c.q_len = i >= 4 ? uniform(rng, 2, 4) : 1;
+    const bool few = i % 2 == 0;  // few long requests split, many short ones do not
+    std::vector<std::int32_t> lens = random_lens(rng, few ? uniform(rng, 1, 4) : uniform(rng, 20, 60), few ? 6000 : 400, c.page_size);
+    lens = at_least(lens, c.q_len);
+    // Windows take one token per request.
+    ran += run_case(rng, with_features(rng, random_case(rng, c, lens, uniform(rng, 0, 1), true), c.q_len == 1 && uniform(rng, 0, 1),
+                                       uniform(rng, 0, 1)));
+  }
+  REQUIRE_SOME_RAN(ran);
 }
 
 TEST_CASE("batch_decode refuses q_len outside 1..16, a window with several tokens, and requests with fewer keys than causal tokens", "[gpu]") {
