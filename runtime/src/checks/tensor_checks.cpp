@@ -146,6 +146,17 @@ std::int64_t page_stride(const Checker& check, const aotinfer_tensor& k, const a
 
 float or_default(float value, float fallback) { return value != 0 ? value : fallback; }
 
+// A run's scalars into decode's or prefill's run arguments, 0 meaning each one's default.
+template <typename RunArgs>
+void take_scalars(RunArgs& a, const aotinfer_attention_scalars& s) {
+  a.sm_scale = s.sm_scale;
+  a.logits_soft_cap = s.logits_soft_cap;
+  a.rope_scale = or_default(s.rope_scale, 1.f);
+  a.rope_theta = or_default(s.rope_theta, 1e4f);
+  a.k_scale = or_default(s.k_scale, 1.f);
+  a.v_scale = or_default(s.v_scale, 1.f);
+}
+
 // The first dimension's stride of a checked rows_strided tensor, 0 (dense) when it has one row.
 std::int64_t row_stride(const aotinfer_tensor& t) { return t.ndim > 0 && t.shape[0] > 1 ? t.strides[0] : 0; }
 
@@ -187,12 +198,7 @@ DecodeRunArgs decode_run_args(const BatchDecodeConfig& c, const PlannedShape& pl
   a.lse = static_cast<float*>(t.lse.data);
   a.q_positions = static_cast<const std::int32_t*>(t.q_positions.data);
   a.sinks = static_cast<const float*>(t.sinks.data);
-  a.sm_scale = s.sm_scale;
-  a.logits_soft_cap = s.logits_soft_cap;
-  a.rope_scale = or_default(s.rope_scale, 1.f);
-  a.rope_theta = or_default(s.rope_theta, 1e4f);
-  a.k_scale = or_default(s.k_scale, 1.f);
-  a.v_scale = or_default(s.v_scale, 1.f);
+  take_scalars(a, s);
   return a;
 }
 
@@ -284,12 +290,7 @@ PrefillRunArgs prefill_run_args(const BatchPrefillConfig& c, const PlannedShape&
   a.o = t.o.data;
   a.lse = static_cast<float*>(t.lse.data);
   a.sinks = static_cast<const float*>(t.sinks.data);
-  a.sm_scale = s.sm_scale;
-  a.logits_soft_cap = s.logits_soft_cap;
-  a.rope_scale = or_default(s.rope_scale, 1.f);
-  a.rope_theta = or_default(s.rope_theta, 1e4f);
-  a.k_scale = or_default(s.k_scale, 1.f);
-  a.v_scale = or_default(s.v_scale, 1.f);
+  take_scalars(a, s);
   return a;
 }
 
