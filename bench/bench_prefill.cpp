@@ -130,6 +130,7 @@ int main(int argc, char** argv) {
     cfg.window_left = features.window_left;
     cfg.dtype_kv = *kv_dtype;
     if (features.rope) cfg.pos_encoding = aotinfer::PosEncoding::rope_llama;
+    if (features.alibi) cfg.pos_encoding = aotinfer::PosEncoding::alibi;
     if (!bench::has_variant<aotinfer::BatchPrefill>(pkg, cfg)) {
       std::printf("%-7s %-7s %5d %6d %4d %4d  (not in the package: skipped)\n", kv_name.c_str(), mask.c_str(), c.batch, c.len,
                   c.kv_heads, head_dim);

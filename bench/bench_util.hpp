@@ -41,15 +41,17 @@ inline aotinfer::KvSplit kv_split_from_env() {
 }
 
 // Features every row takes: AOTINFER_BENCH_WINDOW=<window_left> (a sliding window; the plan
-// reads only its keys), AOTINFER_BENCH_CAP=<logits soft cap> and AOTINFER_BENCH_ROPE=1 (the RoPE
-// variants, rotating q and k in the kernel). Unset: none of them.
+// reads only its keys), AOTINFER_BENCH_CAP=<logits soft cap>, AOTINFER_BENCH_ROPE=1 (the RoPE
+// variants, rotating q and k in the kernel) and AOTINFER_BENCH_ALIBI=1 (ALiBi biases; prefill
+// only). Unset: none of them.
 struct Features {
   std::int32_t window_left = -1;
   float soft_cap = 0;
   bool rope = false;
+  bool alibi = false;
   std::string describe() const {
     return "window_left " + std::to_string(window_left) + ", soft cap " + std::to_string(soft_cap).substr(0, 5) +
-           (rope ? ", RoPE in the kernel" : "");
+           (rope ? ", RoPE in the kernel" : "") + (alibi ? ", ALiBi" : "");
   }
 };
 inline Features features_from_env() {
@@ -57,6 +59,7 @@ inline Features features_from_env() {
   if (const char* w = std::getenv("AOTINFER_BENCH_WINDOW")) f.window_left = std::atoi(w);
   if (const char* c = std::getenv("AOTINFER_BENCH_CAP")) f.soft_cap = float(std::atof(c));
   if (const char* r = std::getenv("AOTINFER_BENCH_ROPE")) f.rope = std::string(r) == "1";
+  if (const char* a = std::getenv("AOTINFER_BENCH_ALIBI")) f.alibi = std::string(a) == "1";
   return f;
 }
 

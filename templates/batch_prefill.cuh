@@ -6,7 +6,7 @@
 // Two entries per variant, one per CTA query tile, so that the planner can match the tile to the
 // batch: `prefill` (128 packed rows) and `prefill_small` (64 rows), which wastes fewer rows on
 // short or decode-like requests. The large tile comes twice: `prefill` for masks none and causal,
-// and `prefill_general`, which adds windows, soft caps and custom masks (KeyLoop,
+// and `prefill_general`, which adds windows, soft caps, ALiBi and custom masks (KeyLoop,
 // aotinfer/prefill_work.cuh); the runtime picks by the config. `prefill_small` serves every
 // feature in one entry: a third kernel of the mma.sync code on every arch would cost a fifth of
 // the default package's build time, for the tile that runs the fewest keys. Behind `prefill`, the sm_90a compile pass puts the Hopper

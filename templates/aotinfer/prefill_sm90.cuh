@@ -659,6 +659,15 @@ struct PrefillSm90 {
     auto softmax_scores = [&](int t) {
       const int start = cta.begin + t * kKv;
       if (capped) soft_cap_scores(s, p.soft_cap_in, p.soft_cap_out);
+      if (kFeatures && p.alibi) {
+        float slope[2];
+        int q_pos[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          alibi_row(p, cta.kv_head, cta.group, token(h), cta.q_row + 64 * g + 16 * warp + lane / 4 + 8 * h,
+                    cta.q_offset, slope[h], q_pos[h]);
+        alibi_scores(s, start, slope, q_pos);
+      }
       // Masks only where the tile crosses an edge some row of the CTA can see (a window's: within
       // kRows keys of begin, as in the mma.sync kernel; its first keys are worked out here, where
       // they cost no register across the loop); a custom mask's bits, on every tile.

@@ -172,7 +172,7 @@ struct PrefillCta {
 // causal without windows or soft caps (the common case): its plain loop keeps no register and no
 // test for the features it cannot meet, so it runs as fast as the variants that once left those
 // out at compile time. `prefill_general` (and the small tile's one entry, `prefill_small`) serve
-// every feature: windows and soft caps (the feature loop), and custom masks (the Hopper kernel's
+// every feature: windows, soft caps and ALiBi (the feature loop), and custom masks (the Hopper kernel's
 // custom loop adds the mask's bits, loaded ahead; the mma.sync kernel tests them in its one
 // general loop).
 enum class KeyLoop { plain, features, custom };

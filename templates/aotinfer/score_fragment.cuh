@@ -24,6 +24,29 @@ __device__ __forceinline__ void soft_cap_scores(float (&s)[kTiles][4], float in,
     for (int e = 0; e < 4; ++e) s[j][e] = out * tanhf(s[j][e] * in);
 }
 
+// ALiBi (params alibi): a score gains slope(h) * (key - q_pos). The fragment holds raw products,
+// which the softmax's scale multiplies by sm_scale, so per row half `slope` is slope(h) / sm_scale
+// and `q_pos` the row's position; the tile starts at key `start`. After the soft cap, as decode's.
+template <int kTiles>
+__device__ __forceinline__ void alibi_scores(float (&s)[kTiles][4], int start, const float (&slope)[2],
+                                             const int (&q_pos)[2]) {
+  const int lane = threadIdx.x % 32;
+  const float base[2] = {slope[0] * float(start + 2 * (lane % 4) - q_pos[0]),
+                         slope[1] * float(start + 2 * (lane % 4) - q_pos[1])};
+#pragma unroll
+  for (int j = 0; j < kTiles; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[j][e] += fmaf(slope[e / 2], float(8 * j + e % 2), base[e / 2]);
+}
+
+// The ALiBi terms of packed row `packed` (token * group + head in the group) of KV head
+// `kv_head`: alibi_scores' slope and q_pos for one row half.
+__device__ __forceinline__ void alibi_row(const aotinfer_batch_prefill_params& p, int kv_head, int group, int token,
+                                          int packed, int q_offset, float& slope, int& q_pos) {
+  slope = alibi_slope(kv_head * group + packed - token * group, p.num_qo_heads) / p.sm_scale;
+  q_pos = q_offset + token;
+}
+
 // -inf for the keys at or past `end` and, per row half h, outside [key_lo[h], key_hi[h]]; the tile
 // starts at key `start`. Callers branch around it when no row of theirs sees an edge: interleaved
 // with the softmax max, the compiler turned it into selects that every tile paid for.

@@ -6,10 +6,10 @@
 // Every output element must be finite (o starts as NaN bytes); a sample of rows per request
 // (first, last and random tokens, all heads) is compared with the reference. Paged caches use a
 // random permutation of physical pages, and spare pages and unwritten slots hold NaN bytes, so
-// reading outside a request's keys shows up in the outputs. Masks, sliding windows and soft caps
-// are no variant axes: every variant serves them all, so cases draw them (the mask and
-// window_left in the config, since the plan gives each query tile only the keys they keep; the
-// cap in the run arguments; a custom mask's bits in the run arguments too).
+// reading outside a request's keys shows up in the outputs. Masks, sliding windows, soft caps and
+// ALiBi are no variant axes: every variant serves them all (ALiBi those without RoPE), so cases
+// draw them (the mask, window_left and ALiBi in the config, since the plan gives each query tile
+// only the keys they keep; the cap in the run arguments; a custom mask's bits there too).
 #include <algorithm>
 #include <limits>
 #include <numeric>
@@ -285,6 +285,7 @@ void check(std::mt19937_64& rng, const Problem& p, const std::vector<std::uint16
   rp.num_qo_heads = H, rp.num_kv_heads = cfg.num_kv_heads, rp.head_dim = d;
   rp.causal = cfg.mask == MaskMode::causal;
   rp.rope = cfg.pos_encoding == PosEncoding::rope_llama;
+  rp.alibi = cfg.pos_encoding == PosEncoding::alibi;
   rp.sm_scale = 1.0 / std::sqrt(double(d));
   rp.logits_soft_cap = p.c.soft_cap > 0 ? p.c.soft_cap : 0;
   rp.window_left = cfg.window_left >= 0 ? cfg.window_left : -1;
@@ -465,8 +466,8 @@ Outcome run_case(std::mt19937_64& rng, const Case& c) {
   return {true, plan.split, plan.large_tile};
 }
 
-// A random case for a config: lengths, heads, page size, layout and sinks; no window or cap
-// (with_features).
+// A random case for a config: lengths, heads, page size, layout and sinks; no window, cap or
+// ALiBi (with_features).
 Case random_case(std::mt19937_64& rng, BatchPrefillConfig c) {
   const int group = pick<int>(rng, {1, 2, 3, 4, 8});
   c.num_kv_heads = uniform(rng, 1, 3);
@@ -487,18 +488,19 @@ Case random_case(std::mt19937_64& rng, BatchPrefillConfig c) {
   return k;
 }
 
-// The case with a sliding window (window_left 0, small, or medium up to `medium`) and a soft cap,
-// each on or off.
-Case with_features(std::mt19937_64& rng, Case c, bool window, bool cap, std::int32_t medium = 600) {
+// The case with a sliding window (window_left 0, small, or medium up to `medium`), a soft cap and
+// ALiBi (on a variant without RoPE: the none variant serves it), each on or off.
+Case with_features(std::mt19937_64& rng, Case c, bool window, bool cap, bool alibi, std::int32_t medium = 600) {
   c.config.window_left = window ? random_window_left(rng, medium) : -1;
   c.soft_cap = cap ? random_soft_cap(rng) : 0;
+  if (alibi && c.config.pos_encoding == PosEncoding::none) c.config.pos_encoding = PosEncoding::alibi;
   return c;
 }
 
 // The same, each on in a third of the cases.
 Case with_random_features(std::mt19937_64& rng, Case c, std::int32_t medium = 600) {
-  const bool window = uniform(rng, 0, 2) == 0, cap = uniform(rng, 0, 2) == 0;
-  return with_features(rng, std::move(c), window, cap, medium);
+  const bool window = uniform(rng, 0, 2) == 0, cap = uniform(rng, 0, 2) == 0, alibi = uniform(rng, 0, 2) == 0;
+  return with_features(rng, std::move(c), window, cap, alibi, medium);
 }
 
 // A variant of the storage and mask, with RoPE or without at random (RoPE only where the package
@@ -526,13 +528,13 @@ BatchPrefillConfig any_variant(std::mt19937_64& rng, KvStorage storage, MaskMode
 TEST_CASE("batch_prefill matches the fp64 reference for every prefill variant in the package", "[gpu]") {
   SEEDED_RNG(rng);
   int ran = 0;
-  // Window and cap off and on in turn, and the masks none, causal and custom, from random
-  // starts: any twelve variants in a row meet every combination.
-  int combo = uniform(rng, 0, 3), mask = uniform(rng, 0, 2);
+  // Window, cap and ALiBi off and on in turn, and the masks none, causal and custom, from random
+  // starts: any 24 variants in a row meet every combination.
+  int combo = uniform(rng, 0, 7), mask = uniform(rng, 0, 2);
   for (BatchPrefillConfig c : package_configs()) {
-    const int features = combo++ % 4;
+    const int features = combo++ % 8;
     c.mask = std::array{MaskMode::none, MaskMode::causal, MaskMode::custom}[mask++ % 3];
-    Case k = with_features(rng, random_case(rng, c), features & 1, features & 2);
+    Case k = with_features(rng, random_case(rng, c), features & 1, features & 2, features & 4);
     if (c.mask == MaskMode::custom) k = with_custom_mask(rng, k, pick<MaskShape>(rng, {MaskShape::random, MaskShape::causal_like, MaskShape::tree}));
     ran += run_case(rng, k).ran;
   }
@@ -572,7 +574,7 @@ TEST_CASE("batch_prefill with batch-invariant plans (fixed KV split, none) match
   for (const BatchPrefillConfig& config : package_configs()) {
     // A window in odd rounds (a fixed split then counts each tile's chunks from its window's
     // first key); the first variant always without, and with a fixed split, so some plan splits.
-    Case c = with_features(rng, random_case(rng, config), index % 2 == 1, uniform(rng, 0, 2) == 0);
+    Case c = with_features(rng, random_case(rng, config), index % 2 == 1, uniform(rng, 0, 2) == 0, uniform(rng, 0, 2) == 0);
     const bool fixed = index++ % 3 != 1;
     c.config.kv_split = {fixed ? aotinfer::KvSplit::Mode::fixed : aotinfer::KvSplit::Mode::none, pick<int>(rng, {1, 100, 256, 700})};
     c.qo_lens.push_back(1), c.kv_lens.push_back(uniform(rng, 1000, 3000));  // a decode row: a fixed split cuts it
@@ -599,7 +601,7 @@ TEST_CASE("batch_prefill of qo_len 1..4096 mixed with kv_len 0..32k in one batch
         c.qo_lens.push_back(300), c.kv_lens.push_back(40);
       }
       // A medium window half the time: long requests then see a few thousand keys per query.
-      ran += run_case(rng, with_features(rng, c, uniform(rng, 0, 1), uniform(rng, 0, 2) == 0, 3000)).ran;
+      ran += run_case(rng, with_features(rng, c, uniform(rng, 0, 1), uniform(rng, 0, 2) == 0, uniform(rng, 0, 2) == 0, 3000)).ran;
     }
   REQUIRE_SOME_RAN(ran);
 }
@@ -754,6 +756,46 @@ TEST_CASE("batch_prefill with custom masks: random, causal-like and tree masks, 
   CHECK(unsplit > 0);
 }
 
+// ALiBi is a run-time bias of the general entries (the none variants serve it): every mask, with
+// windows, caps and sinks now and then, in the large and small tiles, split and unsplit.
+TEST_CASE("batch_prefill with ALiBi: masks, windows, caps, large and small tiles, split and unsplit", "[gpu]") {
+  SEEDED_RNG(rng);
+  int ran = 0, split = 0, unsplit = 0, small = 0;
+  for (KvStorage storage : {KvStorage::paged, KvStorage::ragged})
+    for (MaskMode mask : {MaskMode::none, MaskMode::causal, MaskMode::custom}) {
+      const int group = pick<int>(rng, {1, 2, 4, 8});
+      auto alibi_variant = [&](int qo_heads, int kv_heads) {
+        BatchPrefillConfig c = any_variant(rng, storage, mask, qo_heads, kv_heads);
+        if (c.pos_encoding == PosEncoding::rope_llama) c = base_config(storage, mask, qo_heads, kv_heads);
+        c.pos_encoding = PosEncoding::alibi;
+        return c;
+      };
+      auto finish = [&](Case c) {
+        if (mask == MaskMode::custom) c = with_custom_mask(rng, c, pick<MaskShape>(rng, {MaskShape::random, MaskShape::causal_like, MaskShape::tree}));
+        const Outcome o = run_case(rng, c);
+        ran += o.ran, split += o.ran && o.split, unsplit += o.ran && !o.split, small += o.ran && !o.large_tile;
+      };
+      // Random shapes: heads 1-24 (the slopes of head counts that are not powers of two too).
+      Case c = random_case(rng, alibi_variant(2 * group, 2));
+      c.config.num_kv_heads = uniform(rng, 1, 3), c.config.num_qo_heads = c.config.num_kv_heads * pick<int>(rng, {1, 3, 5, 8});
+      if (!c.sinks.empty()) c.sinks = random_sinks(rng, c.config.num_qo_heads);
+      finish(with_features(rng, c, uniform(rng, 0, 2) == 0, uniform(rng, 0, 1) == 0, true));
+      // A few query tokens per request over thousands of keys: split, small tiles.
+      Case d{alibi_variant(group, 1), {}, {}};
+      for (int i = 0; i < 5; ++i) d.qo_lens.push_back(uniform(rng, 1, 8)), d.kv_lens.push_back(uniform(rng, 2000, 9000));
+      finish(d);
+      // Many long prompts: whole large tiles.
+      Case e{alibi_variant(8, 8 / group), {}, {}};
+      for (int i = 0; i < 12; ++i) e.qo_lens.push_back(1024), e.kv_lens.push_back(1024 + uniform(rng, 0, 100));
+      e.sampled_tokens = 8;
+      finish(e);
+    }
+  REQUIRE_SOME_RAN(ran);
+  CHECK(split > 0);
+  CHECK(unsplit > 0);
+  CHECK(small > 0);
+}
+
 TEST_CASE("BatchPrefill in CUDA-graph mode: one captured graph replays later plans", "[gpu]") {
   SEEDED_RNG(rng);
   BatchPrefillConfig config = base_config(KvStorage::ragged, MaskMode::causal, 8, 2);
@@ -826,11 +868,11 @@ TEST_CASE("BatchPrefill in CUDA-graph mode: one captured graph replays later pla
   cudaStreamDestroy(stream);
 }
 
-TEST_CASE("the C API's raw batch_prefill run takes attention sinks, a window and a soft cap, paged and ragged", "[gpu]") {
+TEST_CASE("the C API's raw batch_prefill run takes attention sinks, a window, a soft cap and ALiBi, paged and ragged", "[gpu]") {
   SEEDED_RNG(rng);
   int ran = 0;
   for (KvStorage storage : {KvStorage::paged, KvStorage::ragged}) {
-    Case c = with_features(rng, random_case(rng, base_config(storage, MaskMode::causal, 8, 2)), true, true);
+    Case c = with_features(rng, random_case(rng, base_config(storage, MaskMode::causal, 8, 2)), true, true, uniform(rng, 0, 1));
     c.sinks = random_sinks(rng, c.config.num_qo_heads);
     c.c_api = true;
     ran += run_case(rng, c).ran;
@@ -865,9 +907,6 @@ TEST_CASE("BatchPrefill refuses bad arguments before launching anything", "[gpu]
   BatchPrefillConfig bad = prefill->config();
   bad.num_qo_heads = 6, bad.num_kv_heads = 4;
   CHECK_THAT(invalid([&] { BatchPrefill(package(), bad); }), Contains("heads"));
-  bad = prefill->config();
-  bad.pos_encoding = PosEncoding::alibi;
-  CHECK_THAT(invalid([&] { BatchPrefill(package(), bad); }), Contains("alibi"));
 
   Case ok{prefill->config(), {5, 40}, {5, 100}};
   const Problem good = make_problem(rng, ok);

@@ -7,6 +7,7 @@
 //   q' = round(rope(q, p_t)), k'_j = round(rope(k_j, j))   (rope_llama; round = to the operand
 //                                                            type, identity for exact inputs)
 //   s_j = dot(q', k'_j) * sm_scale, then s_j = cap * tanh(s_j / cap)   (cap > 0)
+//   s_j += alibi_slope(h) * (j - p_t)                                  (alibi)
 //   key j is kept when j <= p_t (causal), j >= p_t - window_left (window_left >= 0) and, with a
 //   custom mask, mask[t * kv_len + j] is set
 //   o = softmax(s) . v,  lse = log(sum(exp(s))); with sinks, merged with sink_state(sinks[h])
@@ -20,7 +21,7 @@
 #include <vector>
 
 #include "reference/attention_reference.hpp"
-#include "reference/decode_reference.hpp"  // rope_llama
+#include "reference/decode_reference.hpp"  // rope_llama, alibi_slope
 
 namespace aotinfer::reference {
 
@@ -30,6 +31,7 @@ struct PrefillParams {
   int head_dim = 0;
   bool causal = false;
   bool rope = false;
+  bool alibi = false;
   double sm_scale = 0;
   double logits_soft_cap = 0;  // 0: off
   int window_left = -1;        // -1: off
@@ -77,6 +79,7 @@ inline State prefill_row(const PrefillParams& p, const double* q_row, std::int64
     for (int e = 0; e < d; ++e) s += q[e] * key[e];
     s *= p.sm_scale;
     if (p.logits_soft_cap > 0) s = p.logits_soft_cap * std::tanh(s / p.logits_soft_cap);
+    if (p.alibi) s += alibi_slope(h, p.num_qo_heads) * double(j - pos);
     scores.push_back(s);
     kept.push_back(j);
   }

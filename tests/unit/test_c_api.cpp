@@ -376,7 +376,7 @@ TEST_CASE("C API: create calls check the config and out before the driver", "[c_
           {"config->max_total_q (CUDA-graph mode): expected >= 1, got -5"});
   refused(pwith([](auto& c) { c.kv_storage = "cloud"; }), {"kv_storage must be \"paged\" or \"ragged\", got \"cloud\""});
   refused(pwith([](auto& c) { c.mask = "sliding"; }), {"mask must be \"none\", \"causal\" or \"custom\", got \"sliding\""});
-  refused(pwith([](auto& c) { c.pos_encoding = "alibi"; }), {"alibi is not a prefill option"});
+  refused(pwith([](auto& c) { c.pos_encoding = "yarn"; }), {"pos_encoding must be none, rope_llama or alibi, got \"yarn\""});
   refused(pwith([](auto& c) { c.dtype_o = "f99"; }), {"dtype_o: unknown dtype 'f99'"});
   stopped_at_driver(create_prefill(pgood));
   CHECK(prefill == nullptr);

@@ -202,6 +202,7 @@ _DTYPES = ("f16", "bf16", "e4m3", "e5m2")
 # How plans cut each request's keys: "adaptive" (fills the GPU), or batch-invariant "fixed"
 # (kv_split_tokens per chunk) and "none" (aotinfer/attention.hpp: KvSplit).
 _KV_SPLITS = ("adaptive", "fixed", "none")
+_POSITIONS = ("none", "rope_llama", "alibi")
 
 
 def _window(window_left, where):
@@ -243,7 +244,7 @@ class BatchDecode:
         config = _capi.DecodeConfig(_text(dtype_q, "dtype_q", _DTYPES[:2]), _text(dtype_kv or dtype_q, "dtype_kv", _DTYPES),
                                     _text(dtype_o, "dtype_o", _DTYPES[:2]) if dtype_o else None,
                                     head_dim, num_qo_heads, num_kv_heads, page_size, _text(layout, "layout", ("nhd", "hnd")),
-                                    _text(pos_encoding, "pos_encoding", ("none", "rope_llama", "alibi")),
+                                    _text(pos_encoding, "pos_encoding", _POSITIONS),
                                     sliding, window, int(cuda_graph), max_batch,
                                     _text(kv_split, "kv_split", _KV_SPLITS), kv_split_tokens, max_kv_len,
                                     q_len, 0 if causal else 1)
@@ -304,7 +305,8 @@ class BatchPrefill:
 
     window_left: a sliding window, fixed here because plans depend on it: query token t sees keys
     from kv_len - qo_len + t - window_left on (and, causal, none after its own); < 0 (the
-    default): no window. The logits soft cap is a run() value, as for BatchDecode."""
+    default): no window. The logits soft cap is a run() value, as for BatchDecode.
+    pos_encoding="alibi" adds ALiBi biases at run time, on the variant without RoPE."""
 
     def __init__(self, package, num_qo_heads, num_kv_heads, head_dim, kv_storage="paged", page_size=16,
                  dtype_q="bf16", dtype_kv=None, dtype_o=None, layout="nhd", mask="causal", pos_encoding="none",
@@ -320,7 +322,7 @@ class BatchPrefill:
                                      num_qo_heads, num_kv_heads, _text(kv_storage, "kv_storage", ("paged", "ragged")),
                                      page_size, _text(layout, "layout", ("nhd", "hnd")),
                                      _text(mask, "mask", ("none", "causal", "custom")),
-                                     _text(pos_encoding, "pos_encoding", ("none", "rope_llama")), sliding, window,
+                                     _text(pos_encoding, "pos_encoding", _POSITIONS), sliding, window,
                                      int(cuda_graph), max_batch, max_total_q,
                                      _text(kv_split, "kv_split", _KV_SPLITS), kv_split_tokens, max_kv_len)
         handle = ctypes.c_void_p()

@@ -386,7 +386,7 @@ def paged_prefill_case(name, group, page, layout, form, dtype="bf16", head_dim=1
         assert o is kw["out"] and lse is kw["lse"], "run() must return the caller's out and lse"
     ref_o, ref_lse = reference_prefill(q, qo, lambda r: cache.get(r, kv[r]), causal=causal and not custom,
                                        window=window, cap=cap or 0.0, rope_theta=1e4 if pos == "ROPE_LLAMA" else None,
-                                       sinks=sinks, k_scale=k_scale or 1.0, v_scale=v_scale or 1.0, masks=masks)
+                                       alibi=pos == "ALIBI", sinks=sinks, k_scale=k_scale or 1.0, v_scale=v_scale or 1.0, masks=masks)
     if lse_base == "ln":
         ref_lse = ref_lse * LN2
     if lse_layout == "HN":
@@ -436,7 +436,7 @@ def speculative_prefill_case(q_len, causal, kv_dtype="bf16", pos="NONE", sinks=F
     sinks = torch.rand(heads, device=DEV) * 8 - 2 if sinks else None
     o, lse = wrapper.run(q, cache.cache, return_lse=True, sinks=sinks, k_scale=k_scale, v_scale=v_scale)
     ref_o, ref_lse = reference_prefill(q, [q_len] * batch, lambda r: cache.get(r, kv[r]), causal=causal,
-                                       rope_theta=1e4 if pos == "ROPE_LLAMA" else None, sinks=sinks,
+                                       rope_theta=1e4 if pos == "ROPE_LLAMA" else None, alibi=pos == "ALIBI", sinks=sinks,
                                        k_scale=k_scale or 1.0, v_scale=v_scale or 1.0)
     torch.cuda.synchronize()
     label = (f"paged prefill of {q_len} tokens per request on the decode kernel [{kv_dtype} {pos} "
@@ -455,6 +455,7 @@ def paged_prefill_cases():
         guarded(f"paged prefill {i}", lambda: paged_prefill_case("plain", group, page, layout, form, dtype, dim,
                                                                  causal))
     guarded("paged prefill rope", lambda: paged_prefill_case("rope_llama", 4, 16, "NHD", "single", pos="ROPE_LLAMA"))
+    guarded("paged prefill alibi", lambda: paged_prefill_case("alibi", 4, 16, "NHD", "single", pos="ALIBI"))
     guarded("paged prefill window", lambda: paged_prefill_case("sliding window", 8, 16, "HND", "tuple",
                                                                window=random.randint(0, 100)))
     guarded("paged prefill window+cap", lambda: paged_prefill_case(
@@ -555,7 +556,7 @@ def ragged_case(name, group, dtype="bf16", head_dim=128, causal=True, pos="NONE"
     q_ref = q.to(DTYPES[kv_dtype])
     ref_o, ref_lse = reference_prefill(q_ref, qo, lambda r: (k[starts[r]:starts[r + 1]], v[starts[r]:starts[r + 1]]),
                                        causal=causal and not custom, window=window, cap=cap or 0.0,
-                                       rope_theta=1e4 if pos == "ROPE_LLAMA" else None, masks=masks)
+                                       rope_theta=1e4 if pos == "ROPE_LLAMA" else None, alibi=pos == "ALIBI", masks=masks)
     label = (f"ragged prefill {name} [{dtype}/{kv_dtype} hd{head_dim} group {group} "
              f"{'causal' if causal else 'non-causal'} qo {sum(qo)} kv {sum(kv)}]")
     torch.cuda.synchronize()
@@ -572,6 +573,9 @@ def ragged_cases():
     guarded("ragged window+cap", lambda: ragged_case("window + soft cap", 2, causal=False,
                                                      window=random.randint(0, 100), cap=1.5))
     guarded("ragged custom mask", lambda: ragged_case("custom_mask", 8, "f16", 128, custom=True))
+    guarded("ragged alibi", lambda: ragged_case("alibi", 4, pos="ALIBI"))
+    guarded("ragged alibi custom mask", lambda: ragged_case("alibi + custom_mask + cap", 2, "f16", 128, custom=True,
+                                                            pos="ALIBI", cap=30.0))
     guarded("ragged mixed types", lambda: ragged_case("f16 q, bf16 kv, f16 out", 4, "f16", kv_dtype="bf16",
                                                       o_dtype="f16"))
 

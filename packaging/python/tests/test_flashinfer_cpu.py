@@ -310,6 +310,7 @@ class MappingTest(unittest.TestCase):
         self.assertEqual(features, ("rope_llama", "causal"))
         self.assertEqual(scalars[1:], (50.0, 1.0, 1e4))
         self.assertEqual(_args.prefill_plan("p", 8, 8, 64)[0]["mask"], "none")
+        self.assertEqual(_args.prefill_plan("p", 8, 8, 64, pos_encoding_mode="ALIBI")[0]["pos_encoding"], "alibi")
         # A custom mask, packed or not, replaces causal (as in FlashInfer).
         for mask in (dict(custom_mask=Stand()), dict(packed_custom_mask=Stand())):
             self.assertEqual(_args.prefill_plan("p", 8, 8, 64, causal=True, **mask)[0]["mask"], "custom")
@@ -514,7 +515,6 @@ class RefusalTest(unittest.TestCase):
         common = [
             (dict(head_dim_vo=64), "head_dim_vo=64"),
             (dict(use_fp16_qk_reduction=True), "use_fp16_qk_reduction=True"),
-            (dict(pos_encoding_mode="ALIBI"), "pos_encoding_mode='ALIBI'"),
             (dict(prefix_len_ptr=Stand()), "prefix_len_ptr"),
             (dict(token_pos_in_items_ptr=Stand()), "token_pos_in_items_ptr"),
             (dict(token_pos_in_items_len=8), "token_pos_in_items_len=8"),

@@ -212,7 +212,7 @@ typedef struct aotinfer_batch_prefill_config {
   int32_t page_size;        /* paged */
   const char* layout;       /* "nhd" | "hnd" (hnd: paged only); NULL: "nhd" */
   const char* mask;         /* "none" | "causal" | "custom" (run args' custom_mask); NULL: "causal" */
-  const char* pos_encoding; /* "none" | "rope_llama"; NULL: "none" */
+  const char* pos_encoding; /* "none" | "rope_llama" | "alibi" (the none variant, a run-time bias); NULL: "none" */
   int32_t sliding_window;   /* bool: each query sees its own key and the window_left keys before it */
   int32_t window_left;      /* with sliding_window: >= 0 */
   int32_t cuda_graph;       /* bool */

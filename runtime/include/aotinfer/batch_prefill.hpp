@@ -50,7 +50,8 @@ struct BatchPrefillConfig {
   int page_size = 16;            // paged
   KvLayout layout = KvLayout::nhd;  // paged pools; ragged K/V are [total_kv, num_kv_heads, head_dim]
   MaskMode mask = MaskMode::causal;
-  PosEncoding pos_encoding = PosEncoding::none;  // none or rope_llama
+  // none, rope_llama (a variant axis) or alibi (a run-time bias: the none variant serves it)
+  PosEncoding pos_encoding = PosEncoding::none;
   // A sliding window: query token t of a request sees keys kv_len - qo_len + t - window_left
   // onwards (< 0: no window). The plan gives each query tile only the keys its window keeps.
   std::int32_t window_left = -1;

@@ -221,6 +221,14 @@ aotinfer::KvLayout layout_arg(const char* name) {
   return layout == "nhd" ? aotinfer::KvLayout::nhd : aotinfer::KvLayout::hnd;
 }
 
+aotinfer::PosEncoding pos_encoding_arg(const char* name) {
+  const std::string pos = name ? name : "none";
+  if (pos == "none") return aotinfer::PosEncoding::none;
+  if (pos == "rope_llama") return aotinfer::PosEncoding::rope_llama;
+  if (pos == "alibi") return aotinfer::PosEncoding::alibi;
+  throw Error(ErrorCode::invalid_argument, "pos_encoding must be none, rope_llama or alibi, got \"" + pos + "\"");
+}
+
 aotinfer::KvSplit kv_split_arg(const char* name, std::int32_t tokens) {
   const std::string mode = name ? name : "adaptive";
   aotinfer::KvSplit split;
@@ -270,11 +278,7 @@ aotinfer::BatchPrefillConfig prefill_config_arg(const Args& a, const aotinfer_ba
   config.mask = mask == "causal" ? aotinfer::MaskMode::causal
                 : mask == "custom" ? aotinfer::MaskMode::custom
                                    : aotinfer::MaskMode::none;
-  const std::string pos = c.pos_encoding ? c.pos_encoding : "none";
-  if (pos == "none") config.pos_encoding = aotinfer::PosEncoding::none;
-  else if (pos == "rope_llama") config.pos_encoding = aotinfer::PosEncoding::rope_llama;
-  else if (pos == "alibi") config.pos_encoding = aotinfer::PosEncoding::alibi;  // BatchPrefill says why not
-  else invalid("pos_encoding must be none or rope_llama, got \"" + pos + "\"");
+  config.pos_encoding = pos_encoding_arg(c.pos_encoding);
   config.window_left = window_arg(a, c.sliding_window, c.window_left, field);
   config.cuda_graph = c.cuda_graph != 0;
   config.max_batch = c.max_batch;
@@ -475,11 +479,7 @@ aotinfer_status aotinfer_batch_decode_create(const aotinfer_package* package, co
     config.num_kv_heads = c->num_kv_heads;
     config.page_size = c->page_size;
     config.layout = layout_arg(c->layout);
-    const std::string pos = c->pos_encoding ? c->pos_encoding : "none";
-    if (pos == "none") config.pos_encoding = aotinfer::PosEncoding::none;
-    else if (pos == "rope_llama") config.pos_encoding = aotinfer::PosEncoding::rope_llama;
-    else if (pos == "alibi") config.pos_encoding = aotinfer::PosEncoding::alibi;
-    else invalid("pos_encoding must be none, rope_llama or alibi, got \"" + pos + "\"");
+    config.pos_encoding = pos_encoding_arg(c->pos_encoding);
     config.window_left = window_arg(a, c->sliding_window, c->window_left, "config->");
     config.cuda_graph = c->cuda_graph != 0;
     config.max_batch = c->max_batch;

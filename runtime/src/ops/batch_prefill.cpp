@@ -87,7 +87,6 @@ void BatchPrefill::check_config(const BatchPrefillConfig& c) {
   if (c.kv_storage == KvStorage::paged && c.page_size < 1) invalid("page_size must be >= 1, got " + std::to_string(c.page_size));
   if (c.kv_storage == KvStorage::ragged && c.layout != KvLayout::nhd)
     invalid("ragged K/V are [total_kv, num_kv_heads, head_dim] (layout nhd); hnd applies to page pools only");
-  if (c.pos_encoding == PosEncoding::alibi) invalid("pos_encoding alibi is not a prefill option (none or rope_llama)");
   if (c.cuda_graph && (c.max_batch < 1 || c.max_total_q < 1))
     invalid("CUDA-graph mode needs max_batch >= 1 and max_total_q >= 1");
   detail::check_kv_split("batch_prefill", c.kv_split, c.cuda_graph, c.max_kv_len);
@@ -99,7 +98,9 @@ VariantKey BatchPrefill::variant_key(const BatchPrefillConfig& c) {
                      {"head_dim", std::to_string(c.head_dim)},
                      {"dtype_kv", std::string(dtype_name(c.dtype_kv))},
                      {"dtype_o", std::string(dtype_name(c.dtype_o))},
-                     {"pos_encoding", pos_encoding_name(c.pos_encoding)}}};
+                     // ALiBi is a run-time bias of the general entries: the none variant serves it.
+                     {"pos_encoding", pos_encoding_name(c.pos_encoding == PosEncoding::alibi ? PosEncoding::none
+                                                                                              : c.pos_encoding)}}};
 }
 
 BatchPrefill::BatchPrefill(const Package& package, const BatchPrefillConfig& c) : impl_(std::make_unique<Impl>()) {
@@ -326,6 +327,7 @@ void BatchPrefill::run(const PrefillRunArgs& a, Stream stream) const {
                 : c.mask == MaskMode::custom ? AOTINFER_MASK_CUSTOM
                                              : AOTINFER_MASK_NONE;
   if (c.mask == MaskMode::custom) p.custom_mask = a.custom_mask, p.mask_indptr = a.mask_indptr;
+  p.alibi = c.pos_encoding == PosEncoding::alibi;
   p.window_left = c.window_left < 0 ? AOTINFER_NO_WINDOW : c.window_left;
   // k_scale scales every score, so it is part of sm_scale (and of the soft cap's quotients).
   p.sm_scale = (a.sm_scale != 0 ? a.sm_scale : 1.f / std::sqrt(float(c.head_dim))) * a.k_scale;
@@ -333,7 +335,7 @@ void BatchPrefill::run(const PrefillRunArgs& a, Stream stream) const {
   if (a.logits_soft_cap > 0) p.soft_cap_in = p.sm_scale / a.logits_soft_cap, p.soft_cap_out = a.logits_soft_cap / p.sm_scale;
   p.rope_rcp_scale = 1.f / a.rope_scale;
   p.rope_rcp_theta = 1.f / a.rope_theta;
-  const bool general = c.mask == MaskMode::custom || c.window_left >= 0 || a.logits_soft_cap > 0;
+  const bool general = c.mask == MaskMode::custom || c.window_left >= 0 || a.logits_soft_cap > 0 || p.alibi;
   const Kernel& kernel = s.work.large_tile ? (general ? s.large_general : s.large) : s.small;
   const PrefillTile& tile = s.work.large_tile ? s.limits.large : s.limits.small;
   encode_tensor_maps(p, kernel.launch_info(), c, a.total_q, s.shape.kv_entries);

@@ -9,8 +9,7 @@ DTYPES = {"float16": "f16", "half": "f16", "bfloat16": "bf16", "float8_e4m3fn": 
 TORCH_NAMES = {"f16": "float16", "bf16": "bfloat16", "e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2"}
 LAYOUTS = {"NHD": "nhd", "HND": "hnd"}
 BACKENDS = ("auto", "fa2", "fa3")  # accepted and ignored: aotinfer runs its own kernels for all three
-DECODE_POSITIONS = {"NONE": "none", "ROPE_LLAMA": "rope_llama", "ALIBI": "alibi"}
-PREFILL_POSITIONS = {"NONE": "none", "ROPE_LLAMA": "rope_llama"}
+POSITIONS = {"NONE": "none", "ROPE_LLAMA": "rope_llama", "ALIBI": "alibi"}
 _ITEMS = "multi-item scoring is not served"
 _PREBUILT = "aotinfer serves the variants of its prebuilt kernel package"
 
@@ -87,16 +86,17 @@ def graph_batch(where, sized, unsized=()):
     return batch
 
 
-def features(where, pos_encoding_mode, window_left, logits_soft_cap, positions):
-    """(pos_encoding, window_left, cap): the position encoding (a variant axis), the sliding
+def features(where, pos_encoding_mode, window_left, logits_soft_cap):
+    """(pos_encoding, window_left, cap): the position encoding (RoPE a variant axis, ALiBi a variant
+    axis of decode and a run-time bias of prefill), the sliding
     window (plan time: the core object's config; -1 for none) and the logits soft cap (a run
     value; 0.0 for none). Every variant serves windows and caps."""
-    if pos_encoding_mode not in positions:
-        refuse(where, "pos_encoding_mode", pos_encoding_mode, "served: " + ", ".join(map(repr, positions)))
+    if pos_encoding_mode not in POSITIONS:
+        refuse(where, "pos_encoding_mode", pos_encoding_mode, "served: " + ", ".join(map(repr, POSITIONS)))
     if isinstance(window_left, bool) or not isinstance(window_left, int) or not -1 <= window_left < 2**31:
         refuse(where, "window_left", window_left, "served: -1 (no window) or a window of >= 0 keys (int32)")
     cap = float(logits_soft_cap) if logits_soft_cap is not None and logits_soft_cap > 0 else 0.0
-    return positions[pos_encoding_mode], window_left, cap
+    return POSITIONS[pos_encoding_mode], window_left, cap
 
 
 def kv_split(where, fixed_split_size, disable_split_kv, keys_per_unit):
@@ -144,7 +144,7 @@ def decode_plan(num_qo_heads, num_kv_heads, head_dim, page_size, pos_encoding_mo
     q = dtype(where, "q_data_type", q_data_type, ("f16", "bf16"))
     kv = q if kv_data_type is None else dtype(where, "kv_data_type", kv_data_type, ("f16", "bf16", "e4m3", "e5m2"))
     o = q if o_data_type is None else dtype(where, "o_data_type", o_data_type, ("f16", "bf16"))
-    pos, window, cap = features(where, pos_encoding_mode, window_left, logits_soft_cap, DECODE_POSITIONS)
+    pos, window, cap = features(where, pos_encoding_mode, window_left, logits_soft_cap)
     config = dict(num_qo_heads=int(num_qo_heads), num_kv_heads=int(num_kv_heads), head_dim=int(head_dim),
                   page_size=int(page_size), dtype_q=q, dtype_kv=kv, dtype_o=o, pos_encoding=pos, window_left=window,
                   **kv_split(where, fixed_split_size, disable_split_kv, int(page_size)))
@@ -181,7 +181,7 @@ def prefill_plan(where, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo=Non
     q = dtype(where, "q_data_type", q_data_type, ("f16", "bf16"))
     kv = q if kv_data_type is None else dtype(where, "kv_data_type", kv_data_type, ("f16", "bf16", "e4m3", "e5m2"))
     o = q if o_data_type is None else dtype(where, "o_data_type", o_data_type, ("f16", "bf16"))
-    pos, window, cap = features(where, pos_encoding_mode, window_left, logits_soft_cap, PREFILL_POSITIONS)
+    pos, window, cap = features(where, pos_encoding_mode, window_left, logits_soft_cap)
     # As FlashInfer: a custom mask, packed or not, replaces causal.
     custom = custom_mask is not None or packed_custom_mask is not None
     mask = "custom" if custom else "causal" if causal else "none"

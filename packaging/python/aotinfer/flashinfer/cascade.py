@@ -149,6 +149,9 @@ class MultiLevelCascadeAttentionWrapper:
                         rope_scale=rope_scale, rope_theta=rope_theta, q_data_type=q_data_type,
                         kv_data_type=kv_data_type)
         _args.prefill_plan(where, num_qo_heads, num_kv_heads, head_dim, causal=causal, **settings)  # refusals name us
+        if pos_encoding_mode != "NONE":
+            _args.refuse(where, "pos_encoding_mode", pos_encoding_mode,
+                         "served: 'NONE': positions restart in each level (rotate q and K before caching them)")
         if kv_data_type is not None:  # the levels' fp8 scales have no place in run()
             _args.dtype(where, "kv_data_type", kv_data_type, ("f16", "bf16"))
         if window_left != -1:

@@ -229,8 +229,7 @@ class BatchDecodeWithPagedKVCacheWrapper(_base.Wrapper):
         return self.run(q, paged_kv_cache, q_scale=q_scale, k_scale=k_scale, v_scale=v_scale, return_lse=True)
 
     def _forward(self, pos_encoding_mode, window_left, logits_soft_cap, sm_scale, rope_scale, rope_theta):
-        pos, window, cap = _args.features(_FORWARD, pos_encoding_mode, window_left, logits_soft_cap,
-                                          _args.DECODE_POSITIONS)
+        pos, window, cap = _args.features(_FORWARD, pos_encoding_mode, window_left, logits_soft_cap)
         self._override(_FORWARD, (pos,), sm_scale, rope_scale, rope_theta, cap, window)
 
 

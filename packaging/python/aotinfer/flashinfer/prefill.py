@@ -140,8 +140,7 @@ class _Prefill(_base.Wrapper):
                  sm_scale, rope_scale, rope_theta):
         _args.defaults_only(where, [("use_fp16_qk_reduction", use_fp16_qk_reduction, False,
                                      "scores accumulate in fp32")])
-        pos, window, cap = _args.features(where, pos_encoding_mode, window_left, logits_soft_cap,
-                                          _args.PREFILL_POSITIONS)
+        pos, window, cap = _args.features(where, pos_encoding_mode, window_left, logits_soft_cap)
         self._override(where, (pos, "causal" if causal else "none"), sm_scale, rope_scale, rope_theta, cap, window)
 
 
