@@ -1,7 +1,7 @@
 // batch_mla_decode on the GPU through its front-end (aotinfer::BatchMlaDecode), from the package
 // under test, against the fp64 CPU reference (tests/reference/mla_reference.hpp) on freshly drawn
 // shapes and values: batch 1-256, lengths 0-64k, page sizes 1/16/64, 1-128 heads, 1-4 query
-// tokens, split and unsplit plans. The seed is printed with every failure; AOTINFER_TEST_SEED
+// tokens, split and unsplit plans, and CUDA-graph replay. The seed is printed with every failure; AOTINFER_TEST_SEED
 // replays it. The cache is a random permutation of physical pages; spare pages, unwritten slots
 // and the outputs start as NaN bytes (0xff), so a read past a request or a row left unwritten
 // fails the comparison.
@@ -37,6 +37,9 @@ std::optional<BatchMlaDecode> make_mla(const BatchMlaDecodeConfig& c) {
   }
 }
 
+// DeepSeek-V3's: 1 / sqrt(qk_nope_head_dim + qk_rope_head_dim).
+const double kSmScale = 1.0 / std::sqrt(192.0);
+
 struct Shape {
   int heads = 16, q_len = 1, page_size = 64;
   std::vector<int> kv_lens;
@@ -56,12 +59,22 @@ struct Outcome {
   bool split = false;
 };
 
-// Plans and runs one shape; compares o and lse with the reference.
-Outcome run_case(BatchMlaDecode& mla, DType dtype, const Shape& sh, std::mt19937_64& rng) {
-  const int batch = int(sh.kv_lens.size()), heads = sh.heads, q = sh.q_len, page = sh.page_size;
-  INFO("batch " << batch << ", heads " << heads << ", q_len " << q << ", page " << page << ", longest "
-                << *std::max_element(sh.kv_lens.begin(), sh.kv_lens.end()));
+// One shape's data on the host: the cache (written slots random, spare pages and unwritten slots
+// NaN bytes), the queries, and the fp64 reference's o and lse.
+struct Problem {
+  int batch = 0, q_len = 1, heads = 16, num_pages = 0;
+  std::size_t rows = 0;  // batch * q_len * heads
   ref::MlaCache cache;
+  std::vector<std::uint16_t> ckv_bits, kpe_bits;
+  std::optional<Values> q_nope, q_pe;
+  std::vector<double> want, want_lse;
+};
+
+Problem make_problem(DType dtype, const Shape& sh, std::mt19937_64& rng) {
+  Problem p;
+  p.batch = int(sh.kv_lens.size()), p.heads = sh.heads, p.q_len = sh.q_len;
+  const int page = sh.page_size;
+  ref::MlaCache& cache = p.cache;
   cache.page_size = page;
   cache.indptr.assign(1, 0);
   for (int L : sh.kv_lens) {
@@ -69,86 +82,92 @@ Outcome run_case(BatchMlaDecode& mla, DType dtype, const Shape& sh, std::mt19937
     cache.indptr.push_back(cache.indptr.back() + pages);
     cache.last_page_len.push_back(pages == 0 ? 0 : L - (pages - 1) * page);
   }
-  for (int b = 0; b < batch; ++b)
+  for (int b = 0; b < p.batch; ++b)
     if (cache.last_page_len[b] == 0) cache.last_page_len[b] = 1;  // unused: no pages (kv_len 0)
   const int used = cache.indptr.back(), spare = std::uniform_int_distribution<int>(0, 3)(rng);
-  const int num_pages = used + spare;
-  std::vector<std::int32_t> physical(num_pages);
+  p.num_pages = used + spare;
+  std::vector<std::int32_t> physical(p.num_pages);
   std::iota(physical.begin(), physical.end(), 0);
   std::shuffle(physical.begin(), physical.end(), rng);
   cache.indices.assign(physical.begin(), physical.begin() + used);
 
-  // The cache: written slots random, the rest NaN bytes.
-  const std::size_t slots = std::size_t(num_pages) * page;
-  std::vector<std::uint16_t> ckv_bits(slots * ref::kMlaCkv, 0xffff), kpe_bits(slots * ref::kMlaKpe, 0xffff);
-  cache.ckv.assign(ckv_bits.size(), 0.0), cache.kpe.assign(kpe_bits.size(), 0.0);
+  const std::size_t slots = std::size_t(p.num_pages) * page;
+  p.ckv_bits.assign(slots * ref::kMlaCkv, 0xffff), p.kpe_bits.assign(slots * ref::kMlaKpe, 0xffff);
+  cache.ckv.assign(p.ckv_bits.size(), 0.0), cache.kpe.assign(p.kpe_bits.size(), 0.0);
   std::uniform_real_distribution<double> u(-1.0, 1.0);
-  for (int b = 0; b < batch; ++b)
+  for (int b = 0; b < p.batch; ++b)
     for (int j = 0; j < sh.kv_lens[b]; ++j) {
       const std::size_t row = cache.row(b, j);
       for (int d = 0; d < ref::kMlaCkv; ++d) {
         const std::size_t at = row * ref::kMlaCkv + d;
-        ckv_bits[at] = to_bits(u(rng), dtype), cache.ckv[at] = from_bits(ckv_bits[at], dtype);
+        p.ckv_bits[at] = to_bits(u(rng), dtype), cache.ckv[at] = from_bits(p.ckv_bits[at], dtype);
       }
       for (int d = 0; d < ref::kMlaKpe; ++d) {
         const std::size_t at = row * ref::kMlaKpe + d;
-        kpe_bits[at] = to_bits(u(rng), dtype), cache.kpe[at] = from_bits(kpe_bits[at], dtype);
+        p.kpe_bits[at] = to_bits(u(rng), dtype), cache.kpe[at] = from_bits(p.kpe_bits[at], dtype);
       }
     }
-  const std::size_t rows = std::size_t(batch) * q * heads;
-  Values q_nope(rows * ref::kMlaCkv, dtype, rng), q_pe(rows * ref::kMlaKpe, dtype, rng);
-  const double sm_scale = 1.0 / std::sqrt(192.0);
+  p.rows = std::size_t(p.batch) * p.q_len * p.heads;
+  p.q_nope.emplace(p.rows * ref::kMlaCkv, dtype, rng), p.q_pe.emplace(p.rows * ref::kMlaKpe, dtype, rng);
 
-  auto d_ckv = on_device(ckv_bits), d_kpe = on_device(kpe_bits);
-  auto d_qn = on_device(q_nope.bits), d_qp = on_device(q_pe.bits);
-  auto d_indices = on_device(cache.indices);
-  DeviceBuffer<std::uint16_t> d_o(rows * ref::kMlaCkv);
-  DeviceBuffer<float> d_lse(rows);
-  d_o.poison(), d_lse.poison();
-  Workspace ws(mla.workspace_sizes(std::max(batch, 1), q));
-  mla.plan(cache.indptr, cache.last_page_len, cache.indices, num_pages, q, ws.ws, nullptr);
-  aotinfer::MlaDecodeRunArgs a;
-  a.batch = batch;
-  a.q_nope = d_qn.ptr, a.q_pe = d_qp.ptr;
-  a.ckv = d_ckv.ptr, a.kpe = d_kpe.ptr;
-  a.kv_indices = d_indices.ptr;
-  a.o = d_o.ptr, a.lse = d_lse.ptr;
-  a.sm_scale = float(sm_scale);
-  mla.run(a, nullptr);
-  CUDA_CHECK(cudaDeviceSynchronize());
-  const std::vector<std::uint16_t> o_bits = d_o.download();
-  const std::vector<float> lse = d_lse.download();
+  p.want.assign(p.rows * ref::kMlaCkv, 0.0), p.want_lse.assign(p.rows, 0.0);
+  std::vector<std::thread> threads;
+  const int n = int(std::max(1u, std::thread::hardware_concurrency()));
+  for (int w = 0; w < n; ++w)
+    threads.emplace_back([&, w] {
+      for (int b = w; b < p.batch; b += n)
+        ref::mla_decode_request(p.cache, b, p.q_len, p.heads, p.q_nope->value, p.q_pe->value, kSmScale, p.want, p.want_lse);
+    });
+  for (auto& t : threads) t.join();
+  return p;
+}
 
-  std::vector<double> want(rows * ref::kMlaCkv), want_lse(rows);
-  {
-    std::vector<std::thread> threads;
-    const int n = int(std::max(1u, std::thread::hardware_concurrency()));
-    for (int w = 0; w < n; ++w)
-      threads.emplace_back([&, w] {
-        for (int b = w; b < batch; b += n)
-          ref::mla_decode_request(cache, b, q, heads, q_nope.value, q_pe.value, sm_scale, want, want_lse);
-      });
-    for (auto& t : threads) t.join();
-  }
-  std::vector<double> got(o_bits.size());
+// o (the problem's rows of it) and lse against the reference.
+void check(const Problem& p, DType dtype, const std::vector<std::uint16_t>& o_bits, const std::vector<float>& lse) {
+  std::vector<double> got(p.rows * ref::kMlaCkv);
   std::int64_t non_finite = 0;
-  for (std::size_t i = 0; i < o_bits.size(); ++i) {
+  for (std::size_t i = 0; i < got.size(); ++i) {
     got[i] = from_bits(o_bits[i], dtype);
     non_finite += !std::isfinite(got[i]);
   }
   REQUIRE(non_finite == 0);
-  const double err = relative_error(got, want);
+  const double err = relative_error(got, p.want);
   INFO("o relative error " << err);
   REQUIRE(err < tolerance(dtype));
-  for (std::size_t r = 0; r < rows; ++r) {
-    if (std::isinf(want_lse[r])) {
+  for (std::size_t r = 0; r < p.rows; ++r) {
+    if (std::isinf(p.want_lse[r])) {
       INFO("row " << r << " has no keys: lse " << lse[r]);
       REQUIRE((std::isinf(lse[r]) && lse[r] < 0));
     } else {
-      INFO("row " << r << ": lse " << lse[r] << ", reference " << want_lse[r]);
-      REQUIRE(std::abs(lse[r] - want_lse[r]) < 2e-3 * std::max(1.0, std::abs(want_lse[r])));
+      INFO("row " << r << ": lse " << lse[r] << ", reference " << p.want_lse[r]);
+      REQUIRE(std::abs(lse[r] - p.want_lse[r]) < 2e-3 * std::max(1.0, std::abs(p.want_lse[r])));
     }
   }
+}
+
+// Plans and runs one shape; compares o and lse with the reference.
+Outcome run_case(BatchMlaDecode& mla, DType dtype, const Shape& sh, std::mt19937_64& rng) {
+  INFO("batch " << sh.kv_lens.size() << ", heads " << sh.heads << ", q_len " << sh.q_len << ", page " << sh.page_size
+                << ", longest " << *std::max_element(sh.kv_lens.begin(), sh.kv_lens.end()));
+  const Problem p = make_problem(dtype, sh, rng);
+  auto d_ckv = on_device(p.ckv_bits), d_kpe = on_device(p.kpe_bits);
+  auto d_qn = on_device(p.q_nope->bits), d_qp = on_device(p.q_pe->bits);
+  auto d_indices = on_device(p.cache.indices);
+  DeviceBuffer<std::uint16_t> d_o(p.rows * ref::kMlaCkv);
+  DeviceBuffer<float> d_lse(p.rows);
+  d_o.poison(), d_lse.poison();
+  Workspace ws(mla.workspace_sizes(std::max(p.batch, 1), p.q_len));
+  mla.plan(p.cache.indptr, p.cache.last_page_len, p.cache.indices, p.num_pages, p.q_len, ws.ws, nullptr);
+  aotinfer::MlaDecodeRunArgs a;
+  a.batch = p.batch;
+  a.q_nope = d_qn.ptr, a.q_pe = d_qp.ptr;
+  a.ckv = d_ckv.ptr, a.kpe = d_kpe.ptr;
+  a.kv_indices = d_indices.ptr;
+  a.o = d_o.ptr, a.lse = d_lse.ptr;
+  a.sm_scale = float(kSmScale);
+  mla.run(a, nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  check(p, dtype, d_o.download(), d_lse.download());
   return {mla.work_plan().split};
 }
 
@@ -214,6 +233,97 @@ TEST_CASE("batch_mla_decode serves a 64k-token request", "[gpu][mla][long]") {
   Shape sh;
   sh.heads = 16, sh.q_len = 2, sh.page_size = 64, sh.kv_lens = {65536};
   CHECK(run_case(*mla, DType::bf16, sh, rng).split);
+}
+
+// CUDA-graph mode: one run captured after the first plan replays every later plan of up to
+// max_batch requests (split or not, with fewer requests, with empty ones), its data written into
+// the same buffers and its page ids into the same kv_indices.
+TEST_CASE("batch_mla_decode in CUDA-graph mode: one captured graph replays later plans", "[gpu][mla]") {
+  SEEDED_RNG(rng);
+  BatchMlaDecodeConfig c;
+  c.dtype = DType::bf16, c.cuda_graph = true, c.max_batch = 24;
+  c.q_len = std::uniform_int_distribution<int>(1, 4)(rng);
+  c.num_heads = std::vector<int>{16, 32, 128}[std::uniform_int_distribution<int>(0, 2)(rng)];
+  c.page_size = std::vector<int>{1, 16, 64}[std::uniform_int_distribution<int>(0, 2)(rng)];
+  INFO("heads " << c.num_heads << ", q_len " << c.q_len << ", page " << c.page_size);
+  auto mla = make_mla(c);
+  if (!mla) FAIL("the package holds no bf16 batch_mla_decode variant");
+  constexpr int kLongest = 6000;
+  const int max_pages = c.max_batch * ((kLongest + c.page_size - 1) / c.page_size) + 3;
+  const std::size_t max_rows = std::size_t(c.max_batch) * c.q_len * c.num_heads;
+  DeviceBuffer<std::uint16_t> ckv(std::size_t(max_pages) * c.page_size * ref::kMlaCkv),
+      kpe(std::size_t(max_pages) * c.page_size * ref::kMlaKpe), qn(max_rows * ref::kMlaCkv), qp(max_rows * ref::kMlaKpe),
+      o(max_rows * ref::kMlaCkv);
+  DeviceBuffer<float> lse(max_rows);
+  DeviceBuffer<std::int32_t> indices(max_pages);
+  Workspace ws(mla->workspace_sizes(c.max_batch, c.q_len));
+  cudaStream_t stream = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  bool saw_split = false, saw_unsplit = false;
+  for (int step = 0; step < 5; ++step) {
+    Shape sh;
+    sh.heads = c.num_heads, sh.q_len = c.q_len, sh.page_size = c.page_size;
+    // Step 0 (the capture): a few long requests, a split plan; then the full batch, few
+    // requests, one, and many short ones.
+    const int batch = std::vector<int>{3, c.max_batch, 5, 1, c.max_batch}[step];
+    const int longest = step == 4 ? 40 : std::max(c.q_len, int(std::min<std::int64_t>(kLongest, 1500000 / (std::int64_t(batch) * c.q_len * c.num_heads))));
+    sh.kv_lens = draw_lengths(rng, batch, c.q_len, longest);
+    if (step == 0) sh.kv_lens.assign(batch, longest);
+    INFO("step " << step << ": batch " << batch << ", longest " << *std::max_element(sh.kv_lens.begin(), sh.kv_lens.end()));
+    const Problem p = make_problem(DType::bf16, sh, rng);
+    REQUIRE(p.num_pages <= max_pages);
+    ckv.poison(), kpe.poison(), o.poison(), lse.poison();
+    CUDA_CHECK(cudaMemcpy(ckv.ptr, p.ckv_bits.data(), p.ckv_bits.size() * 2, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(kpe.ptr, p.kpe_bits.data(), p.kpe_bits.size() * 2, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(qn.ptr, p.q_nope->bits.data(), p.q_nope->bits.size() * 2, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(qp.ptr, p.q_pe->bits.data(), p.q_pe->bits.size() * 2, cudaMemcpyHostToDevice));
+    if (!p.cache.indices.empty())
+      CUDA_CHECK(cudaMemcpy(indices.ptr, p.cache.indices.data(), p.cache.indices.size() * 4, cudaMemcpyHostToDevice));
+    mla->plan(p.cache.indptr, p.cache.last_page_len, p.cache.indices, p.num_pages, c.q_len, ws.ws, aotinfer::Stream(stream));
+    (mla->work_plan().split ? saw_split : saw_unsplit) = true;
+    if (step == 0) {
+      aotinfer::MlaDecodeRunArgs a;
+      a.batch = p.batch;
+      a.q_nope = qn.ptr, a.q_pe = qp.ptr, a.ckv = ckv.ptr, a.kpe = kpe.ptr, a.kv_indices = indices.ptr;
+      a.o = o.ptr, a.lse = lse.ptr, a.sm_scale = float(kSmScale);
+      CUDA_CHECK(cudaStreamSynchronize(stream));
+      CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+      mla->run(a, aotinfer::Stream(stream));
+      CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+      CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    }
+    CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));
+    check(p, DType::bf16, o.download(), lse.download());
+  }
+  CHECK(saw_split);  // graph plans always split: every item writes states the merge combines
+  CHECK_FALSE(saw_unsplit);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+// In CUDA-graph mode the config fixes q_len and bounds the batch.
+TEST_CASE("batch_mla_decode in CUDA-graph mode refuses another q_len and a larger batch", "[gpu][mla]") {
+  BatchMlaDecodeConfig c;
+  c.dtype = DType::bf16, c.cuda_graph = true, c.max_batch = 1, c.q_len = 1;
+  auto mla = make_mla(c);
+  if (!mla) FAIL("the package holds no bf16 batch_mla_decode variant");
+  Workspace ws(mla->workspace_sizes(1, 1));
+  try {
+    mla->plan(std::vector<std::int32_t>{0, 1}, std::vector<std::int32_t>{8}, {}, 0, 2, ws.ws, nullptr);
+    FAIL("a plan with another q_len was accepted");
+  } catch (const aotinfer::Error& e) {
+    CHECK_THAT(e.what(), aotinfer_test::Contains("differs from this CUDA-graph decode's 1"));
+  }
+  try {
+    mla->plan(std::vector<std::int32_t>{0, 1, 2}, std::vector<std::int32_t>{8, 8}, {}, 0, 1, ws.ws, nullptr);
+    FAIL("a plan of two requests was accepted");
+  } catch (const aotinfer::Error& e) {
+    CHECK_THAT(e.what(), aotinfer_test::Contains("exceeds max_batch 1"));
+  }
 }
 
 TEST_CASE("batch_mla_decode refuses bad plans and runs with their reasons", "[gpu][mla]") {

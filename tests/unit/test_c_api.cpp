@@ -380,6 +380,24 @@ TEST_CASE("C API: create calls check the config and out before the driver", "[c_
   refused(pwith([](auto& c) { c.dtype_o = "f99"; }), {"dtype_o: unknown dtype 'f99'"});
   stopped_at_driver(create_prefill(pgood));
   CHECK(prefill == nullptr);
+
+  // MLA decode: the config's checks come before the package is asked for the variant (the fake
+  // package holds none).
+  aotinfer_batch_mla_decode* mla = nullptr;
+  const aotinfer_batch_mla_decode_config mgood{"bf16", 16, 64, 0, 0, 0};
+  auto mwith = [&](auto change) {
+    aotinfer_batch_mla_decode_config c = mgood;
+    change(c);
+    return aotinfer_batch_mla_decode_create(fake.pkg, &c, &mla);
+  };
+  refused(mwith([](auto& c) { c.num_heads = 0; }), {"aotinfer_batch_mla_decode_create: config->num_heads: expected >= 1, got 0"});
+  refused(mwith([](auto& c) { c.dtype = "e4m3"; }), {"batch_mla_decode: dtype must be f16 or bf16, got e4m3"});
+  refused(mwith([](auto& c) { c.cuda_graph = 1; }), {"config->max_batch (CUDA-graph mode): expected >= 1, got 0"});
+  refused(mwith([](auto& c) { c.cuda_graph = 1, c.max_batch = 8; }), {"config->q_len (CUDA-graph mode): expected >= 1, got 0"});
+  refused(mwith([](auto& c) { c.cuda_graph = 1, c.max_batch = 8, c.q_len = 5; }),
+          {"CUDA-graph mode needs the q_len of every plan, 1..4, got 5"});
+  CHECK(mwith([](auto& c) { c.cuda_graph = 1, c.max_batch = 8, c.q_len = 2; }) == AOTINFER_NOT_FOUND);
+  CHECK(mla == nullptr);
 }
 
 TEST_CASE("C API: decode calls check every argument before using the handle", "[c_api]") {

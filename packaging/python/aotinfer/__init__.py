@@ -536,11 +536,16 @@ class BatchMlaDecode:
     """Multi-head latent attention decode (DeepSeek-V3/R1, Kimi K2) over a paged latent cache,
     plan/run (aotinfer/batch_mla_decode.hpp). Every query head attends to the cache's rows: scores
     (q_nope . ckv + q_pe . kpe) * sm_scale, values the ckv rows. Each request brings q_len (1..4)
-    new tokens, the last of its cache, causal among themselves (multi-token prediction)."""
+    new tokens, the last of its cache, causal among themselves (multi-token prediction).
 
-    def __init__(self, package, num_heads, page_size=64, dtype="bf16"):
+    cuda_graph=True fixes the grids for graph capture: every plan has at most max_batch requests of
+    q_len tokens, and a graph captured once replays later plans (their page ids in the same
+    kv_indices buffer)."""
+
+    def __init__(self, package, num_heads, page_size=64, dtype="bf16", cuda_graph=False, max_batch=0, q_len=0):
         self.package, self.num_heads, self.page_size, self.dtype = package, num_heads, page_size, dtype
-        config = _capi.MlaDecodeConfig(_text(dtype, "dtype", _DTYPES[:2]), num_heads, page_size)
+        config = _capi.MlaDecodeConfig(_text(dtype, "dtype", _DTYPES[:2]), num_heads, page_size, int(cuda_graph),
+                                       max_batch, q_len)
         handle = ctypes.c_void_p()
         _check(_capi.lib.aotinfer_batch_mla_decode_create(package._handle, ctypes.byref(config), ctypes.byref(handle)))
         self._handle, self._q_len = handle, None

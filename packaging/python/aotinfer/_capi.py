@@ -103,7 +103,8 @@ _declare("aotinfer_cascade_tensors_run", _status, c_void, ctypes.POINTER(Cascade
 # --- Multi-head latent attention decode (aotinfer/batch_mla_decode.hpp), through ctypes ---------
 
 class MlaDecodeConfig(ctypes.Structure):
-    _fields_ = [("dtype", c_char), ("num_heads", c_int32), ("page_size", c_int32)]
+    _fields_ = [("dtype", c_char), ("num_heads", c_int32), ("page_size", c_int32), ("cuda_graph", c_int32),
+                ("max_batch", c_int32), ("q_len", c_int32)]
 
 
 class MlaDecodeTensors(ctypes.Structure):

@@ -879,47 +879,99 @@ def fast_decode_plan_cases():
         guarded(f"fast_decode_plan page {page}", lambda: fast_decode_plan_case(page))
 
 
-def mla_case(q_len, page, heads, batch, dtype, latent_view):
-    """BatchMLAPagedAttentionWrapper (absorbed MLA) against a float64 reference: every head
-    attends to the latent rows (scores over ckv . q_nope + kpe . q_pe, values ckv), causal among a
-    request's q_len tokens. latent_view: ckv and kpe as views of one [pages, 576] cache (page 1)."""
-    lens = [random.randint(q_len, 3000) for _ in range(batch)]
+def mla_data(q_len, page, heads, lens, dtype, latent_view=False, pages_at_least=0):
+    """A paged latent cache holding requests of `lens` keys (a random permutation of pages, a few
+    spare ones), and queries: ckv and kpe as views of one [pages, 576] cache when latent_view."""
     pages = [(n + page - 1) // page for n in lens]
-    total = sum(pages) + 3
+    total = max(sum(pages) + 3, pages_at_least)
     if latent_view:
         cache = (torch.randn(total, page, 576, device=DEV) * 0.5).to(DTYPES[dtype])
         ckv, kpe = cache[..., :512], cache[..., 512:]
     else:
         ckv = (torch.randn(total, page, 512, device=DEV) * 0.5).to(DTYPES[dtype])
         kpe = (torch.randn(total, page, 64, device=DEV) * 0.5).to(DTYPES[dtype])
-    indices = torch.randperm(total, device=DEV)[:sum(pages)].to(torch.int32)
-    kv_indptr = torch.tensor(indptr_of(pages), dtype=torch.int32)
-    q_nope = torch.randn(batch * q_len, heads, 512, device=DEV).to(DTYPES[dtype])
-    q_pe = torch.randn(batch * q_len, heads, 64, device=DEV).to(DTYPES[dtype])
-    sm_scale = 1 / math.sqrt(192)
-    wrapper = flashinfer.BatchMLAPagedAttentionWrapper(WORKSPACE)
-    wrapper.plan(torch.tensor(indptr_of([q_len] * batch), dtype=torch.int32), kv_indptr, indices,
-                 torch.tensor(lens, dtype=torch.int32), heads, 512, 64, page, True, sm_scale, DTYPES[dtype],
-                 DTYPES[dtype])
-    o, lse = wrapper.run(q_nope, q_pe, ckv, kpe, return_lse=True)
+    return dict(ckv=ckv, kpe=kpe, lens=lens, indices=torch.randperm(total, device=DEV)[:sum(pages)].to(torch.int32),
+                kv_indptr=torch.tensor(indptr_of(pages), dtype=torch.int32),
+                qo_indptr=torch.tensor(indptr_of([q_len] * len(lens)), dtype=torch.int32),
+                q_nope=torch.randn(len(lens) * q_len, heads, 512, device=DEV).to(DTYPES[dtype]),
+                q_pe=torch.randn(len(lens) * q_len, heads, 64, device=DEV).to(DTYPES[dtype]))
+
+
+MLA_SCALE = 1 / math.sqrt(192)
+
+
+def mla_reference(d, q_len):
+    """float64 (o, lse base 2) of absorbed MLA over mla_data: scores ckv . q_nope + kpe . q_pe,
+    values ckv, causal among a request's q_len tokens."""
     ref_o, ref_lse = [], []
-    for b, n in enumerate(lens):
-        rows = indices[kv_indptr[b]:kv_indptr[b + 1]].long()
-        k_nope = ckv[rows].reshape(-1, 512)[:n].double()
-        k_pe = kpe[rows].reshape(-1, 64)[:n].double()
-        qn = q_nope[b * q_len:(b + 1) * q_len].double()
-        qp = q_pe[b * q_len:(b + 1) * q_len].double()
-        s = (torch.einsum("thd,nd->thn", qn, k_nope) + torch.einsum("thd,nd->thn", qp, k_pe)) * sm_scale
+    for b, n in enumerate(d["lens"]):
+        rows = d["indices"][d["kv_indptr"][b]:d["kv_indptr"][b + 1]].long()
+        k_nope = d["ckv"][rows].reshape(-1, 512)[:n].double()
+        k_pe = d["kpe"][rows].reshape(-1, 64)[:n].double()
+        qn = d["q_nope"][b * q_len:(b + 1) * q_len].double()
+        qp = d["q_pe"][b * q_len:(b + 1) * q_len].double()
+        s = (torch.einsum("thd,nd->thn", qn, k_nope) + torch.einsum("thd,nd->thn", qp, k_pe)) * MLA_SCALE
         keys = torch.arange(n, device=DEV)
         for t in range(q_len):  # token t sees keys up to n - q_len + t
             s[t, :, keys > n - q_len + t] = -math.inf
         ref_lse.append(torch.logsumexp(s, -1) / LN2)
         ref_o.append(torch.einsum("thn,nd->thd", torch.softmax(s, -1), k_nope))
+    return torch.cat(ref_o), torch.cat(ref_lse)
+
+
+def mla_case(q_len, page, heads, batch, dtype, latent_view):
+    """BatchMLAPagedAttentionWrapper (absorbed MLA) against a float64 reference."""
+    d = mla_data(q_len, page, heads, [random.randint(q_len, 3000) for _ in range(batch)], dtype, latent_view)
+    wrapper = flashinfer.BatchMLAPagedAttentionWrapper(WORKSPACE)
+    wrapper.plan(d["qo_indptr"], d["kv_indptr"], d["indices"], torch.tensor(d["lens"], dtype=torch.int32), heads,
+                 512, 64, page, True, MLA_SCALE, DTYPES[dtype], DTYPES[dtype])
+    o, lse = wrapper.run(d["q_nope"], d["q_pe"], d["ckv"], d["kpe"], return_lse=True)
+    ref_o, ref_lse = mla_reference(d, q_len)
     torch.cuda.synchronize()
-    label = (f"MLA {dtype} heads {heads} q_len {q_len} page {page} batch {batch} max_kv {max(lens)}"
+    label = (f"MLA {dtype} heads {heads} q_len {q_len} page {page} batch {batch} max_kv {max(d['lens'])}"
              f"{' (views of one latent cache)' if latent_view else ''}")
-    check(label + " o", o, torch.cat(ref_o), 1e-2)
-    check(label + " lse", lse, torch.cat(ref_lse), 1e-3)
+    check(label + " o", o, ref_o, 1e-2)
+    check(label + " lse", lse, ref_lse, 1e-3)
+
+
+def mla_graph_case(q_len, page, heads):
+    """The MLA wrapper in CUDA-graph mode: FlashInfer's four metadata buffers, one run captured
+    after a plan of the graph's batch (an engine's padded batch) and replayed after later plans
+    of up to that many requests, their data copied into the captured tensors."""
+    max_batch, longest = 16, 2500
+    max_pages = max_batch * ((longest + page - 1) // page) + 3
+    bufs = dict(qo_indptr=torch.zeros(max_batch + 1, dtype=torch.int32, device=DEV),
+                kv_indptr=torch.zeros(max_batch + 1, dtype=torch.int32, device=DEV),
+                kv_indices=torch.zeros(max_pages, dtype=torch.int32, device=DEV),
+                kv_len_arr=torch.zeros(max_batch, dtype=torch.int32, device=DEV))
+    wrapper = flashinfer.BatchMLAPagedAttentionWrapper(WORKSPACE, True, **bufs)
+    static = dict(q_nope=torch.zeros(max_batch * q_len, heads, 512, dtype=torch.bfloat16, device=DEV),
+                  q_pe=torch.zeros(max_batch * q_len, heads, 64, dtype=torch.bfloat16, device=DEV),
+                  ckv=torch.zeros(max_pages, page, 512, dtype=torch.bfloat16, device=DEV),
+                  kpe=torch.zeros(max_pages, page, 64, dtype=torch.bfloat16, device=DEV))
+    graph, outputs = None, None
+    for step, batch in enumerate((max_batch, 4, max_batch, 2, 9)):
+        d = mla_data(q_len, page, heads, [random.randint(q_len, longest) for _ in range(batch)], "bf16")
+        for name in ("ckv", "kpe"):
+            static[name][:d[name].shape[0]].copy_(d[name])
+        tokens = batch * q_len
+        for name in ("q_nope", "q_pe"):
+            static[name][:tokens].copy_(d[name])
+        wrapper.plan(d["qo_indptr"], d["kv_indptr"], d["indices"], torch.tensor(d["lens"], dtype=torch.int32), heads,
+                     512, 64, page, True, MLA_SCALE, torch.bfloat16, torch.bfloat16)
+        if graph is None:
+            args = (static["q_nope"], static["q_pe"], static["ckv"], static["kpe"])
+            wrapper.run(*args, return_lse=True)  # warm up outside the capture
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                outputs = wrapper.run(*args, return_lse=True)
+        graph.replay()
+        ref_o, ref_lse = mla_reference(d, q_len)
+        torch.cuda.synchronize()
+        label = f"MLA CUDA graph replay {step} [heads {heads} q_len {q_len} page {page} batch {batch}]"
+        check(label + " o", outputs[0][:tokens], ref_o, 1e-2)
+        check(label + " lse", outputs[1][:tokens], ref_lse, 1e-3)
 
 
 def mla_cases():
@@ -927,6 +979,8 @@ def mla_cases():
     guarded("MLA decode f16 page 1", lambda: mla_case(1, 1, 128, random.randint(1, 8), "f16", True))
     guarded("MLA MTP", lambda: mla_case(random.choice([2, 3, 4]), 16, random.choice([16, 64, 128]),
                                         random.randint(1, 20), "bf16", False))
+    guarded("MLA CUDA graph", lambda: mla_graph_case(random.choice([1, 2]), random.choice([1, 64]),
+                                                     random.choice([16, 128])))
 
 
 def main():

@@ -820,7 +820,11 @@ class MlaTest(unittest.TestCase):
             self.assertIn(name, str(e.exception))
 
     def test_constructor(self):
-        self.refused(lambda: flashinfer.BatchMLAPagedAttentionWrapper(Stand(), use_cuda_graph=True), "use_cuda_graph")
+        with self.assertRaises(ValueError) as e:  # CUDA-graph mode needs FlashInfer's four buffers
+            flashinfer.BatchMLAPagedAttentionWrapper(Stand(), use_cuda_graph=True, qo_indptr=Stand(), kv_indptr=Stand())
+        self.assertIn("missing: kv_indices, kv_len_arr", str(e.exception))
+        self.assertTrue(flashinfer.BatchMLAPagedAttentionWrapper(Stand(), True, Stand(), Stand(), Stand(),
+                                                                 Stand()).is_cuda_graph_enabled)
         self.refused(lambda: flashinfer.BatchMLAPagedAttentionWrapper(Stand(), backend="cutlass"), "backend='cutlass'")
         self.assertIs(flashinfer.mla.BatchMLAPagedAttentionWrapper, flashinfer.BatchMLAPagedAttentionWrapper)
 

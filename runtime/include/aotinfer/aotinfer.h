@@ -158,6 +158,9 @@ typedef struct aotinfer_batch_mla_decode_config {
   const char* dtype;  /* "f16" | "bf16": q, the cache and o */
   int32_t num_heads;
   int32_t page_size;
+  int32_t cuda_graph; /* bool */
+  int32_t max_batch;  /* CUDA-graph mode */
+  int32_t q_len;      /* CUDA-graph mode: every plan's new tokens per request (1..4) */
 } aotinfer_batch_mla_decode_config;
 
 typedef struct aotinfer_batch_mla_decode_run_args {

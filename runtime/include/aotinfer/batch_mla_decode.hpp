@@ -14,7 +14,11 @@
 //
 // plan() partitions the keys with the decode planner (decode_plan.hpp: one KV head, the rows of
 // a request in groups of the kernel's tile) and ships the partition with one async copy; run()
-// launches the kernel and, when the plan splits, merge_state's merge_varlen.
+// launches the kernel and, when the plan splits, merge_state's merge_varlen. In CUDA-graph mode
+// (config cuda_graph, max_batch, q_len) the grids are fixed and every plan splits, so a graph
+// captured once replays correctly after any later plan of up to max_batch requests of q_len
+// tokens with the same workspace; the capture freezes the run arguments (pointers, sm_scale), so
+// later plans' page ids go into the same kv_indices buffer.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -32,6 +36,9 @@ struct BatchMlaDecodeConfig {
   DType dtype = DType::bf16;  // q, the cache and o
   int num_heads = 16;         // query heads (1..128 in the models; any count >= 1 is served)
   int page_size = 64;
+  bool cuda_graph = false;    // fixed grids for graph capture; needs max_batch and q_len
+  std::int32_t max_batch = 0;  // CUDA-graph mode: the most requests a plan may have
+  std::int32_t q_len = 0;      // CUDA-graph mode: the new tokens of every request of every plan (1..4)
 };
 
 struct MlaDecodeRunArgs {
@@ -61,11 +68,13 @@ class BatchMlaDecode {
   BatchMlaDecode(BatchMlaDecode&&) noexcept;
   BatchMlaDecode& operator=(BatchMlaDecode&&) noexcept;
 
-  // Workspace for plans of up to max_batch requests of up to max_q_len tokens.
+  // Workspace for plans of up to max_batch requests of up to max_q_len tokens (in CUDA-graph
+  // mode the config's max_batch and q_len, whatever is asked).
   WorkspaceSizes workspace_sizes(std::int32_t max_batch, std::int32_t max_q_len = 4) const;
 
   // Host CSR metadata of the cache (kv_indices optional: checked against num_pages when given),
-  // and the new tokens per request (1..4). Throws Error(invalid_argument) before copying anything.
+  // and the new tokens per request (1..4; the config's in CUDA-graph mode). Throws
+  // Error(invalid_argument) before copying anything.
   void plan(std::span<const std::int32_t> kv_indptr, std::span<const std::int32_t> kv_last_page_len,
             std::span<const std::int32_t> kv_indices, std::int32_t num_pages, std::int32_t q_len,
             const Workspace& workspace, Stream stream);

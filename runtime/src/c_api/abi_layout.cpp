@@ -52,7 +52,8 @@ std::string mla_decode_tensors() {
 
 std::string mla_decode_config() {
   using T = aotinfer_batch_mla_decode_config;
-  return AOTINFER_STRUCT(aotinfer_batch_mla_decode_config, F(dtype), F(num_heads), F(page_size));
+  return AOTINFER_STRUCT(aotinfer_batch_mla_decode_config, F(dtype), F(num_heads), F(page_size), F(cuda_graph),
+                         F(max_batch), F(q_len));
 }
 
 std::string merge_tensors() {

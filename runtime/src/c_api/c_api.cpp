@@ -469,7 +469,6 @@ aotinfer_status aotinfer_batch_decode_create(const aotinfer_package* package, co
     a.at_least(c->num_kv_heads, 1, "config->num_kv_heads");
     a.at_least(c->page_size, 1, "config->page_size");
     if (c->cuda_graph) a.at_least(c->max_batch, 1, "config->max_batch (CUDA-graph mode)");
-    auto invalid = [](const std::string& what) { throw Error(ErrorCode::invalid_argument, what); };
     aotinfer::BatchDecodeConfig config;
     config.dtype_q = dtype_arg(c->dtype_q, "dtype_q");
     config.dtype_kv = dtype_arg(c->dtype_kv, "dtype_kv");
@@ -582,10 +581,17 @@ aotinfer_status aotinfer_batch_mla_decode_create(const aotinfer_package* package
     a.pointer(c, "config", "an aotinfer_batch_mla_decode_config");
     a.at_least(c->num_heads, 1, "config->num_heads");
     a.at_least(c->page_size, 1, "config->page_size");
+    if (c->cuda_graph) {
+      a.at_least(c->max_batch, 1, "config->max_batch (CUDA-graph mode)");
+      a.at_least(c->q_len, 1, "config->q_len (CUDA-graph mode)");
+    }
     aotinfer::BatchMlaDecodeConfig config;
     config.dtype = dtype_arg(c->dtype, "dtype");
     config.num_heads = c->num_heads;
     config.page_size = c->page_size;
+    config.cuda_graph = c->cuda_graph != 0;
+    config.max_batch = c->max_batch;
+    config.q_len = c->q_len;
     a.handle(package, "package", kPackageTag, kPackageMaker);
     *out = new aotinfer_batch_mla_decode{kMlaDecodeTag, aotinfer::BatchMlaDecode(package->package, config)};
   });

@@ -54,6 +54,10 @@ void BatchMlaDecode::check_config(const BatchMlaDecodeConfig& c) {
     invalid("dtype must be f16 or bf16, got " + std::string(dtype_name(c.dtype)));
   if (c.num_heads < 1) invalid("num_heads must be >= 1, got " + std::to_string(c.num_heads));
   if (c.page_size < 1) invalid("page_size must be >= 1, got " + std::to_string(c.page_size));
+  if (c.cuda_graph && c.max_batch < 1) invalid("CUDA-graph mode needs max_batch >= 1, got " + std::to_string(c.max_batch));
+  if (c.cuda_graph && (c.q_len < 1 || c.q_len > AOTINFER_MLA_MAX_Q_LEN))
+    invalid("CUDA-graph mode needs the q_len of every plan, 1.." + std::to_string(AOTINFER_MLA_MAX_Q_LEN) + ", got " +
+            std::to_string(c.q_len) + " (the grid's row groups are captured)");
 }
 
 VariantKey BatchMlaDecode::variant_key(const BatchMlaDecodeConfig& c) {
@@ -75,8 +79,9 @@ BatchMlaDecode::BatchMlaDecode(const Package& package, const BatchMlaDecodeConfi
   s.limits.num_sms = detail::current_device_sm_count();
   s.limits.ctas_per_sm = s.decode.max_active_ctas_per_sm();
   s.limits.tile_tokens = int(info.tile[1]);
-  s.limits.ctas_per_item = s.row_groups_for(1);
+  s.limits.ctas_per_item = s.row_groups_for(c.cuda_graph ? c.q_len : 1);
   if (s.limits.ctas_per_sm < 1) invalid(s.decode.uri() + " cannot be resident on this GPU (occupancy 0)");
+  if (c.cuda_graph) s.limits.graph_work = decode_max_work(c.max_batch, s.limits);
 }
 
 BatchMlaDecode::~BatchMlaDecode() = default;
@@ -88,6 +93,9 @@ const BatchMlaDecodeConfig& BatchMlaDecode::config() const { return impl_->confi
 
 WorkspaceSizes BatchMlaDecode::workspace_sizes(std::int32_t max_batch, std::int32_t max_q_len) const {
   const Impl& s = *impl_;
+  if (s.config.cuda_graph)
+    return {float_bytes(s.limits.graph_work, s.config.q_len * s.config.num_heads),
+            detail::DecodeWorkLayout(s.limits.graph_work, s.config.max_batch).end};
   if (max_batch < 1) invalid("max_batch must be >= 1, got " + std::to_string(max_batch));
   if (max_q_len < 1 || max_q_len > AOTINFER_MLA_MAX_Q_LEN)
     invalid("max_q_len must be 1.." + std::to_string(AOTINFER_MLA_MAX_Q_LEN) + ", got " + std::to_string(max_q_len));
@@ -113,8 +121,15 @@ void BatchMlaDecode::plan(std::span<const std::int32_t> kv_indptr, std::span<con
   if (q_len < 1 || q_len > AOTINFER_MLA_MAX_Q_LEN)
     invalid("q_len (new tokens per request) must be 1.." + std::to_string(AOTINFER_MLA_MAX_Q_LEN) + ", got " +
             std::to_string(q_len));
-  const std::vector<std::int32_t> lengths = decode_kv_lengths(kv_indptr, kv_last_page_len, s.config.page_size);
+  const BatchMlaDecodeConfig& c = s.config;
+  if (c.cuda_graph && q_len != c.q_len)
+    invalid("q_len " + std::to_string(q_len) + " differs from this CUDA-graph decode's " + std::to_string(c.q_len) +
+            " (the captured grid holds its row groups)");
+  const std::vector<std::int32_t> lengths = decode_kv_lengths(kv_indptr, kv_last_page_len, c.page_size);
   const std::int32_t batch = std::int32_t(lengths.size());
+  if (c.cuda_graph && batch > c.max_batch)
+    invalid("batch " + std::to_string(batch) + " exceeds max_batch " + std::to_string(c.max_batch) +
+            " of this CUDA-graph decode");
   for (std::int32_t i = 0; i < batch; ++i)
     if (lengths[i] > 0 && lengths[i] < q_len)
       invalid("request " + std::to_string(i) + " has " + std::to_string(lengths[i]) + " keys, fewer than its " +
@@ -123,8 +138,11 @@ void BatchMlaDecode::plan(std::span<const std::int32_t> kv_indptr, std::span<con
 
   s.limits.ctas_per_item = s.row_groups_for(q_len);
   plan_decode_work(lengths, s.limits, s.work);
-  const detail::DecodeWorkLayout layout(s.work.padded_work, batch);
-  const std::size_t need_float = s.work.split ? float_bytes(s.work.padded_work, q_len * s.config.num_heads) : 0;
+  // In CUDA-graph mode the arrays sit where the capacities put them, so every plan uses the
+  // addresses the captured launches read.
+  const detail::DecodeWorkLayout layout = c.cuda_graph ? detail::DecodeWorkLayout(s.limits.graph_work, c.max_batch)
+                                                       : detail::DecodeWorkLayout(s.work.padded_work, batch);
+  const std::size_t need_float = s.work.split ? float_bytes(s.work.padded_work, q_len * c.num_heads) : 0;
   detail::check_workspace("batch_mla_decode", ws, layout.end, need_float);
 
   char* image = s.upload.image(layout.end);
@@ -201,17 +219,19 @@ void BatchMlaDecode::run(const MlaDecodeRunArgs& a, Stream stream) const {
   s.decode.launch(Grid{unsigned(s.work.padded_work), unsigned(s.row_groups)}, p, stream);
   if (!s.work.split) return;
 
-  // Every request's item states (rows of q_len * num_heads) into its rows of o.
+  // Every request's item states (rows of q_len * num_heads) into its rows of o. In CUDA-graph
+  // mode the grid covers max_batch requests and the batch comes from the device.
   aotinfer_merge_varlen_params m{};
   m.v = p.partial_o;
   m.s = p.partial_lse;
   m.indptr = int_array(s.layout.merge_indptr);
+  m.num_outputs_device = c.cuda_graph ? int_array(s.layout.counts) + 1 : nullptr;
   m.v_out = a.o;
   m.s_out = a.lse;
-  m.num_outputs = s.batch;
+  m.num_outputs = c.cuda_graph ? c.max_batch : s.batch;
   m.num_heads = rows;
   const std::int64_t per_cta = s.merge.launch_info().tile[0];
-  s.merge.launch(Grid{unsigned((std::int64_t(s.batch) * rows + per_cta - 1) / per_cta)}, m, stream);
+  s.merge.launch(Grid{unsigned((std::int64_t(m.num_outputs) * rows + per_cta - 1) / per_cta)}, m, stream);
 }
 
 }  // namespace aotinfer

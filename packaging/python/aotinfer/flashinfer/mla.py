@@ -2,7 +2,8 @@
 K2, in the absorbed form) over aotinfer.BatchMlaDecode: the flat CSR plan (qo_indptr, kv_indptr,
 kv_indices, kv_len_arr) and the split run (q_nope, q_pe, ckv_cache, kpe_cache), as engines call
 them. Served: f16/bf16 q and cache, head_dim_ckv 512 and head_dim_kpe 64, the same 1..4 query
-tokens in every request (decode and multi-token prediction), causal among them."""
+tokens in every request (decode and multi-token prediction), causal among them, eagerly or in
+CUDA-graph mode."""
 import functools
 
 from .. import BatchMlaDecode
@@ -15,15 +16,27 @@ _MAX_Q_LEN = 4  # aotinfer's MLA decode: the decoded token and up to three specu
 
 class BatchMLAPagedAttentionWrapper(_base.Wrapper):
     """MLA over a paged latent cache, plan once per batch, run once per layer. package= (keyword
-    only, aotinfer's addition) picks the kernel package. CUDA-graph mode is not served yet."""
+    only, aotinfer's addition) picks the kernel package.
+
+    use_cuda_graph=True (with the four metadata buffers, as FlashInfer's): plan() copies the
+    metadata into the buffers, whose sizes bound every plan (kv_len_arr: the most requests,
+    kv_indices: the most pages), and run() reads the page ids from kv_indices' buffer, so a graph
+    captured once replays later plans. The first plan fixes the query tokens per request."""
 
     def __init__(self, float_workspace_buffer, use_cuda_graph=False, qo_indptr=None, kv_indptr=None, kv_indices=None,
                  kv_len_arr=None, backend="auto", *, package=None):
-        if use_cuda_graph:
-            _args.refuse(_NAME, "use_cuda_graph", use_cuda_graph, "MLA decode runs eagerly (CUDA-graph mode is not built)")
         if backend not in ("auto", "fa2", "fa3"):
             _args.refuse(_NAME, "backend", backend, "'auto', 'fa2' or 'fa3' (aotinfer picks its kernel itself)")
-        self._setup(float_workspace_buffer, "NHD", False, package)
+        self._graph_buffers = None
+        if use_cuda_graph:
+            buffers = dict(qo_indptr=qo_indptr, kv_indptr=kv_indptr, kv_indices=kv_indices, kv_len_arr=kv_len_arr)
+            missing = [name for name, value in buffers.items() if value is None]
+            if missing:
+                raise ValueError(f"aotinfer.flashinfer {_NAME}: CUDA-graph mode needs the qo_indptr, kv_indptr, "
+                                 f"kv_indices and kv_len_arr buffers; missing: {', '.join(missing)}")
+            self._graph_buffers = buffers
+        self._setup(float_workspace_buffer, "NHD", use_cuda_graph, package)
+        self._graph_q_len = None  # CUDA-graph mode: the first plan's query tokens per request
         self._mla = None  # (core, batch, q_len, kv_indices on the device) of the last plan
 
     def plan(self, qo_indptr=None, kv_indptr=None, kv_indices=None, kv_len_arr=None, num_heads=None, head_dim_ckv=None,
@@ -83,14 +96,53 @@ class BatchMLAPagedAttentionWrapper(_base.Wrapper):
             if n < 0 or b - a != (n + page - 1) // page:
                 raise ValueError(f"aotinfer.flashinfer {_PLAN}: request {i} has {n} keys in {b - a} pages of {page}")
             last.append(n - (b - a - 1) * page if n else 0)  # the runtime's CSR view: keys of the last page
-        core = self._core_for(BatchMlaDecode, dict(num_heads=int(num_heads), page_size=page, dtype=q_type))
+        indices = _base.device_int32(kv_indices, self.device, True)
+        config = dict(num_heads=int(num_heads), page_size=page, dtype=q_type)
+        if self._use_cuda_graph:
+            config.update(cuda_graph=True, max_batch=self._graph_capacity(batch, indices), q_len=self._graph_q_len or q_len)
+            if q_len != config["q_len"]:
+                raise ValueError(f"aotinfer.flashinfer {_PLAN}: {q_len} query tokens per request, but this CUDA-graph "
+                                 f"wrapper's are frozen at {config['q_len']} by its first plan (its captured grid "
+                                 f"holds them); use one wrapper per token count")
+        core = self._core_for(BatchMlaDecode, config)
         _, int_bytes = core.workspace_sizes(max(batch, 1), q_len)
         core.plan(kv, last, q_len, self._float_workspace_buffer, self._int_workspace(int_bytes))
-        indices = _base.device_int32(kv_indices, self.device, True)
+        if self._use_cuda_graph:
+            indices = self._fill_graph_buffers(qo_indptr, kv_indptr, indices, kv_len_arr)
+            self._graph_q_len = q_len
         # lse_mode is FlashInfer's promise about run(): the flat plan lets run() ask for either base.
         self._mla = (core, batch, q_len, indices, float(sm_scale), getattr(_base.torch, _args.TORCH_NAMES[q_type]))
 
     begin_forward = plan
+
+    def _graph_capacity(self, batch, kv_indices):
+        """The most requests of this CUDA-graph wrapper (kv_len_arr's buffer), checked against the
+        plan's batch and pages."""
+        buffers = self._graph_buffers
+        max_batch = buffers["kv_len_arr"].numel()
+        if batch > max_batch or buffers["kv_indptr"].numel() < batch + 1 or buffers["qo_indptr"].numel() < batch + 1:
+            raise ValueError(f"aotinfer.flashinfer {_PLAN}: {batch} requests exceed this CUDA-graph wrapper's buffers "
+                             f"(kv_len_arr {max_batch}, kv_indptr {buffers['kv_indptr'].numel()}, qo_indptr "
+                             f"{buffers['qo_indptr'].numel()} entries)")
+        if kv_indices.numel() > buffers["kv_indices"].numel():
+            raise ValueError(f"aotinfer.flashinfer {_PLAN}: {kv_indices.numel()} page ids exceed this CUDA-graph "
+                             f"wrapper's kv_indices buffer ({buffers['kv_indices'].numel()})")
+        return max_batch
+
+    def _fill_graph_buffers(self, qo_indptr, kv_indptr, kv_indices, kv_len_arr):
+        """The plan's metadata into the CUDA-graph buffers (their leading entries), on the current
+        stream; returns kv_indices' buffer, which the captured launches read."""
+        buffers = self._graph_buffers
+        for name, given in (("qo_indptr", qo_indptr), ("kv_indptr", kv_indptr), ("kv_indices", kv_indices),
+                            ("kv_len_arr", kv_len_arr)):
+            target = buffers[name]
+            if target.dtype != _base.torch.int32 or target.device != self.device:
+                raise ValueError(f"aotinfer.flashinfer {_PLAN}: the CUDA-graph {name} buffer must be int32 on "
+                                 f"{self.device}, got {target.dtype} on {target.device}")
+            if given is not target:
+                source = _base.device_int32(given, self.device, True).reshape(-1)
+                target[:source.numel()].copy_(source, non_blocking=True)
+        return buffers["kv_indices"]
 
     def run(self, q_nope=None, q_pe=None, ckv_cache=None, kpe_cache=None, out=None, lse=None, return_lse=False,
             profiler_buffer=None, kv_len=None, page_table=None, return_lse_base_on_e=False, o_scale=None, *,
