@@ -298,20 +298,6 @@ struct PrefillMma {
       if (capped)
 #pragma unroll
         for (int m = 0; m < kMmaQ; ++m) soft_cap_scores(s[m], p.soft_cap_in, p.soft_cap_out);
-      // ALiBi: the rows' slopes and positions worked out per tile, which keeps no register live
-      // across the loop for them.
-      if (kGeneral && p.alibi)
-#pragma unroll
-        for (int m = 0; m < kMmaQ; ++m) {
-          float slope[2];
-          int q_pos[2];
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const int packed = q_row + warp * kWarpRows + m * 16 + lane / 4 + 8 * h;
-            alibi_row(p, kv_head, group, packed / group, packed, q_offset, slope[h], q_pos[h]);
-          }
-          alibi_scores(s[m], start, slope, q_pos);
-        }
       if (edge) {
 #pragma unroll
         for (int m = 0; m < kMmaQ; ++m) {
@@ -332,6 +318,20 @@ struct PrefillMma {
           }
         }
       }
+      // ALiBi after the masks (a masked -inf stays -inf): the rows' slopes and positions worked
+      // out per tile, which keeps no register live across the loop for them.
+      if (kGeneral && p.alibi)
+#pragma unroll
+        for (int m = 0; m < kMmaQ; ++m) {
+          float slope[2];
+          int q_pos[2];
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int packed = q_row + warp * kWarpRows + m * 16 + lane / 4 + 8 * h;
+            alibi_row(p, kv_head, group, packed / group, packed, q_offset, slope[h], q_pos[h]);
+          }
+          alibi_scores(s[m], start, slope, q_pos);
+        }
 #pragma unroll
       for (int m = 0; m < kMmaQ; ++m) online_softmax(s[m], row_m[m], row_l[m], o[m], scale);
 

@@ -659,15 +659,6 @@ struct PrefillSm90 {
     auto softmax_scores = [&](int t) {
       const int start = cta.begin + t * kKv;
       if (capped) soft_cap_scores(s, p.soft_cap_in, p.soft_cap_out);
-      if (kFeatures && p.alibi) {
-        float slope[2];
-        int q_pos[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          alibi_row(p, cta.kv_head, cta.group, token(h), cta.q_row + 64 * g + 16 * warp + lane / 4 + 8 * h,
-                    cta.q_offset, slope[h], q_pos[h]);
-        alibi_scores(s, start, slope, q_pos);
-      }
       // Masks only where the tile crosses an edge some row of the CTA can see (a window's: within
       // kRows keys of begin, as in the mma.sync kernel; its first keys are worked out here, where
       // they cost no register across the loop); a custom mask's bits, on every tile.
@@ -682,6 +673,17 @@ struct PrefillSm90 {
         }
       }
       if constexpr (kCustom) mask_words.apply(s);
+      // ALiBi after the masks (a masked -inf stays -inf), once the mask's words are dead: beside
+      // them its terms made the head_dim 96 consumers spill (ptxas -v).
+      if (kFeatures && p.alibi) {
+        float slope[2];
+        int q_pos[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          alibi_row(p, cta.kv_head, cta.group, token(h), cta.q_row + 64 * g + 16 * warp + lane / 4 + 8 * h,
+                    cta.q_offset, slope[h], q_pos[h]);
+        alibi_scores(s, start, slope, q_pos);
+      }
       softmax_step</*kLazyMax=*/true>(s, row_m, row_l, alpha, scale);
     };
     // O shrinks by the alpha of the tile whose P V product goes out next, in that product's turn

@@ -26,7 +26,8 @@ __device__ __forceinline__ void soft_cap_scores(float (&s)[kTiles][4], float in,
 
 // ALiBi (params alibi): a score gains slope(h) * (key - q_pos). The fragment holds raw products,
 // which the softmax's scale multiplies by sm_scale, so per row half `slope` is slope(h) / sm_scale
-// and `q_pos` the row's position; the tile starts at key `start`. After the soft cap, as decode's.
+// and `q_pos` the row's position; the tile starts at key `start`. After the soft cap, as decode's
+// (and after the masks, whose -inf it keeps).
 template <int kTiles>
 __device__ __forceinline__ void alibi_scores(float (&s)[kTiles][4], int start, const float (&slope)[2],
                                              const int (&q_pos)[2]) {
@@ -65,46 +66,41 @@ __device__ __forceinline__ void mask_scores(float (&s)[kTiles][4], int start, in
 
 // A custom mask's bits (params/batch_prefill.h) for a tile of 8 * kTiles keys from `start`: row
 // half h's bit of key 0 is bit row_bit[h] of `mask`, and its keys end before `end`, past whose
-// bit nothing is read (a clamped read there feeds only keys the edge mask removes anyway). A
-// thread's keys are 8 j + 2 (lane % 4) + e % 2. Its run of bits from its first key on is a few
-// aligned 32-bit words, loaded by load() (early, where the kernel can wait for them elsewhere)
-// and funnel-shifted by apply() so that the bit of (j, e) sits at the constant position
-// 8 (j % 4) + e % 2 of word j / 4: a test of a constant bit goes straight into a predicate,
-// where a lane-dependent shift cost a shift, a mask and a compare per score.
+// bit nothing is read. Each row's run of bits is a few aligned 32-bit words, loaded by load()
+// (early, where the kernel can wait for them elsewhere) and funnel-shifted into place by apply();
+// a thread's keys 8 j + 2 (lane % 4) + e % 2 never straddle a word.
 template <int kTiles>
 struct MaskWords {
-  static_assert(kTiles % 4 == 0, "whole words of a thread's bits");
-  static constexpr int kWords = kTiles / 4;
-  static constexpr uint32_t kMine = 0x03030303u;  // a thread's bits in each shifted word
+  static constexpr int kWords = (8 * kTiles + 31) / 32;
   uint32_t raw[2][kWords + 1];
   uint32_t shift[2];
 
   __device__ __forceinline__ void load(const uint8_t* mask, int start, int end, const int64_t (&row_bit)[2]) {
     const uint32_t* words = reinterpret_cast<const uint32_t*>(mask);
-    const int lane = threadIdx.x % 32;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int64_t first = row_bit[h] + start + 2 * (lane % 4), last_word = (row_bit[h] + end - 1) >> 5;
+      const int64_t first = row_bit[h] + start, last_word = (row_bit[h] + end - 1) >> 5;
       shift[h] = uint32_t(first & 31);
 #pragma unroll
       for (int i = 0; i <= kWords; ++i) raw[h][i] = __ldg(words + min((first >> 5) + i, last_word));
     }
   }
 
-  // -inf where a bit is clear. A thread whose bits of the tile are all set skips the per-element
-  // work.
+  // -inf where a bit is clear. A row whose tile bits are all set (a tile it sees whole) skips
+  // the per-element work.
   __device__ __forceinline__ void apply(float (&s)[kTiles][4]) const {
+    const int lane = threadIdx.x % 32;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      uint32_t bits[kWords], all = kMine;
+      uint32_t bits[kWords], all = ~0u;
 #pragma unroll
       for (int i = 0; i < kWords; ++i) all &= bits[i] = __funnelshift_r(raw[h][i], raw[h][i + 1], shift[h]);
-      if (all == kMine) continue;
+      if (all == ~0u) continue;
 #pragma unroll
       for (int j = 0; j < kTiles; ++j)
 #pragma unroll
         for (int e = 2 * h; e < 2 * h + 2; ++e)
-          if (!(bits[j / 4] & (1u << (8 * (j % 4) + e % 2)))) s[j][e] = -INFINITY;
+          if (!((bits[8 * j / 32] >> (8 * j % 32 + 2 * (lane % 4) + e % 2)) & 1u)) s[j][e] = -INFINITY;
     }
   }
 };
