@@ -320,7 +320,7 @@ struct PrefillMma {
       }
       // ALiBi after the masks (a masked -inf stays -inf): the rows' slopes and positions worked
       // out per tile, which keeps no register live across the loop for them.
-      if (kGeneral && p.alibi)
+      if (kGeneral && p.alibi_scale != 0.f)
 #pragma unroll
         for (int m = 0; m < kMmaQ; ++m) {
           float slope[2];

@@ -675,7 +675,7 @@ struct PrefillSm90 {
       if constexpr (kCustom) mask_words.apply(s);
       // ALiBi after the masks (a masked -inf stays -inf), once the mask's words are dead: beside
       // them its terms made the head_dim 96 consumers spill (ptxas -v).
-      if (kFeatures && p.alibi) {
+      if (kFeatures && p.alibi_scale != 0.f) {
         float slope[2];
         int q_pos[2];
 #pragma unroll

@@ -24,7 +24,7 @@ __device__ __forceinline__ void soft_cap_scores(float (&s)[kTiles][4], float in,
     for (int e = 0; e < 4; ++e) s[j][e] = out * tanhf(s[j][e] * in);
 }
 
-// ALiBi (params alibi): a score gains slope(h) * (key - q_pos). The fragment holds raw products,
+// ALiBi (params alibi_scale): a score gains slope(h) * (key - q_pos). The fragment holds raw products,
 // which the softmax's scale multiplies by sm_scale, so per row half `slope` is slope(h) / sm_scale
 // and `q_pos` the row's position; the tile starts at key `start`. After the soft cap, as decode's
 // (and after the masks, whose -inf it keeps).
@@ -41,10 +41,14 @@ __device__ __forceinline__ void alibi_scores(float (&s)[kTiles][4], int start, c
 }
 
 // The ALiBi terms of packed row `packed` (token * group + head in the group) of KV head
-// `kv_head`: alibi_scores' slope and q_pos for one row half.
+// `kv_head`: alibi_scores' slope and q_pos for one row half. Worked out per tile, so with few
+// instructions: the slope's power of two by the special-function unit (alibi_slope's exp2f adds
+// range fix-ups the exponents here never need) and 1 / sm_scale from the params.
 __device__ __forceinline__ void alibi_row(const aotinfer_batch_prefill_params& p, int kv_head, int group, int token,
                                           int packed, int q_offset, float& slope, int& q_pos) {
-  slope = alibi_slope(kv_head * group + packed - token * group, p.num_qo_heads) / p.sm_scale;
+  const int head = kv_head * group + packed - token * group, n = 1 << (31 - __clz(p.num_qo_heads));
+  const float exponent = head < n ? -8.f * float(head + 1) : -4.f * float(2 * (head - n) + 1);
+  slope = fast_exp2(__fdividef(exponent, float(n))) * p.alibi_scale;
   q_pos = q_offset + token;
 }
 

@@ -327,7 +327,6 @@ void BatchPrefill::run(const PrefillRunArgs& a, Stream stream) const {
                 : c.mask == MaskMode::custom ? AOTINFER_MASK_CUSTOM
                                              : AOTINFER_MASK_NONE;
   if (c.mask == MaskMode::custom) p.custom_mask = a.custom_mask, p.mask_indptr = a.mask_indptr;
-  p.alibi = c.pos_encoding == PosEncoding::alibi;
   p.window_left = c.window_left < 0 ? AOTINFER_NO_WINDOW : c.window_left;
   // k_scale scales every score, so it is part of sm_scale (and of the soft cap's quotients).
   p.sm_scale = (a.sm_scale != 0 ? a.sm_scale : 1.f / std::sqrt(float(c.head_dim))) * a.k_scale;
@@ -335,7 +334,8 @@ void BatchPrefill::run(const PrefillRunArgs& a, Stream stream) const {
   if (a.logits_soft_cap > 0) p.soft_cap_in = p.sm_scale / a.logits_soft_cap, p.soft_cap_out = a.logits_soft_cap / p.sm_scale;
   p.rope_rcp_scale = 1.f / a.rope_scale;
   p.rope_rcp_theta = 1.f / a.rope_theta;
-  const bool general = c.mask == MaskMode::custom || c.window_left >= 0 || a.logits_soft_cap > 0 || p.alibi;
+  if (c.pos_encoding == PosEncoding::alibi) p.alibi_scale = 1.f / p.sm_scale;
+  const bool general = c.mask == MaskMode::custom || c.window_left >= 0 || a.logits_soft_cap > 0 || p.alibi_scale != 0.f;
   const Kernel& kernel = s.work.large_tile ? (general ? s.large_general : s.large) : s.small;
   const PrefillTile& tile = s.work.large_tile ? s.limits.large : s.limits.small;
   encode_tensor_maps(p, kernel.launch_info(), c, a.total_q, s.shape.kv_entries);

@@ -17,7 +17,7 @@
  *   the request's custom mask is set (below);
  *   window: key j is kept when j >= kv_len - qo_len + t - window_left (window_left
  *   AOTINFER_NO_WINDOW: every key);
- *   alibi (run time, after the cap): s += slope(h) * (j - (kv_len - qo_len + t)), slope(h) the
+ *   alibi_scale != 0 (run time, after the cap): s += slope(h) * (j - (kv_len - qo_len + t)), slope(h) the
  *   ALiBi slope of query head h among num_qo_heads (attention.cuh's alibi_slope, as decode's);
  *   rope_llama: q and k are rotated at their positions (non-interleaved "rotate half", frequency
  *   rope_rcp_scale * rope_rcp_theta^(2i/d)) in fp32 and rounded to the operand type.
@@ -115,7 +115,7 @@ typedef struct aotinfer_batch_prefill_params {
 
   int32_t num_qo_heads;
   int32_t mask_mode;     /* AOTINFER_MASK_* */
-  int32_t alibi;         /* 1: ALiBi biases (above); 0: none */
+  float alibi_scale;     /* ALiBi biases (above): 1 / sm_scale (the kernels add them to raw products); 0: none */
   int32_t window_left;   /* >= 0; no window is one longer than any request (the runtime passes
                           * AOTINFER_NO_WINDOW), so the kernels need no branch for it */
   float sm_scale;
