@@ -17,8 +17,9 @@
  *   the request's custom mask is set (below);
  *   window: key j is kept when j >= kv_len - qo_len + t - window_left (window_left
  *   AOTINFER_NO_WINDOW: every key);
- *   alibi_scale != 0 (run time, after the cap): s += slope(h) * (j - (kv_len - qo_len + t)), slope(h) the
- *   ALiBi slope of query head h among num_qo_heads (attention.cuh's alibi_slope, as decode's);
+ *   alibi_scale != 0 (run time, after the cap): s += slope(h) * (j - (kv_len - qo_len + t)),
+ *   slope(h) the ALiBi slope of query head h among num_qo_heads (attention.cuh's alibi_slope, as
+ *   decode's);
  *   rope_llama: q and k are rotated at their positions (non-interleaved "rotate half", frequency
  *   rope_rcp_scale * rope_rcp_theta^(2i/d)) in fp32 and rounded to the operand type.
  * The operand type of both products is dtype_kv (q is rounded to it when the types differ), f16
