@@ -4,12 +4,18 @@
 //
 // Every head of every new token attends to the same 576-wide cache rows, so a request's
 // tokens x heads fill the MMA's rows by themselves and each cache row is read once per CTA for
-// both products (aotinfer/mla_decode_mma.cuh). Long requests split over several work items, as
-// decode's do; merge_state's merge_varlen (head_dim 512) combines their states.
+// both products. The sm_90a compile pass puts the Hopper kernel behind `decode`
+// (aotinfer/mla_decode_sm90.cuh: wgmma, warp-specialized); every other pass the mma.sync kernel
+// (aotinfer/mla_decode_mma.cuh). Each cubin exports its own launch info (rows and keys a CTA
+// tile), which the runtime plans with. Long requests split over several work items, as decode's
+// do; merge_state's merge_varlen (head_dim 512) combines their states.
 #pragma once
+#include <type_traits>
+
 #include "aotinfer/abi.h"
 #include "aotinfer/annotate.h"
 #include "aotinfer/mla_decode_mma.cuh"
+#include "aotinfer/mla_decode_sm90.cuh"
 #include "aotinfer/params/batch_mla_decode.h"
 
 namespace aotinfer {
@@ -17,10 +23,10 @@ namespace aotinfer {
 template <typename dtype>
 struct AOTINFER_FAMILY("batch_mla_decode")
     AOTINFER_VALUES("dtype", "f16", "bf16") batch_mla_decode {
-  using Mma = MlaDecodeMma<dtype>;
-  static constexpr aotinfer_launch_info decode_launch = Mma::launch;
+  using Kernel = std::conditional_t<kSm90Pass, MlaDecodeSm90<dtype>, MlaDecodeMma<dtype>>;
+  static constexpr aotinfer_launch_info decode_launch = Kernel::launch;
 
-  AOTINFER_ENTRY static __device__ void decode(const aotinfer_batch_mla_decode_params& p) { Mma::run(p); }
+  AOTINFER_ENTRY static __device__ void decode(const aotinfer_batch_mla_decode_params& p) { Kernel::run(p); }
 };
 
 }  // namespace aotinfer

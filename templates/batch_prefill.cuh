@@ -23,14 +23,6 @@
 
 namespace aotinfer {
 
-// The sm_90a compile pass, where wgmma and setmaxnreg exist (the host pass and the scanner see
-// false).
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-constexpr bool kSm90Pass = true;
-#else
-constexpr bool kSm90Pass = false;
-#endif
-
 // The entries of a prefill family over the KV source `KvRows`: the two query tiles.
 #define AOTINFER_PREFILL_ENTRIES(KvRows)                                                                        \
   template <int kMmaQ, bool kGeneral>                                                                          \

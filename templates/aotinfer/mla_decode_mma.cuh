@@ -35,6 +35,7 @@
 
 #include "aotinfer/abi.h"
 #include "aotinfer/attention.cuh"
+#include "aotinfer/mla_work.cuh"
 #include "aotinfer/mma.cuh"
 #include "aotinfer/params/batch_mla_decode.h"
 #include "aotinfer/score_fragment.cuh"
@@ -117,7 +118,8 @@ struct MlaDecodeMma {
   }
 
   static __device__ void run(const aotinfer_batch_mla_decode_params& p) {
-    const int item = blockIdx.x;
+    const MlaCta cta;
+    const int item = cta.item;
     if (item >= *p.num_work) return;
     extern __shared__ __align__(16) char smem[];
     char* q_s = smem;
@@ -131,7 +133,7 @@ struct MlaDecodeMma {
     const int begin = p.work_kv_begin[item], end = p.work_kv_end[item], kv_len = p.work_kv_len[item];
     const int32_t* pages = p.kv_indices + p.work_page_begin[item];
     const int q_len = p.q_len, heads = p.num_heads, rows = q_len * heads;
-    const int row_base = int(blockIdx.y) * kRows;
+    const int row_base = cta.row_group * kRows;
     const int64_t first_token = int64_t(request) * q_len;
     const int num_tiles = (end - begin + kKv - 1) / kKv;
 

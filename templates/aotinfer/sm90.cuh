@@ -10,6 +10,16 @@
 
 #include <type_traits>
 
+namespace aotinfer {
+// The sm_90a compile pass, where wgmma and setmaxnreg exist (the host pass and the scanner see
+// false): families pick their Hopper kernels by it.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+constexpr bool kSm90Pass = true;
+#else
+constexpr bool kSm90Pass = false;
+#endif
+}  // namespace aotinfer
+
 namespace aotinfer::sm90 {
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
@@ -64,7 +74,7 @@ __device__ __forceinline__ void pin(uint32_t (&r)[N][M]) {
 // wgmma for m64nNk16 with fp32 accumulators, N = 64, 128 or 256 (chosen by the accumulator
 // array, N / 2 registers per thread), bf16 or f16 operands:
 //   wgmma_ss: d (64 x N) = a (64 x 16) * b (16 x N) + (accumulate ? d : 0), a and b in shared
-//             memory, both K-major;
+//             memory, a K-major, b K-major or (kBMnMajor) MN-major;
 //   wgmma_rs: d += a (64 x 16, registers) * b (16 x N, shared memory, MN-major: b's rows are K);
 //             a holds the mma.sync m16n8k16 A fragment of the warp's 16 rows: {(r, c), (r + 8, c),
 //             (r, c + 8), (r + 8, c + 8)} for r = lane / 4, c = 2 (lane % 4), two values each.
@@ -99,20 +109,20 @@ __device__ __forceinline__ void pin(uint32_t (&r)[N][M]) {
 template <typename T>
 constexpr bool is_bf16 = std::is_same_v<T, __nv_bfloat16>;
 
-template <typename T>
+template <typename T, bool kBMnMajor = false>
 __device__ __forceinline__ void wgmma_ss(float (&d)[32], uint64_t a, uint64_t b, bool accumulate) {
   if constexpr (is_bf16<T>) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " AOTINFER_D32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " AOTINFER_D32 ", %32, %33, p, 1, 1, 0, %35;\n}\n"
         : AOTINFER_F32(d, 0)
-        : "l"(a), "l"(b), "r"(int(accumulate)));
+        : "l"(a), "l"(b), "r"(int(accumulate)), "n"(int(kBMnMajor)));
   } else {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " AOTINFER_D32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " AOTINFER_D32 ", %32, %33, p, 1, 1, 0, %35;\n}\n"
         : AOTINFER_F32(d, 0)
-        : "l"(a), "l"(b), "r"(int(accumulate)));
+        : "l"(a), "l"(b), "r"(int(accumulate)), "n"(int(kBMnMajor)));
   }
 }
 
@@ -133,20 +143,20 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[32], const uint32_t (&a)[4],
   }
 }
 
-template <typename T>
+template <typename T, bool kBMnMajor = false>
 __device__ __forceinline__ void wgmma_ss(float (&d)[64], uint64_t a, uint64_t b, bool accumulate) {
   if constexpr (is_bf16<T>) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " AOTINFER_D64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " AOTINFER_D64 ", %64, %65, p, 1, 1, 0, %67;\n}\n"
         : AOTINFER_F64(d, 0)
-        : "l"(a), "l"(b), "r"(int(accumulate)));
+        : "l"(a), "l"(b), "r"(int(accumulate)), "n"(int(kBMnMajor)));
   } else {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " AOTINFER_D64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " AOTINFER_D64 ", %64, %65, p, 1, 1, 0, %67;\n}\n"
         : AOTINFER_F64(d, 0)
-        : "l"(a), "l"(b), "r"(int(accumulate)));
+        : "l"(a), "l"(b), "r"(int(accumulate)), "n"(int(kBMnMajor)));
   }
 }
 
@@ -167,20 +177,20 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[64], const uint32_t (&a)[4],
   }
 }
 
-template <typename T>
+template <typename T, bool kBMnMajor = false>
 __device__ __forceinline__ void wgmma_ss(float (&d)[128], uint64_t a, uint64_t b, bool accumulate) {
   if constexpr (is_bf16<T>) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " AOTINFER_D128 ", %128, %129, p, 1, 1, 0, 0;\n}\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " AOTINFER_D128 ", %128, %129, p, 1, 1, 0, %131;\n}\n"
         : AOTINFER_F128(d, 0)
-        : "l"(a), "l"(b), "r"(int(accumulate)));
+        : "l"(a), "l"(b), "r"(int(accumulate)), "n"(int(kBMnMajor)));
   } else {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " AOTINFER_D128 ", %128, %129, p, 1, 1, 0, 0;\n}\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " AOTINFER_D128 ", %128, %129, p, 1, 1, 0, %131;\n}\n"
         : AOTINFER_F128(d, 0)
-        : "l"(a), "l"(b), "r"(int(accumulate)));
+        : "l"(a), "l"(b), "r"(int(accumulate)), "n"(int(kBMnMajor)));
   }
 }
 

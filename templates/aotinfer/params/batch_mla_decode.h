@@ -22,7 +22,9 @@
  * Work (the decode planner, runtime/include/aotinfer/decode_plan.hpp): item x covers keys
  * [work_kv_begin[x], work_kv_end[x]) of request work_request[x] for all its rows (q_len *
  * num_heads, token-major: row r is token r / num_heads, head r % num_heads); grid
- * (padded work, row groups of tile[0] rows). Items x >= *num_work exit at once. With
+ * (padded work, row groups of tile[0] rows), whose CTA l = blockIdx.x + blockIdx.y * gridDim.x
+ * takes item l / row_groups and row group l % row_groups (aotinfer/mla_work.cuh). Items x >=
+ * *num_work exit at once. With
  * partial_o set (a split plan), every item writes its rows' float state to row x of
  * partial_o [padded work, q_len * num_heads, 512] and partial_lse, which merge_state's
  * merge_varlen entry then combines per request; otherwise items write o and lse.

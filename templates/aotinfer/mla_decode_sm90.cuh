@@ -1,0 +1,400 @@
+// Multi-head latent attention decode on Hopper (sm_90a): the contract of
+// aotinfer/params/batch_mla_decode.h (the same work items and grid as mla_decode_mma.cuh) on
+// warpgroup MMA, fed by a producer warpgroup.
+//
+// Shape of the problem: every query row (a head of a query token) attends to the same latent
+// cache, whose 576-wide rows are K ([ckv, kpe]) and whose first 512 columns are V; so a request's
+// tokens x heads rows fill the MMA's M dimension, and a stage of the cache is read once for both
+// products. A CTA takes kRows = 64 packed rows (one wgmma M tile) of one work item, in three
+// warpgroups:
+//   - the producer (warpgroup 0, few registers) copies the rows' q once, then the item's cache
+//     rows, kKv keys a stage, into a ring of kStages 128-byte-swizzled stages by cp.async, one
+//     page lookup per thread and key (any page size);
+//   - the score consumer (warpgroup 1):
+//       S = Q K^T        wgmma, A = q and B = the stage from shared memory (both K-major, 576 deep),
+//       online softmax   on S in registers (aotinfer/score_fragment.cuh),
+//       O[:, 0:256) += P V   wgmma, A = P from registers, B = the stage (MN-major),
+//     and publishes each tile's weights P (16-bit) and its rows' rescale factors in shared memory;
+//   - the value consumer (warpgroup 2): O[:, 256:512) += P V, A = the published P, B = the stage.
+// O (64 x 512 fp32) would be 256 registers a thread in one warpgroup: split by columns, each
+// consumer holds 128, and the score product, the larger (576 deep), is computed once.
+//
+// Barriers (mbarriers): q_full (q landed); per stage k_full (its copies landed) and k_empty (both
+// consumers' products of it are done, so the producer may refill it); p_full (tile t's P and
+// rescale factors are published) and p_free (the value consumer's product of tile t is done, so
+// they may be overwritten); inv_full (the rows' 1 / l are in shared memory, for the value
+// consumer's epilogue). The score consumer issues O of tile t - 1 and then S of tile t, so that
+// a stage is released as soon as its output products are done (see consume_scores).
+#pragma once
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "aotinfer/abi.h"
+#include "aotinfer/attention.cuh"
+#include "aotinfer/mla_work.cuh"
+#include "aotinfer/mma.cuh"
+#include "aotinfer/params/batch_mla_decode.h"
+#include "aotinfer/score_fragment.cuh"
+#include "aotinfer/sm90.cuh"
+#include "aotinfer/smem_budget.cuh"
+
+namespace aotinfer {
+
+template <typename dtype>
+struct MlaDecodeSm90 {
+  using Params = aotinfer_batch_mla_decode_params;
+  static constexpr int kCkv = AOTINFER_MLA_CKV_DIM, kKpe = AOTINFER_MLA_KPE_DIM, kDim = kCkv + kKpe;
+  static constexpr int kRows = 64;  // packed query rows: one wgmma M tile
+  static constexpr int kThreads = 3 * 128;
+  // 64 keys a stage (an m64n64 score tile), 2 stages: with q, what 227 KiB hold. 32 keys x 4
+  // stages measured the same on the memory-bound rows and 5-15 % slower on the compute-bound ones
+  // (m64n32 score products from shared memory).
+  static constexpr int kKv = 64, kStages = 2;
+  // Rows are 64-wide column blocks of 128 bytes (sm90::sw128_offset): 8 of ckv, then kpe's.
+  static constexpr int kBlocks = kDim / 64;
+  static constexpr int kHalf = kCkv / 2;  // output columns a consumer holds
+  static constexpr int kQBytes = kRows * kDim * 2;
+  static constexpr int kStageBytes = kKv * kDim * 2;
+  static constexpr int kPBytes = kRows * kKv * 2;
+  // Shared memory from a 1024-aligned base: q, the stages, P, the rescale factors, the rows'
+  // 1 / l for the value consumer's epilogue, mbarriers.
+  static constexpr int kStagesOffset = kQBytes;
+  static constexpr int kPOffset = kStagesOffset + kStages * kStageBytes;
+  static constexpr int kAlphaOffset = kPOffset + kPBytes;
+  static constexpr int kInvOffset = kAlphaOffset + kRows * 4;
+  static constexpr int kBarOffset = kInvOffset + kRows * 4;
+  static constexpr int kNumBars = 4 + 2 * kStages;
+  static constexpr int kSmemBytes = kBarOffset + 8 * kNumBars;
+  // (Checked in the pass that compiles it: the host pass and the scanner budget 99 KiB.)
+  static_assert(!kSm90Pass || kSmemBytes <= kSmemPerCta, "shared memory budget");
+  static_assert(kQBytes % 1024 == 0 && kStageBytes % 1024 == 0 && kPBytes % 1024 == 0, "swizzle atoms stay aligned");
+  // Registers per thread after reallocation (prefill_sm90.cuh says why the split must fit what
+  // the CTA launched with): the score consumer holds S, P and its half of O; the value consumer
+  // only its half of O.
+  static constexpr int kProducerRegs = 56, kScoreRegs = 240, kValueRegs = 208;
+  static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
+  static_assert(128 * (kProducerRegs + kScoreRegs + kValueRegs) <= kThreads * kLaunchRegs,
+                "the register split must fit what the CTA launched with");
+  // Producer copies: 8 threads a row, thread c copying chunk c of every 64-wide block, so an
+  // instruction of 8 threads reads 128 consecutive bytes.
+  static constexpr int kRowsPerPass = 128 / 8;
+  static constexpr int kKeysPerThread = kKv / kRowsPerPass;
+
+  static constexpr aotinfer_launch_info launch = make_launch_info<Params>(kThreads, kSmemBytes, kRows, kKv, kCkv);
+
+  struct Shared {
+    char* q;
+    char* kv;
+    char* p;
+    float* alpha;
+    float* inv;
+    uint64_t* bars;
+    __device__ __forceinline__ explicit Shared(char* base)
+        : q(base),
+          kv(base + kStagesOffset),
+          p(base + kPOffset),
+          alpha(reinterpret_cast<float*>(base + kAlphaOffset)),
+          inv(reinterpret_cast<float*>(base + kInvOffset)),
+          bars(reinterpret_cast<uint64_t*>(base + kBarOffset)) {}
+    __device__ __forceinline__ char* stage(int t) const { return kv + (t % kStages) * kStageBytes; }
+    __device__ __forceinline__ uint64_t* q_full() const { return bars; }
+    __device__ __forceinline__ uint64_t* p_full() const { return bars + 1; }
+    __device__ __forceinline__ uint64_t* p_free() const { return bars + 2; }
+    __device__ __forceinline__ uint64_t* inv_full() const { return bars + 3; }
+    __device__ __forceinline__ uint64_t* k_full(int t) const { return bars + 4 + t % kStages; }
+    __device__ __forceinline__ uint64_t* k_empty(int t) const { return bars + 4 + kStages + t % kStages; }
+    // Phase parity of tile t's use of its stage.
+    static __device__ __forceinline__ uint32_t parity(int t) { return uint32_t(t / kStages) & 1; }
+  };
+
+  // The CTA's share of the work: keys [begin, end) of one request for packed rows row_base ..
+  struct Item {
+    int index, begin, end, kv_len, num_tiles, rows, row_base;
+    int64_t first_token;
+    const int32_t* pages;
+    __device__ __forceinline__ Item(const Params& p, int x, int row_group)
+        : index(x),
+          begin(p.work_kv_begin[x]),
+          end(p.work_kv_end[x]),
+          kv_len(p.work_kv_len[x]),
+          num_tiles((end - begin + kKv - 1) / kKv),
+          rows(p.q_len * p.num_heads),
+          row_base(row_group * kRows),
+          first_token(int64_t(p.work_request[x]) * p.q_len),
+          pages(p.kv_indices + p.work_page_begin[x]) {}
+  };
+
+  static __device__ void run(const Params& p) {
+    const MlaCta cta;
+    if (cta.item >= *p.num_work) return;
+    extern __shared__ __align__(1024) char smem_raw[];
+    const Shared sh(smem_raw);
+    if (threadIdx.x == 0) {
+      sm90::mbar_init(sh.q_full(), 128);  // every producer thread's copies
+      sm90::mbar_init(sh.p_full(), 128);
+      sm90::mbar_init(sh.p_free(), 128);
+      sm90::mbar_init(sh.inv_full(), 128);
+      for (int s = 0; s < kStages; ++s) {
+        sm90::mbar_init(sh.k_full(s), 128);
+        sm90::mbar_init(sh.k_empty(s), 256);
+      }
+    }
+    __syncthreads();
+    const Item it(p, cta.item, cta.row_group);
+    const int role = threadIdx.x / 128;
+    if (role == 0) {
+      sm90::shrink_registers<kProducerRegs>();
+      produce(p, sh, it);
+    } else if (role == 1) {
+      sm90::grow_registers<kScoreRegs>();
+      consume_scores(p, sh, it);
+    } else {
+      sm90::grow_registers<kValueRegs>();
+      consume_values(p, sh, it);
+    }
+  }
+
+  // One 576-wide row into row `row` of a tile of `rows` rows: this thread's chunk of each block.
+  static __device__ __forceinline__ void copy_row(char* tile, int rows, int row, const dtype* nope, const dtype* pe,
+                                                  bool valid) {
+    const int c = threadIdx.x % 8;
+    char* const dst = tile + row * 128 + ((c ^ (row & 7)) << 4);
+#pragma unroll
+    for (int b = 0; b < kBlocks - 1; ++b) cp_async_16(dst + b * rows * 128, nope + b * 64 + c * 8, valid);
+    cp_async_16(dst + (kBlocks - 1) * rows * 128, pe + c * 8, valid);
+  }
+
+  // Warpgroup 0: q, then every tile's cache rows (zeros past the item's end). The copies arrive
+  // on their barrier by themselves once landed (cp.async.mbarrier.arrive.noinc), so the producer
+  // runs ahead as far as the ring allows; a tile's page lookups go out before it waits for the
+  // stage, so their latency hides behind the wait.
+  static __device__ void produce(const Params& p, const Shared& sh, const Item& it) {
+    const int row0 = int(threadIdx.x) / 8;
+#pragma unroll 1
+    for (int i = 0; i < kRows / kRowsPerPass; ++i) {
+      const int row = row0 + i * kRowsPerPass, n = it.row_base + row;
+      const bool valid = n < it.rows;
+      const int t = valid ? n / p.num_heads : 0, h = valid ? n - t * p.num_heads : 0;
+      const dtype* nope = static_cast<const dtype*>(p.q_nope) + (it.first_token + t) * p.q_nope_stride_token + int64_t(h) * kCkv;
+      const dtype* pe = static_cast<const dtype*>(p.q_pe) + (it.first_token + t) * p.q_pe_stride_token + int64_t(h) * kKpe;
+      copy_row(sh.q, kRows, row, nope, pe, valid);
+    }
+    sm90::cp_async_arrive(sh.q_full());
+
+    const FastDiv by_page(uint32_t(p.page_size));
+    const dtype* const ckv = static_cast<const dtype*>(p.ckv);
+    const dtype* const kpe = static_cast<const dtype*>(p.kpe);
+#pragma unroll 1
+    for (int t = 0; t < it.num_tiles; ++t) {
+      const int start = it.begin + t * kKv;
+      const dtype* nope[kKeysPerThread];
+      const dtype* pe[kKeysPerThread];
+#pragma unroll
+      for (int i = 0; i < kKeysPerThread; ++i) {
+        const int pos = start + row0 + i * kRowsPerPass;
+        const int index = int(by_page(uint32_t(pos))), slot = pos - index * p.page_size;
+        const int page = pos < it.end ? it.pages[index] : 0;
+        nope[i] = ckv + int64_t(page) * p.ckv_stride_page + slot * kCkv;
+        pe[i] = kpe + int64_t(page) * p.kpe_stride_page + slot * kKpe;
+      }
+      if (t >= kStages) sm90::mbar_wait(sh.k_empty(t), Shared::parity(t) ^ 1);
+#pragma unroll
+      for (int i = 0; i < kKeysPerThread; ++i) {
+        const int row = row0 + i * kRowsPerPass;
+        copy_row(sh.stage(t), kKv, row, nope[i], pe[i], start + row < it.end);
+      }
+      sm90::cp_async_arrive(sh.k_full(t));
+    }
+    cp_async_commit();
+    cp_async_wait<0>();  // nothing in flight when the producer's threads exit
+  }
+
+  // Warpgroup 1: the scores, the softmax, and output columns 0 .. kHalf - 1.
+  static __device__ void consume_scores(const Params& p, const Shared& sh, const Item& it) {
+    const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+    const float scale = p.sm_scale * kLog2e;  // softmax in log2 units (score_fragment.cuh)
+    float row_m[2] = {-INFINITY, -INFINITY}, row_l[2] = {0.f, 0.f}, alpha[2] = {1.f, 1.f};
+    float o[kHalf / 8][4], s[kKv / 8][4];
+#pragma unroll
+    for (int j = 0; j < kHalf / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+#pragma unroll
+    for (int j = 0; j < kKv / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+    auto& o_flat = reinterpret_cast<float(&)[kHalf / 2]>(o);
+    auto& s_flat = reinterpret_cast<float(&)[kKv / 2]>(s);
+    uint32_t p_frag[kKv / 16][4];  // weights of the tile whose output product is next or in flight
+
+    // The last key each of this thread's rows sees (several query tokens: causal among them).
+    int last_key[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int n = min(it.row_base + 16 * warp + lane / 4 + 8 * h, it.rows - 1);
+      last_key[h] = it.kv_len - p.q_len + n / p.num_heads;
+    }
+
+    // S = Q K^T of tile t, issued: 576 deep in k16 steps, a step 32 bytes along a 128-byte row
+    // and every 4 steps the next 64-wide block.
+    const uint64_t q_desc = sm90::sw128_desc(sm90::smem_u32(sh.q));
+    auto issue_scores = [&](int t) {
+      const uint64_t k_desc = sm90::sw128_desc(sm90::smem_u32(sh.stage(t)));
+#pragma unroll
+      for (int kk = 0; kk < kDim / 16; ++kk)
+        sm90::wgmma_ss<dtype>(s_flat, sm90::desc_advance(q_desc, (kk / 4) * kRows * 128 + (kk % 4) * 32),
+                              sm90::desc_advance(k_desc, (kk / 4) * kKv * 128 + (kk % 4) * 32), kk > 0);
+      sm90::wgmma_commit();
+    };
+    // O[:, 0:kHalf) += P V of tile t, issued: 16 keys a step (two 1024-byte row groups); V's
+    // 64-wide blocks are kKv * 128 bytes apart (the leading byte offset).
+    auto issue_output = [&](int t) {
+      const uint64_t v_desc = sm90::sw128_desc(sm90::smem_u32(sh.stage(t)), kKv * 128);
+#pragma unroll
+      for (int jj = 0; jj < kKv / 16; ++jj) sm90::wgmma_rs<dtype>(o_flat, p_frag[jj], sm90::desc_advance(v_desc, jj * 2048));
+      sm90::wgmma_commit();
+    };
+    auto softmax_scores = [&](int t) {
+      const int start = it.begin + t * kKv;
+      if (start + kKv > it.end || start + kKv - 1 > it.kv_len - p.q_len)
+        mask_scores(s, start, it.end, {INT_MIN, INT_MIN}, last_key);
+      softmax_step</*kLazyMax=*/true>(s, row_m, row_l, alpha, scale);
+    };
+    // Tile t's weights and rescale factors to the value consumer, once it is done with tile
+    // t - 1's; P rows are 128 bytes, 16-byte chunk j of row r at chunk j ^ (r % 8) (sw128).
+    auto publish = [&](int t) {
+      if (t > 0) sm90::mbar_wait(sh.p_free(), uint32_t(t - 1) & 1);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = 16 * warp + lane / 4 + 8 * h;
+#pragma unroll
+        for (int j = 0; j < kKv / 8; ++j)
+          *reinterpret_cast<uint32_t*>(sh.p + row * 128 + ((j ^ (row & 7)) << 4) + (lane % 4) * 4) =
+              pack2<dtype>(s[j][2 * h], s[j][2 * h + 1]);
+        if (lane % 4 == 0) sh.alpha[row] = alpha[h];
+      }
+      sm90::fence_async_shared();  // P is read by the value consumer's wgmma (async proxy)
+      sm90::mbar_arrive(sh.p_full());
+#pragma unroll
+      for (int jj = 0; jj < kKv / 16; ++jj) weights_fragment<dtype>(p_frag[jj], s, jj);
+    };
+    auto rescale_output = [&]() {
+      if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) rescale_rows(o, alpha);
+    };
+
+    // Software pipeline: tile t - 1's output product goes out before tile t's score product,
+    // so that it is done, and the stage of tile t - 1 released to the producer, while the score
+    // product runs (the other order let the softmax overlap the output product, but held both
+    // stages through the score product: 1.07-1.16x slower on every row, docs/PERF.md).
+    sm90::mbar_wait(sh.q_full(), 0);
+    const int n = it.num_tiles;
+    if (n > 0) {
+      sm90::mbar_wait(sh.k_full(0), 0);
+      sm90::fence_async_shared();  // the copies landed through the generic proxy
+      sm90::wgmma_fence();
+      issue_scores(0);
+      sm90::wgmma_wait<0>();
+      sm90::pin(s_flat);
+      softmax_scores(0);
+      publish(0);
+    }
+#pragma unroll 1
+    for (int t = 1; t < n; ++t) {
+      rescale_output();  // by tile t - 1's factors
+      sm90::wgmma_fence();
+      issue_output(t - 1);
+      sm90::mbar_wait(sh.k_full(t), Shared::parity(t));
+      sm90::fence_async_shared();
+      sm90::wgmma_fence();
+      issue_scores(t);
+      sm90::wgmma_wait<1>();  // the output product of tile t - 1
+      sm90::pin(o_flat);
+      sm90::pin(p_frag);
+      sm90::mbar_arrive(sh.k_empty(t - 1));
+      sm90::wgmma_wait<0>();  // the scores
+      sm90::pin(s_flat);
+      softmax_scores(t);
+      publish(t);
+    }
+    if (n > 0) {
+      rescale_output();
+      sm90::wgmma_fence();
+      issue_output(n - 1);
+      sm90::wgmma_wait<0>();
+      sm90::pin(o_flat);
+      sm90::pin(p_frag);
+      sm90::mbar_arrive(sh.k_empty(n - 1));
+    }
+
+    float inv[2], lse[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const RowResult r(row_m[h], row_l[h], scale);
+      inv[h] = r.inv;
+      lse[h] = r.lse;
+      if (lane % 4 == 0) sh.inv[16 * warp + lane / 4 + 8 * h] = r.inv;
+    }
+    sm90::mbar_arrive(sh.inv_full());
+    write_output(p, it, o, inv, lse, 0);
+  }
+
+  // Warpgroup 2: output columns kHalf .. 511 from the published weights.
+  static __device__ void consume_values(const Params& p, const Shared& sh, const Item& it) {
+    const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+    float o[kHalf / 8][4];
+#pragma unroll
+    for (int j = 0; j < kHalf / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+    auto& o_flat = reinterpret_cast<float(&)[kHalf / 2]>(o);
+    const int rows[2] = {16 * warp + lane / 4, 16 * warp + lane / 4 + 8};
+    const uint64_t p_desc = sm90::sw128_desc(sm90::smem_u32(sh.p));
+#pragma unroll 1
+    for (int t = 0; t < it.num_tiles; ++t) {
+      sm90::mbar_wait(sh.p_full(), uint32_t(t) & 1);
+      sm90::mbar_wait(sh.k_full(t), Shared::parity(t));
+      sm90::fence_async_shared();
+      const float alpha[2] = {sh.alpha[rows[0]], sh.alpha[rows[1]]};
+      if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) rescale_rows(o, alpha);
+      const uint64_t v_desc = sm90::sw128_desc(sm90::smem_u32(sh.stage(t)) + (kHalf / 64) * kKv * 128, kKv * 128);
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int jj = 0; jj < kKv / 16; ++jj)
+        sm90::wgmma_ss<dtype, /*kBMnMajor=*/true>(o_flat, sm90::desc_advance(p_desc, jj * 32),
+                                                  sm90::desc_advance(v_desc, jj * 2048), true);
+      sm90::wgmma_commit();
+      sm90::wgmma_wait<0>();
+      sm90::pin(o_flat);
+      sm90::mbar_arrive(sh.p_free());
+      sm90::mbar_arrive(sh.k_empty(t));
+    }
+    sm90::mbar_wait(sh.inv_full(), 0);
+    const float inv[2] = {sh.inv[rows[0]], sh.inv[rows[1]]};
+    write_output(p, it, o, inv, nullptr, 1);
+  }
+
+  // This consumer's columns (half `half`) of its rows, normalised: o and lse, or a split item's
+  // float state. The score consumer passes the rows' lse.
+  static __device__ __forceinline__ void write_output(const Params& p, const Item& it, const float (&o)[kHalf / 8][4],
+                                                      const float (&inv)[2], const float* lse, int half) {
+    const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+    const bool split = p.partial_o != nullptr;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int n = it.row_base + 16 * warp + lane / 4 + 8 * h;
+      if (n >= it.rows) continue;
+      const int64_t out_row = split ? int64_t(it.index) * it.rows + n : it.first_token * p.num_heads + n;
+      const int col = half * kHalf + 2 * (lane % 4);
+      if (split) {
+        float* dst = p.partial_o + out_row * kCkv + col;
+#pragma unroll
+        for (int j = 0; j < kHalf / 8; ++j)
+          *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(o[j][2 * h] * inv[h], o[j][2 * h + 1] * inv[h]);
+        if (lse && lane % 4 == 0) p.partial_lse[out_row] = lse[h];
+      } else {
+        dtype* dst = static_cast<dtype*>(p.o) + out_row * kCkv + col;
+#pragma unroll
+        for (int j = 0; j < kHalf / 8; ++j)
+          *reinterpret_cast<uint32_t*>(dst + 8 * j) = pack2<dtype>(o[j][2 * h] * inv[h], o[j][2 * h + 1] * inv[h]);
+        if (lse && p.lse && lane % 4 == 0) p.lse[out_row] = lse[h];
+      }
+    }
+  }
+};
+
+}  // namespace aotinfer
