@@ -155,55 +155,63 @@ struct MlaDecodeSm90 {
     }
   }
 
-  // One 576-wide row into row `row` of a tile of `rows` rows: this thread's chunk of each block.
-  static __device__ __forceinline__ void copy_row(char* tile, int rows, int row, const dtype* nope, const dtype* pe,
-                                                  bool valid) {
-    const int c = threadIdx.x % 8;
-    char* const dst = tile + row * 128 + ((c ^ (row & 7)) << 4);
+  // One 576-wide row into a tile of `rows` rows: this thread's 16-byte chunk of each 64-wide
+  // block. `dst` is the chunk's place in the row's first block; `nope` and `pe` are byte pointers
+  // to the chunk in the row's ckv part and its kpe part. Every other address is an immediate
+  // offset from these (4-5 address instructions a copy otherwise, which took issue slots from the
+  // consumers).
+  template <int rows>
+  static __device__ __forceinline__ void copy_row(char* dst, const char* nope, const char* pe, bool valid) {
 #pragma unroll
-    for (int b = 0; b < kBlocks - 1; ++b) cp_async_16(dst + b * rows * 128, nope + b * 64 + c * 8, valid);
-    cp_async_16(dst + (kBlocks - 1) * rows * 128, pe + c * 8, valid);
+    for (int b = 0; b < kBlocks - 1; ++b) cp_async_16(dst + b * rows * 128, nope + b * 128, valid);
+    cp_async_16(dst + (kBlocks - 1) * rows * 128, pe, valid);
   }
 
   // Warpgroup 0: q, then every tile's cache rows (zeros past the item's end). The copies arrive
   // on their barrier by themselves once landed (cp.async.mbarrier.arrive.noinc), so the producer
   // runs ahead as far as the ring allows; a tile's page lookups go out before it waits for the
-  // stage, so their latency hides behind the wait.
+  // stage, so their latency hides behind the wait. Thread (row0, c) copies chunk c of rows
+  // row0 + 16 i, which share row0's swizzle (row % 8).
   static __device__ void produce(const Params& p, const Shared& sh, const Item& it) {
-    const int row0 = int(threadIdx.x) / 8;
+    const int c = int(threadIdx.x) % 8, row0 = int(threadIdx.x) / 8;
+    const int dst0 = row0 * 128 + ((c ^ (row0 & 7)) << 4);
+    constexpr int kElem = int(sizeof(dtype));
 #pragma unroll 1
     for (int i = 0; i < kRows / kRowsPerPass; ++i) {
-      const int row = row0 + i * kRowsPerPass, n = it.row_base + row;
+      const int n = it.row_base + row0 + i * kRowsPerPass;
       const bool valid = n < it.rows;
       const int t = valid ? n / p.num_heads : 0, h = valid ? n - t * p.num_heads : 0;
-      const dtype* nope = static_cast<const dtype*>(p.q_nope) + (it.first_token + t) * p.q_nope_stride_token + int64_t(h) * kCkv;
-      const dtype* pe = static_cast<const dtype*>(p.q_pe) + (it.first_token + t) * p.q_pe_stride_token + int64_t(h) * kKpe;
-      copy_row(sh.q, kRows, row, nope, pe, valid);
+      const char* nope = static_cast<const char*>(p.q_nope) +
+                         ((it.first_token + t) * p.q_nope_stride_token + int64_t(h) * kCkv) * kElem + c * 16;
+      const char* pe = static_cast<const char*>(p.q_pe) +
+                       ((it.first_token + t) * p.q_pe_stride_token + int64_t(h) * kKpe) * kElem + c * 16;
+      copy_row<kRows>(sh.q + dst0 + i * kRowsPerPass * 128, nope, pe, valid);
     }
     sm90::cp_async_arrive(sh.q_full());
 
     const FastDiv by_page(uint32_t(p.page_size));
-    const dtype* const ckv = static_cast<const dtype*>(p.ckv);
-    const dtype* const kpe = static_cast<const dtype*>(p.kpe);
+    const char* const ckv = static_cast<const char*>(p.ckv) + c * 16;
+    const char* const kpe = static_cast<const char*>(p.kpe) + c * 16;
+    const int64_t ckv_page = p.ckv_stride_page * kElem, kpe_page = p.kpe_stride_page * kElem;
 #pragma unroll 1
     for (int t = 0; t < it.num_tiles; ++t) {
       const int start = it.begin + t * kKv;
-      const dtype* nope[kKeysPerThread];
-      const dtype* pe[kKeysPerThread];
+      const char* nope[kKeysPerThread];
+      const char* pe[kKeysPerThread];
+      bool valid[kKeysPerThread];
 #pragma unroll
       for (int i = 0; i < kKeysPerThread; ++i) {
         const int pos = start + row0 + i * kRowsPerPass;
         const int index = int(by_page(uint32_t(pos))), slot = pos - index * p.page_size;
-        const int page = pos < it.end ? it.pages[index] : 0;
-        nope[i] = ckv + int64_t(page) * p.ckv_stride_page + slot * kCkv;
-        pe[i] = kpe + int64_t(page) * p.kpe_stride_page + slot * kKpe;
+        valid[i] = pos < it.end;
+        const int64_t page = valid[i] ? it.pages[index] : 0;
+        nope[i] = ckv + page * ckv_page + slot * (kCkv * kElem);
+        pe[i] = kpe + page * kpe_page + slot * (kKpe * kElem);
       }
       if (t >= kStages) sm90::mbar_wait(sh.k_empty(t), Shared::parity(t) ^ 1);
+      char* const dst = sh.stage(t) + dst0;
 #pragma unroll
-      for (int i = 0; i < kKeysPerThread; ++i) {
-        const int row = row0 + i * kRowsPerPass;
-        copy_row(sh.stage(t), kKv, row, nope[i], pe[i], start + row < it.end);
-      }
+      for (int i = 0; i < kKeysPerThread; ++i) copy_row<kKv>(dst + i * kRowsPerPass * 128, nope[i], pe[i], valid[i]);
       sm90::cp_async_arrive(sh.k_full(t));
     }
     cp_async_commit();
