@@ -109,6 +109,8 @@ TEST_CASE("coverage: the fixtures' config.json files read as their models are", 
                                        {"SmolLM3-3B", 16, 4, 128, "bfloat16", true, false, {}, "", false},
                                        {"Granite-3.3-8B-instruct", 32, 8, 128, "bfloat16", true, false, {}, "", false},
                                        {"OLMo-2-1124-7B-Instruct", 32, 32, 128, "bfloat16", true, false, {}, "", false},
+                                       {"BLOOM-560m", 16, 16, 64, "", true, false, {}, "", false},
+                                       {"MPT-7B", 32, 32, 128, "bfloat16", true, false, {}, "", false},
                                        {"DeepSeek-V3", 128, 128, 192, "bfloat16", true, false, {}, "yarn", false}}) {
     INFO(r.name);
     const ModelConfig m = fixture_model(r.name);
@@ -137,6 +139,9 @@ TEST_CASE("coverage: the fixtures' config.json files read as their models are", 
   CHECK(fixture_model("Qwen3-32B").no_rope_layers == 0);
   CHECK(fixture_model("gpt-oss-120b").sliding_window == 128);
   CHECK(fixture_model("DeepSeek-V3").latent_attention == "multi-head latent attention (kv_lora_rank 512, qk_rope_head_dim 64)");
+  // ALiBi: BLOOM by its model type, MPT by attn_config.alibi; the others use RoPE.
+  CHECK((fixture_model("BLOOM-560m").alibi && fixture_model("MPT-7B").alibi && fixture_model("MPT-7B").alibi_bias_max == 8));
+  for (const char* name : {"Llama-3.1-8B", "Gemma-2-9B", "gpt-oss-20b", "DeepSeek-V3"}) CHECK_FALSE(fixture_model(name).alibi);
   for (const char* name : {"Llama-3.3-70B-Instruct", "Qwen2.5-72B", "Phi-4", "OLMo-2-1124-7B-Instruct", "gpt-oss-120b"})
     CHECK(fixture_model(name).latent_attention.empty());
 }
@@ -274,6 +279,23 @@ TEST_CASE("coverage: a model needs what the front-ends would load for it", "[cov
       CHECK_THAT(e.what(), Contains("gpt-oss-20b/config.json: torch_dtype: expected") && Contains("--dtype"));
     }
   }
+  SECTION("ALiBi: decode's alibi variants, prefill's none variants (a run-time bias), no fused RoPE") {
+    const Needs mpt = model_needs(fixture_model("MPT-7B"), {});
+    CHECK(*need_of(mpt, Op::decode).key.find("pos_encoding") == "alibi");
+    CHECK(*need_of(mpt, Op::prefill_paged).key.find("pos_encoding") == "none");
+    CHECK(*need_of(mpt, Op::prefill_ragged).key.find("pos_encoding") == "none");
+    for (const auto& n : mpt.needs) CHECK(n.refusals.empty());
+    CHECK_THAT(nlohmann::json(mpt.notes).dump(), Contains("ALiBi positions (pos_encoding alibi)") && !Contains("RoPE applied by the engine"));
+    Options fused = with_dtype(DType::f16);
+    fused.fused_rope = true;
+    const Needs bloom = model_needs(fixture_model("BLOOM-560m"), fused);
+    CHECK(*need_of(bloom, Op::decode).key.find("pos_encoding") == "alibi");
+    CHECK_THAT(need_of(bloom, Op::decode).refusals.at(0), Contains("--fused-rope on an ALiBi model: it has no RoPE"));
+    ModelConfig steep = fixture_model("MPT-7B");
+    steep.alibi_bias_max = 16;
+    CHECK_THAT(need_of(model_needs(steep, {}), Op::prefill_paged).refusals.at(0),
+               Contains("ALiBi with alibi_bias_max 16: the kernels' slopes are 2^(-8 (h + 1) / n)"));
+  }
   SECTION("attention sinks are a run-time argument: no refusal, a note") {
     const Needs oss = model_needs(fixture_model("gpt-oss-20b"), with_dtype(DType::bf16));
     CHECK(oss.needs.size() == 5);
@@ -406,7 +428,7 @@ TEST_CASE("coverage: specs/default.json serves every fixture model the templates
   for (const auto& entry : fs::directory_iterator(AOTINFER_SOURCE_DIR "/tests/fixtures/models"))
     if (entry.is_directory()) models.push_back(entry.path().filename().string());
   std::sort(models.begin(), models.end());
-  REQUIRE(models.size() >= 17);
+  REQUIRE(models.size() >= 19);
   int served = 0;
   for (const std::string& name : models) {
     const ModelConfig model = fixture_model(name);
@@ -432,20 +454,21 @@ TEST_CASE("coverage: specs/default.json serves every fixture model the templates
           CHECK(f.status == S::present);
         }
         // An fp8 cache: decode, paged prefill, append and merge are all there, except paged
-        // prefill at head_dim 96 (Phi-3), which the default leaves a spec entry away to stay
-        // within its build time.
+        // prefill at head_dim 96 (Phi-3) and ALiBi decode (BLOOM, MPT) over fp8, which the default
+        // leaves a spec entry away to stay within its build time.
         for (const DType cache : {DType::e4m3, DType::e5m2}) {
           options.kv_dtype = cache;
           for (const auto& f : check_needs(plan, model_needs(model, options).needs, arch)) {
             INFO(f.need.key.uri());
-            const bool left_out = f.need.key.family == "batch_prefill_paged" && *f.need.key.find("head_dim") == "96";
+            const bool left_out = (f.need.key.family == "batch_prefill_paged" && *f.need.key.find("head_dim") == "96") ||
+                                  (f.need.op == Op::decode && model.alibi);
             CHECK(f.status == (left_out ? S::missing : S::present));
           }
         }
         ++served;
       }
   }
-  CHECK(served >= 16 * 2 * int(archs.size()));
+  CHECK(served >= 18 * 2 * int(archs.size()));
   const Arch sm_90{9, 0, false};
   SECTION("RoPE inside attention, for the models whose RoPE is plain") {
     Options fused;

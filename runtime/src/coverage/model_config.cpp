@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <initializer_list>
 
 #include "aotinfer/error.hpp"
 #include "aotinfer/files.hpp"
@@ -70,6 +71,14 @@ class Fields {
 
   Fields nested(const std::string& key) const { return Fields(*get(key), source_, prefix_ + key + "."); }
 
+  // The first of `keys` the object has (older configs name a field their own way: BLOOM's
+  // n_head, MPT's n_heads and d_model); the first key when none is there, for the message.
+  std::string which(std::initializer_list<const char*> keys) const {
+    for (const char* key : keys)
+      if (get(key)) return key;
+    return *keys.begin();
+  }
+
  private:
   const json& object_;
   std::string source_, prefix_;
@@ -93,17 +102,18 @@ bool read_latent_attention(ModelConfig& m, const Fields& f) {
 }
 
 void read_heads(ModelConfig& m, const Fields& f) {
-  m.num_qo_heads = f.positive_int("num_attention_heads");
+  m.num_qo_heads = f.positive_int(f.which({"num_attention_heads", "n_head", "n_heads"}));
   m.num_kv_heads = int(f.optional_int("num_key_value_heads", 1).value_or(m.num_qo_heads));
   if (read_latent_attention(m, f)) return;
   if (const auto head_dim = f.optional_int("head_dim", 1)) {
     m.head_dim = int(*head_dim);
     return;
   }
-  if (!f.get("hidden_size")) f.bad("head_dim", "a positive integer, or hidden_size to derive it from");
-  const int hidden = f.positive_int("hidden_size");
+  const std::string hidden_key = f.which({"hidden_size", "d_model"});
+  if (!f.get(hidden_key)) f.bad("head_dim", "a positive integer, or hidden_size to derive it from");
+  const int hidden = f.positive_int(hidden_key);
   if (hidden % m.num_qo_heads != 0)
-    f.bad("hidden_size", "a multiple of num_attention_heads (" + std::to_string(m.num_qo_heads) + ") when head_dim is absent");
+    f.bad(hidden_key, "a multiple of num_attention_heads (" + std::to_string(m.num_qo_heads) + ") when head_dim is absent");
   m.head_dim = hidden / m.num_qo_heads;
 }
 
@@ -165,6 +175,20 @@ void read_rope(ModelConfig& m, const Fields& f) {
   if (const auto theta = scaling.optional_positive_number("rope_theta")) m.rope_theta = *theta;
 }
 
+// ALiBi models say so in their own ways: BLOOM always uses it; MPT in attn_config.alibi (with
+// its alibi_bias_max); Falcon in alibi; JAIS in position_embedding_type.
+void read_alibi(ModelConfig& m, const Fields& f) {
+  if (m.model_type == "bloom" || f.optional_bool("alibi") == true || f.optional_string("position_embedding_type") == "alibi")
+    m.alibi = true;
+  if (const json* attn = f.get("attn_config"); attn && attn->is_object()) {
+    const Fields a = f.nested("attn_config");
+    if (a.optional_bool("alibi") == true) {
+      m.alibi = true;
+      m.alibi_bias_max = a.optional_positive_number("alibi_bias_max").value_or(8);
+    }
+  }
+}
+
 // SmolLM3 leaves RoPE out of some layers: no_rope_layers has a 0 for each. Without the list,
 // transformers' SmolLM3Config makes every no_rope_layer_interval-th layer (default 4th) one.
 void read_no_rope_layers(ModelConfig& m, const Fields& f) {
@@ -201,6 +225,7 @@ ModelConfig parse_model_config(const json& config, const std::string& source) {
   read_layers(m, f);
   read_rope(m, f);
   read_no_rope_layers(m, f);
+  read_alibi(m, f);
   // final_logit_softcapping caps the LM head's logits, not attention scores.
   m.soft_cap = f.optional_positive_number("attn_logit_softcapping");
   m.query_pre_attn_scalar = f.optional_positive_number("query_pre_attn_scalar");

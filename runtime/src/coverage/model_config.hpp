@@ -43,6 +43,11 @@ struct ModelConfig {
   std::optional<double> sm_scale;  // the softmax scale itself, where config.json gives it (Granite's attention_multiplier)
   bool attention_sinks = false;
 
+  // ALiBi (BLOOM, MPT with attn_config.alibi, Falcon with alibi, JAIS): a per-head linear bias
+  // by distance instead of RoPE. alibi_bias_max sets the slopes, 2^(-alibi_bias_max (h + 1) / n).
+  bool alibi = false;
+  double alibi_bias_max = 8;
+
   double rope_theta = 10000;
   std::string rope_type;  // rope_scaling's rope_type (or type); empty for plain RoPE
   std::optional<double> rope_factor;

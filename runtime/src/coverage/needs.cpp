@@ -38,7 +38,14 @@ std::vector<std::string> attention_refusals(const ModelConfig& m, const Options&
   std::vector<std::string> why;
   for (const auto& type : m.other_layer_types)
     why.push_back("layer type \"" + type + "\": the templates implement full_attention and sliding_attention only");
-  if (!o.fused_rope) return why;
+  // The kernels' ALiBi slopes (attention.cuh's alibi_slope) are 2^(-8 (h + 1) / n), n the
+  // largest power of two up to the head count, BLOOM's interleaving past it.
+  if (m.alibi && m.alibi_bias_max != 8)
+    why.push_back("ALiBi with alibi_bias_max " + number(m.alibi_bias_max) +
+                  ": the kernels' slopes are 2^(-8 (h + 1) / n) (alibi_bias_max 8)");
+  if (m.alibi && o.fused_rope)
+    why.push_back("--fused-rope on an ALiBi model: it has no RoPE; leave out --fused-rope");
+  if (!o.fused_rope || m.alibi) return why;
   // rope_llama (templates/aotinfer/attention.cuh, rope_rotate8) rotates by
   // pos * rope_rcp_scale * rope_rcp_theta^(2i/d): one theta and one linear scale for all frequencies.
   if (!m.rope_type.empty() && m.rope_type != "linear")
@@ -65,7 +72,10 @@ std::vector<std::string> notes_of(const ModelConfig& m, const Options& o) {
   std::vector<std::string> notes = {"page size " + std::to_string(o.page_size) +
                                     ": a run-time value (kv.page_size of the kernels' params), not a variant axis; "
                                     "every page size uses these variants"};
-  if (o.fused_rope) {
+  if (m.alibi) {
+    notes.push_back("ALiBi positions (pos_encoding alibi): decode's alibi variants; prefill adds the bias at run time "
+                    "(pos_encoding=\"alibi\") in its none variants");
+  } else if (o.fused_rope) {
     std::string scale = m.rope_type == "linear" && m.rope_factor ? ", rope_scale " + number(*m.rope_factor) : "";
     notes.push_back("RoPE inside attention (pos_encoding rope_llama): pass rope_theta " + number(m.rope_theta) + scale + " at run time");
   } else {
@@ -143,7 +153,7 @@ Needs model_needs(const ModelConfig& m, const Options& o) {
   n.activation = activation_dtype(m, o, n.notes);
   n.kv_cache = o.kv_dtype.value_or(n.activation);
   const std::vector<std::string> common = attention_refusals(m, o);
-  const PosEncoding pos = o.fused_rope ? PosEncoding::rope_llama : PosEncoding::none;
+  const PosEncoding pos = m.alibi ? PosEncoding::alibi : o.fused_rope ? PosEncoding::rope_llama : PosEncoding::none;
   if (!m.latent_attention.empty()) {
     add_latent_needs(m, o, common, n);
     const auto notes = notes_of(m, o);
