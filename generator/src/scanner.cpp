@@ -238,7 +238,7 @@ class Extractor {
       else if (type->isBooleanType())
         bool_axis(a, n, values);
       else if (type->isIntegerType())
-        int_axis(a, n, values);
+        int_axis(a, n, params, values);
       else
         unsupported("non-type parameter of type '" + type.getAsString() + "'");
     }
@@ -355,7 +355,8 @@ class Extractor {
     a.default_value = default_text(p, text, "true or false");
   }
 
-  void int_axis(Axis& a, const clang::NonTypeTemplateParmDecl* p, const clang::AnnotateAttr* values) {
+  void int_axis(Axis& a, const clang::NonTypeTemplateParmDecl* p, const clang::TemplateParameterList* params,
+                const clang::AnnotateAttr* values) {
     a.kind = AxisKind::integer;
     clang::QualType type = p->getType();
     a.cpp_type = type.getAsString(ctx_.getPrintingPolicy());
@@ -372,6 +373,16 @@ class Extractor {
                                  "\", ...) listing its values");
     const std::string expected = "integer constants that fit " + a.cpp_type;
     a.allowed = texts(a, values, text, expected);
+    // `int head_dim_vo = head_dim`: follows an earlier integer parameter, as dtype_o follows dtype_q.
+    if (p->hasDefaultArgument())
+      if (const auto* ref = dyn_cast<clang::DeclRefExpr>(p->getDefaultArgument()->IgnoreParenImpCasts()))
+        if (const auto* other = dyn_cast<clang::NonTypeTemplateParmDecl>(ref->getDecl())) {
+          if (!other->getType()->isIntegerType() || other->getType()->isBooleanType())
+            fail(p->getLocation(), "the default of '" + a.name + "' names '" + other->getNameAsString() +
+                                       "', which is not an integer parameter");
+          a.follows = params->getParam(other->getIndex())->getNameAsString();
+          return;
+        }
     a.default_value = default_text(p, text, "an integer constant that fits " + a.cpp_type);
   }
 

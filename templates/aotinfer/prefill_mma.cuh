@@ -23,11 +23,16 @@
 
 namespace aotinfer {
 
-template <typename dtype_q, typename dtype_kv, int head_dim, typename dtype_o, PosEncoding pos_encoding,
+template <typename dtype_q, typename dtype_kv, typename Dims, typename dtype_o, PosEncoding pos_encoding,
           template <typename> class KvRows, int kMmaQ, bool kGeneral>
 struct PrefillMma {
   static_assert(sizeof(dtype_q) == 2 && sizeof(dtype_o) == 2, "16-bit queries and output");
+  static constexpr int head_dim = Dims::qk;       // of q and K rows
+  static constexpr int head_dim_vo = Dims::vo;    // of V and o rows
+  static constexpr bool kSplitVo = Dims::kSplit;  // V has its own strides and tile geometry
   static constexpr bool kFp8 = sizeof(dtype_kv) == 1;
+  static_assert(!kSplitVo || (!kFp8 && pos_encoding == PosEncoding::none),
+                "V narrower than K (MLA prefill) with 16-bit K/V and no RoPE");
   using dtype = std::conditional_t<kFp8, __half, dtype_kv>;  // the mma operand type
   static constexpr bool kRope = pos_encoding == PosEncoding::rope_llama;
   static constexpr int kWarps = 4;
@@ -37,15 +42,18 @@ struct PrefillMma {
   // Keys per stage: 32 from head_dim 128 on, where a 64-key S tile would not fit the registers
   // beside O in the 128-row tile (and measured faster in the 64-row tile too, docs/PERF.md).
   static constexpr int kKv = head_dim <= 64 ? 64 : 32;
-  static constexpr int kChunks = head_dim / 8;  // 16-byte chunks per row
-  static constexpr int kRowBytes = swizzled_row_bytes(head_dim);  // of a shared-memory row
-  static constexpr int kTileBytes = kKv * kRowBytes;  // K (or V) operand tile
-  static constexpr int kStageBytes = 2 * kTileBytes;
+  static constexpr int kChunks = head_dim / 8;  // 16-byte chunks per q or K row
+  static constexpr int kVChunks = head_dim_vo / 8;  // per V or o row
+  static constexpr int kRowBytes = swizzled_row_bytes(head_dim);  // of a shared-memory q or K row
+  static constexpr int kVRowBytes = swizzled_row_bytes(head_dim_vo);
+  static constexpr int kTileBytes = kKv * kRowBytes;  // K operand tile
+  static constexpr int kStageBytes = kTileBytes + kKv * kVRowBytes;  // K and V operand tiles
   // What a pipeline stage holds: the operand tiles, or for fp8 K then V rows as they are
   // (kRawChunks 16-byte chunks a row, unswizzled), plus the one pair of widened operand tiles.
+  // V's tile starts kRawTileBytes into the stage.
   static constexpr int kRawChunks = head_dim * int(sizeof(dtype_kv)) / 16;
   static constexpr int kRawTileBytes = kFp8 ? kKv * head_dim : kTileBytes;
-  static constexpr int kLandBytes = 2 * kRawTileBytes;
+  static constexpr int kLandBytes = kFp8 ? 2 * kRawTileBytes : kStageBytes;
   static constexpr int kWideBytes = kFp8 ? kStageBytes : 0;
   static constexpr int kQBytes = kRows * kRowBytes;
   // Three stages where they fit beside q in the shared memory of two CTAs per SM, else two.
@@ -55,59 +63,70 @@ struct PrefillMma {
   static constexpr int kSmemBytes = kFreqOffset + (kRope ? head_dim / 2 * 4 : 0);
   static constexpr int kKSteps = head_dim / 16;  // of Q K^T
   static constexpr int kKvTiles = kKv / 8;       // n-tiles of S
-  static constexpr int kDimTiles = head_dim / 8;  // n-tiles of O
+  static constexpr int kDimTiles = head_dim_vo / 8;  // n-tiles of O
   // q rows land by cp.async unless they must be rotated or converted on the way.
   static constexpr bool kQCopied = std::is_same_v<dtype_q, dtype> && !kRope;
   // KV loads: kThreadsPerKey threads share a key; an instruction of theirs covers consecutive
   // chunks (whole 32-byte sectors), and a thread looks up one page per stage.
   static constexpr int kThreadsPerKey = kThreads / kKv;
   static constexpr int kChunksPerThread = (kRawChunks + kThreadsPerKey - 1) / kThreadsPerKey;
+  static constexpr int kVChunksPerThread = kVChunks / kThreadsPerKey;  // kSplitVo: V's own loop
   static_assert(head_dim % 32 == 0 && kThreads % kKv == 0 && kChunks % kThreadsPerKey == 0 &&
+                    kVChunks % kThreadsPerKey == 0 &&
                     kRows * kChunks % kThreads == 0 && 2 * kKv * kRawChunks % kThreads == 0,
                 "tile shape");
 
   static constexpr aotinfer_launch_info launch =
       make_launch_info<aotinfer_batch_prefill_params>(kThreads, kSmemBytes, kRows, kKv, head_dim);
 
-  // Byte offset of (row, chunk) in a Q, K or V tile: chunks are XORed with row % 8 so that the 8
-  // rows one ldmatrix phase reads at a column fall in 8 different banks (rows are whole 128-byte
-  // lines, so the XOR stays inside the row).
+  // Byte offset of (row, chunk) in a tile of kBytes-long rows (q and K: kRowBytes, V: kVRowBytes):
+  // chunks are XORed with row % 8 so that the 8 rows one ldmatrix phase reads at a column fall in
+  // 8 different banks (rows are whole 128-byte lines, so the XOR stays inside the row).
+  template <int kBytes = kRowBytes>
   static __device__ __forceinline__ int swizzle(int row, int chunk) {
-    return row * kRowBytes + ((chunk ^ (row & 7)) << 4);
+    return row * kBytes + ((chunk ^ (row & 7)) << 4);
   }
 
   // The offsets one lane reads with ldmatrix: chunk chunk0 + 2 i + 8 b of row + 16 a is
   // at(i) + a * 16 rows + b * 128 bytes, because the XOR of swizzle() touches the low three chunk
   // bits only and row % 8 is the same for all a. Resolving the XOR once per thread keeps four
   // offsets in registers instead of one per (row block, chunk) pair of the unrolled loops.
+  template <int kBytes = kRowBytes>
   struct LaneOffsets {
     int off[4];
     __device__ __forceinline__ LaneOffsets(int row, int chunk0) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) off[i] = swizzle(row, chunk0 + 2 * i);
+      for (int i = 0; i < 4; ++i) off[i] = swizzle<kBytes>(row, chunk0 + 2 * i);
     }
     // Chunk 2 pair + chunk0 of row + 16 row_block.
     __device__ __forceinline__ int at(int row_block, int pair) const {
-      return off[pair % 4] + row_block * 16 * kRowBytes + (pair / 4) * 128;
+      return off[pair % 4] + row_block * 16 * kBytes + (pair / 4) * 128;
     }
   };
 
-  // Element offset of this thread's key of the stage starting at `start` (0 beyond `end`). Its
-  // page lookup is a global load; callers compute it a stage ahead so that it never stalls.
-  static __device__ __forceinline__ int64_t key_offset(const KvRows<dtype_kv>& rows, int start, int end) {
+  // Element offsets of this thread's key of the stage starting at `start` (0 beyond `end`) in K
+  // and V (the same but where V's strides are its own). Its page lookup is a global load;
+  // callers compute it a stage ahead so that it never stalls.
+  struct KeyOffset {
+    int64_t k, v;
+  };
+  static __device__ __forceinline__ KeyOffset key_offset(const aotinfer_batch_prefill_params& p,
+                                                         const KvRows<dtype_kv>& rows, int start, int end) {
     const int pos = start + int(threadIdx.x) / kThreadsPerKey;
-    return pos < end ? rows.offset(pos) : 0;
+    if (pos >= end) return {0, 0};
+    const int64_t k = rows.offset(pos);
+    return {k, kSplitVo ? rows.v_offset(p, pos) : k};
   }
 
   // Keys [start, start + kKv) into a stage; keys >= end are zero-filled.
   static __device__ __forceinline__ void load_kv(const KvRows<dtype_kv>& rows, char* stage, int start, int end,
-                                                 int64_t offset) {
+                                                 const KeyOffset& offset) {
     constexpr int kPerChunk = 16 / int(sizeof(dtype_kv));  // elements of a 16-byte chunk
     const int key = threadIdx.x / kThreadsPerKey, lane_of_key = threadIdx.x % kThreadsPerKey;
     const bool valid = start + key < end;
     // One base address per tensor; the chunks are constant offsets from it.
-    const dtype_kv* k_src = rows.k + offset + lane_of_key * kPerChunk;
-    const dtype_kv* v_src = rows.v + offset + lane_of_key * kPerChunk;
+    const dtype_kv* k_src = rows.k + offset.k + lane_of_key * kPerChunk;
+    const dtype_kv* v_src = rows.v + offset.v + lane_of_key * kPerChunk;
     char* k_dst = stage + key * (kFp8 ? head_dim : kRowBytes);
 #pragma unroll
     for (int i = 0; i < kChunksPerThread; ++i) {
@@ -115,7 +134,15 @@ struct PrefillMma {
       if (kRawChunks % kThreadsPerKey != 0 && chunk >= kRawChunks) break;  // fp8 head_dim 96: 6 chunks, 4 threads
       const int at = (kFp8 ? chunk : chunk ^ (key & 7)) << 4;
       cp_async_16(k_dst + at, k_src + i * kThreadsPerKey * kPerChunk, valid);
-      cp_async_16(k_dst + kRawTileBytes + at, v_src + i * kThreadsPerKey * kPerChunk, valid);
+      if constexpr (!kSplitVo) cp_async_16(k_dst + kRawTileBytes + at, v_src + i * kThreadsPerKey * kPerChunk, valid);
+    }
+    if constexpr (kSplitVo) {  // V rows of their own width
+      char* v_dst = stage + kRawTileBytes + key * kVRowBytes;
+#pragma unroll
+      for (int i = 0; i < kVChunksPerThread; ++i) {
+        const int chunk = i * kThreadsPerKey + lane_of_key;
+        cp_async_16(v_dst + ((chunk ^ (key & 7)) << 4), v_src + i * kThreadsPerKey * kPerChunk, valid);
+      }
     }
   }
 
@@ -220,10 +247,10 @@ struct PrefillMma {
     }
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
-      if (s < num_tiles) load_kv(rows, stages + s * kLandBytes, begin + s * kKv, end, key_offset(rows, begin + s * kKv, end));
+      if (s < num_tiles) load_kv(rows, stages + s * kLandBytes, begin + s * kKv, end, key_offset(p, rows, begin + s * kKv, end));
       cp_async_commit();
     }
-    int64_t ahead = key_offset(rows, begin + (kStages - 1) * kKv, end);  // of the next stage to load
+    KeyOffset ahead = key_offset(p, rows, begin + (kStages - 1) * kKv, end);  // of the next stage to load
 
     // Softmax in log2 units with one FFMA per score: p = exp2(x * scale - m * scale), where x is
     // the raw product, or (soft cap) the capped product (score_fragment.cuh).
@@ -238,9 +265,9 @@ struct PrefillMma {
 #pragma unroll
       for (int j = 0; j < kDimTiles; ++j) o[m][j][0] = o[m][j][1] = o[m][j][2] = o[m][j][3] = 0.f;
     }
-    const LaneOffsets q_lane(warp * kWarpRows + lane % 16, lane / 16);
-    const LaneOffsets k_lane((lane / 16) * 8 + lane % 8, (lane / 8) % 2);
-    const LaneOffsets v_lane(((lane / 8) % 2) * 8 + lane % 8, lane / 16);
+    const LaneOffsets<> q_lane(warp * kWarpRows + lane % 16, lane / 16);
+    const LaneOffsets<> k_lane((lane / 16) * 8 + lane % 8, (lane / 8) % 2);
+    const LaneOffsets<kVRowBytes> v_lane(((lane / 8) % 2) * 8 + lane % 8, lane / 16);
     for (int tile = 0; tile < num_tiles; ++tile) {
       cp_async_wait<kStages - 2>();
       __syncthreads();  // this tile (and q) landed; everyone is done with the tile before it
@@ -248,7 +275,7 @@ struct PrefillMma {
         const int next = tile + kStages - 1;
         if (next < num_tiles) load_kv(rows, stages + (next % kStages) * kLandBytes, begin + next * kKv, end, ahead);
         cp_async_commit();
-        ahead = key_offset(rows, begin + (next + 1) * kKv, end);
+        ahead = key_offset(p, rows, begin + (next + 1) * kKv, end);
       }
       char* k_s = stages + (tile % kStages) * kLandBytes;
       if constexpr (kFp8) {
@@ -256,7 +283,7 @@ struct PrefillMma {
         __syncthreads();
         k_s = smem + kWideOffset;
       }
-      const char* v_s = k_s + kTileBytes;
+      const char* v_s = k_s + kTileBytes;  // (fp8: the widened pair; else kRawTileBytes == kTileBytes)
       const int start = begin + tile * kKv;
       if constexpr (kRope) {
         rotate_k(k_s, freq_s, start);
@@ -378,32 +405,33 @@ struct PrefillMma {
           const int64_t state = state_base + int64_t(kv_head * valid_rows + row) * state_stride;
 #pragma unroll
           for (int j = 0; j < kDimTiles; ++j)
-            *reinterpret_cast<float2*>(p.partial_o + state * head_dim + j * 8 + 2 * (lane % 4)) =
+            *reinterpret_cast<float2*>(p.partial_o + state * head_dim_vo + j * 8 + 2 * (lane % 4)) =
                 make_float2(o[m][j][2 * h] * r.inv, o[m][j][2 * h + 1] * r.inv);
           if (lane % 4 == 0) p.partial_lse[state] = r.lse;
         }
       }
     if (state_base < 0) {
       __syncwarp();
-      if constexpr (32 % kChunks == 0) {  // rows kStep apart, stepped as q's
-        constexpr int kStep = 32 / kChunks;
-        const int chunk = lane % kChunks;
-        int row = warp * kWarpRows + lane / kChunks;
+      // o rows (head_dim_vo wide) staged in q's rows (head_dim wide, at least as long).
+      if constexpr (32 % kVChunks == 0) {  // rows kStep apart, stepped as q's
+        constexpr int kStep = 32 / kVChunks;
+        const int chunk = lane % kVChunks;
+        int row = warp * kWarpRows + lane / kVChunks;
         PackedRow at(q_row + row, group);
         const PackedRow step(kStep, group);
 #pragma unroll
         for (int i = 0; i < kWarpRows / kStep; ++i) {
           if (row < valid_rows)
-            *reinterpret_cast<uint4*>(static_cast<dtype_o*>(p.o) + cta.row_offset(p, at, head_dim) + chunk * 8) =
+            *reinterpret_cast<uint4*>(static_cast<dtype_o*>(p.o) + cta.row_offset(p, at, head_dim_vo) + chunk * 8) =
                 *reinterpret_cast<const uint4*>(q_s + swizzle(row, chunk));
           row += kStep;
           at.advance(step, group);
         }
       } else {
-        for (int i = lane; i < kWarpRows * kChunks; i += 32) {
-          const int row = warp * kWarpRows + i / kChunks, chunk = i % kChunks;
+        for (int i = lane; i < kWarpRows * kVChunks; i += 32) {
+          const int row = warp * kWarpRows + i / kVChunks, chunk = i % kVChunks;
           if (row >= valid_rows) continue;
-          dtype_o* dst = static_cast<dtype_o*>(p.o) + cta.out_row(p, row) * head_dim;
+          dtype_o* dst = static_cast<dtype_o*>(p.o) + cta.out_row(p, row) * head_dim_vo;
           *reinterpret_cast<uint4*>(dst + chunk * 8) = *reinterpret_cast<const uint4*>(q_s + swizzle(row, chunk));
         }
       }

@@ -38,18 +38,22 @@ namespace aotinfer {
 
 // Whether PrefillSm90 serves a variant (the others keep the mma.sync kernel on sm_90a too): fp8
 // K/V without RoPE (whose rotation of widened K would need a barrier between the producer's
-// threads) and 16-bit K/V.
-template <typename dtype_q, typename dtype_kv, int head_dim, typename dtype_o, PosEncoding pos_encoding>
+// threads) and 16-bit K/V; V narrower than K (MLA prefill) with 16-bit K/V and no RoPE only.
+template <typename dtype_q, typename dtype_kv, typename Dims, typename dtype_o, PosEncoding pos_encoding>
 constexpr bool prefill_sm90_serves() {
-  return (head_dim == 64 || head_dim == 96 || head_dim == 128 || head_dim == 256) && sizeof(dtype_q) == 2 &&
-         (sizeof(dtype_kv) == 2 || (sizeof(dtype_kv) == 1 && pos_encoding == PosEncoding::none)) && sizeof(dtype_o) == 2;
+  const bool plain = sizeof(dtype_kv) == 2 && pos_encoding == PosEncoding::none;
+  return sizeof(dtype_q) == 2 && sizeof(dtype_o) == 2 &&
+         (Dims::kSplit ? plain : sizeof(dtype_kv) == 2 || (sizeof(dtype_kv) == 1 && pos_encoding == PosEncoding::none));
 }
 
-template <typename dtype_q, typename dtype_kv, int head_dim, typename dtype_o, PosEncoding pos_encoding,
+template <typename dtype_q, typename dtype_kv, typename Dims, typename dtype_o, PosEncoding pos_encoding,
           template <typename> class KvRows, bool kGeneral>
 struct PrefillSm90 {
-  static_assert(prefill_sm90_serves<dtype_q, dtype_kv, head_dim, dtype_o, pos_encoding>(),
-                "head_dim 64, 96, 128 or 256; 16-bit types, or fp8 K/V without RoPE");
+  static_assert(prefill_sm90_serves<dtype_q, dtype_kv, Dims, dtype_o, pos_encoding>(),
+                "16-bit types, or fp8 K/V without RoPE; V narrower than K with 16-bit K/V and no RoPE");
+  static constexpr int head_dim = Dims::qk;        // of q and K rows
+  static constexpr int head_dim_vo = Dims::vo;     // of V and o rows
+  static constexpr bool kSplitVo = Dims::kSplit;   // V has its own strides and key offsets
   // fp8 K/V land raw and the producer widens them (exactly) into f16 stages: see load_kv_fp8.
   static constexpr bool kFp8 = sizeof(dtype_kv) == 1;
   using dtype = std::conditional_t<kFp8, __half, dtype_kv>;  // the wgmma operand type
@@ -78,20 +82,24 @@ struct PrefillSm90 {
   // are never written. The score product steps over the 96 columns only;
   // the output product runs 128 wide (m64n128) and the epilogue keeps the first 96 columns, so
   // V's unwritten columns reach only O columns nobody reads.
-  static constexpr int kTileDim = swizzled_row_bytes(head_dim) / 2;
-  static constexpr int kDimTiles = kTileDim / 8;  // n8 tiles of O
-  static constexpr int kKvTiles = kKv / 8;        // n8 tiles of S
+  static constexpr int kTileDim = swizzled_row_bytes(head_dim) / 2;     // q and K
+  static constexpr int kVTileDim = swizzled_row_bytes(head_dim_vo) / 2;  // V
+  static constexpr int kDimTiles = kVTileDim / 8;  // n8 tiles of O
+  static constexpr int kKvTiles = kKv / 8;         // n8 tiles of S
   static constexpr int kQBytes = kRows * kTileDim * 2;
-  static constexpr int kTileBytes = kKv * kTileDim * 2;  // K or V of one stage
+  static constexpr int kTileBytes = kKv * kTileDim * 2;    // K of one stage
+  static constexpr int kVTileBytes = kKv * kVTileDim * 2;  // V of one stage
   static constexpr int kRawTileBytes = kFp8 ? kKv * head_dim : 0;  // fp8 K or V rows as they land
+  // A tile's key offsets (bytes from K's base), and V's after them where its strides differ.
+  static constexpr int kOffsetsPerTile = kSplitVo ? 2 * kKv : kKv;
   // Shared memory from a 1024-aligned base (the swizzle atoms must be; see run()): q slots, K
   // stages, V stages, fp8's raw K and V rows, mbarriers, key offsets, announced pairs, RoPE
   // frequencies. Two q slots
   // where they fit (not head_dim 256), so that the producer loads the next pair's q while the
   // consumers still use this one's.
   static constexpr int smem_bytes(int q_slots) {
-    return q_slots * kQBytes + 2 * kStages * kTileBytes + 2 * kRawTileBytes + 8 * (8 + 4 * kStages) + 3 * kKv * 8 +
-           4 * 4 + (kRope ? head_dim / 2 * 4 : 0);
+    return q_slots * kQBytes + kStages * (kTileBytes + kVTileBytes) + 2 * kRawTileBytes + 8 * (8 + 4 * kStages) +
+           3 * kOffsetsPerTile * 8 + 4 * 4 + (kRope ? head_dim / 2 * 4 : 0);
   }
   static constexpr int kQSlots = smem_bytes(2) <= kSmemPerCta ? 2 : 1;
   // With two q slots, a consumer keeps its 64 q rows past its last score product and stages its
@@ -101,11 +109,11 @@ struct PrefillSm90 {
   static constexpr bool kStagedOutput = kQSlots == 2 && !kRope;
   static constexpr int kKOffset = kQSlots * kQBytes;
   static constexpr int kVOffset = kKOffset + kStages * kTileBytes;
-  static constexpr int kRawOffset = kVOffset + kStages * kTileBytes;
+  static constexpr int kRawOffset = kVOffset + kStages * kVTileBytes;
   static constexpr int kBarOffset = kRawOffset + 2 * kRawTileBytes;
   static constexpr int kNumBars = 8 + 4 * kStages;
   static constexpr int kOffsetsOffset = kBarOffset + 8 * kNumBars;  // key offsets, three tiles
-  static constexpr int kPairOffset = kOffsetsOffset + 3 * kKv * 8;  // the announced pairs, 4 slots
+  static constexpr int kPairOffset = kOffsetsOffset + 3 * kOffsetsPerTile * 8;  // the announced pairs, 4 slots
   static constexpr int kFreqOffset = kPairOffset + 4 * 4;
   static constexpr int kSmemBytes = kFreqOffset + (kRope ? head_dim / 2 * 4 : 0);
   static_assert(kSmemBytes == smem_bytes(kQSlots), "the layout above is what smem_bytes counts");
@@ -114,10 +122,11 @@ struct PrefillSm90 {
   // consumers' setmaxnreg.inc waits until the producer's .dec has freed enough, so a split
   // asking for more than the CTA owns never finishes: the static_assert keeps it within.
   // The producer needs 48 to hold a pair's page-table state and the next pair's first lookup
-  // without spilling, more where it rotates (RoPE) or copies 512-byte rows (head_dim 256); the
+  // without spilling, more where it rotates (RoPE) or copies 512-byte rows (head_dim 256), and
+  // 72 where it keeps V's key offsets beside K's (kSplitVo: 16 bytes spilled at 56); the
   // consumers keep the rest (no spills at these counts, ptxas -v).
-  static constexpr int kProducerRegs = kRope || kFp8 || head_dim == 256 ? 56 : 48;
-  static constexpr int kConsumerRegs = 224;
+  static constexpr int kProducerRegs = kSplitVo ? 72 : kRope || kFp8 || head_dim == 256 ? 56 : 48;
+  static constexpr int kConsumerRegs = kSplitVo ? 216 : 224;
   static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
   static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= kThreads * kLaunchRegs,
                 "the register split must fit what the CTA launched with");
@@ -128,8 +137,9 @@ struct PrefillSm90 {
   // kThreadsPerRow threads share a row and an instruction of theirs covers consecutive chunks.
   // A power of two of them, so that they split the warpgroup: head_dim 96 gives a row 8 threads
   // for its 6 pairs (`copies()` says which threads copy).
+  static constexpr __host__ __device__ int threads_per_row(int pairs) { return pairs <= 4 ? 4 : pairs <= 8 ? 8 : 16; }
   static constexpr int kPairsPerRow = kChunks / 2;
-  static constexpr int kThreadsPerRow = kPairsPerRow <= 4 ? 4 : kPairsPerRow <= 8 ? 8 : 16;
+  static constexpr int kThreadsPerRow = threads_per_row(kPairsPerRow);
   static constexpr int kRowsPerPass = 128 / kThreadsPerRow;
   static_assert(kPairsPerRow <= kThreadsPerRow, "a thread per pair of chunks");
   static __device__ __forceinline__ bool copies() { return int(threadIdx.x % kThreadsPerRow) < kPairsPerRow; }
@@ -169,10 +179,10 @@ struct PrefillSm90 {
   struct Shared {
     char* q;  // slot i at q + i * kQBytes
     char* k;  // stage s at k + s * kTileBytes
-    char* v;
+    char* v;    // stage s at v + s * kVTileBytes
     char* raw;  // fp8: K rows, then V rows, as they land
     uint64_t* bars;
-    int64_t* offsets;  // byte offsets of a tile's keys, slot n % 3 for the n-th tile of the CTA
+    int64_t* offsets;  // byte offsets of a tile's keys (K's, then V's where kSplitVo), slot n % 3 for the n-th tile of the CTA
     int* pair;         // 4 slots: see announce()
     float* freq;
     __device__ __forceinline__ explicit Shared(char* base)
@@ -262,25 +272,27 @@ struct PrefillSm90 {
   // that the copies issue back to back (eight spilled in some variants, ptxas -v),
   // and only a tile that reaches past the request's last key (`partial`) tests its keys: the
   // producer's instructions share the SM's issue slots with the consumers' products.
-  template <bool partial>
+  // Rows are kDim wide: head_dim for K, head_dim_vo for V, each with its own thread geometry.
+  template <bool partial, int kDim>
   static __device__ __forceinline__ void copy_rows(const char* src, const int64_t* offsets, char* tile,
                                                    int valid_keys) {
-    constexpr int kRowsPerThread = kKv / kRowsPerPass, kBatch = 4;
+    constexpr int kDimChunks = kDim / 8, kPerRow = threads_per_row(kDimChunks / 2), kPerPass = 128 / kPerRow;
+    constexpr int kRowsPerThread = kKv / kPerPass, kBatch = 4;
     static_assert(kRowsPerThread % kBatch == 0, "whole batches of rows");
-    const int c = threadIdx.x % kThreadsPerRow, row0 = threadIdx.x / kThreadsPerRow;
-    if (!copies()) return;
+    const int c = threadIdx.x % kPerRow, row0 = threadIdx.x / kPerRow;
+    if (c >= kDimChunks / 2) return;
 #pragma unroll
     for (int i0 = 0; i0 < kRowsPerThread; i0 += kBatch) {
       const char* from[kBatch];
 #pragma unroll
-      for (int i = 0; i < kBatch; ++i) from[i] = src + offsets[row0 + (i0 + i) * kRowsPerPass] + c * 16;
+      for (int i = 0; i < kBatch; ++i) from[i] = src + offsets[row0 + (i0 + i) * kPerPass] + c * 16;
 #pragma unroll
       for (int i = 0; i < kBatch; ++i) {
-        const int key = row0 + (i0 + i) * kRowsPerPass;
+        const int key = row0 + (i0 + i) * kPerPass;
         const bool valid = !partial || key < valid_keys;
         cp_async_16(tile + sm90::sw128_offset(kKv, key, c), from[i], valid);
-        // Chunk c + kChunks / 2 is kChunks / 2 * 16 = head_dim bytes further (16-bit elements).
-        cp_async_16(tile + sm90::sw128_offset(kKv, key, c + kChunks / 2), from[i] + head_dim, valid);
+        // Chunk c + kDimChunks / 2 is kDimChunks / 2 * 16 = kDim bytes further (16-bit elements).
+        cp_async_16(tile + sm90::sw128_offset(kKv, key, c + kDimChunks / 2), from[i] + kDim, valid);
       }
     }
   }
@@ -330,14 +342,14 @@ struct PrefillSm90 {
       const int next = threadIdx.x == 0 ? next_pair(p.pair_counter, active, pairs.count) : 0;
       const Cta cta = pairs(p, w);
       // The first page lookup goes out before any wait.
-      const int64_t first_offset = kv_tma ? 0 : key_offset(cta, 0);
+      const KeyOffset first_offset = kv_tma ? KeyOffset{0, 0} : key_offset(p, cta, 0);
       // The q slot's last pair is done with it (the consumers' last score product).
       if (n >= kQSlots) sm90::mbar_wait(sh.q_empty(n), sh.q_parity(n) ^ 1);
       if (!q_tma) load_q(p, cta, sh, n);
       else if (threadIdx.x == 0) load_q_by_tma(p, cta, sh, n);
       if (kv_tma) load_kv_by_tma(p, cta, sh, done);
-      else if constexpr (kFp8) load_kv_fp8(cta, sh, done, first_offset);
-      else load_kv(cta, sh, done, first_offset);
+      else if constexpr (kFp8) load_kv_fp8(p, cta, sh, done, first_offset);
+      else load_kv(p, cta, sh, done, first_offset);
       done += cta.num_tiles;
       if (threadIdx.x == 0) sh.announce(n + 1, next);
     }
@@ -418,10 +430,9 @@ struct PrefillSm90 {
         const int token = cta.rows.first + cta.begin + tile * kKv;  // the boxes' first row
         uint64_t* const full = v ? sh.v_full(s) : sh.k_full(s);
         if (use > 0) sm90::mbar_wait(v ? sh.v_empty(s) : sh.k_empty(s), (use - 1) & 1);
-        sm90::mbar_arrive_expect_tx(full, kTileBytes);
-        char* const dst = (v ? sh.v : sh.k) + s * kTileBytes;
-#pragma unroll
-        for (int b = 0; b < kTileDim / 64; ++b)
+        sm90::mbar_arrive_expect_tx(full, v ? kVTileBytes : kTileBytes);
+        char* const dst = v ? sh.v + s * kVTileBytes : sh.k + s * kTileBytes;
+        for (int b = 0; b < (v ? kVTileDim : kTileDim) / 64; ++b)
           sm90::tma_load_3d(dst + b * kKv * 128, v ? &p.v_map : &p.k_map, full, b * 64, cta.kv_head, token);
       };
 #pragma unroll 1
@@ -435,15 +446,29 @@ struct PrefillSm90 {
   // Each producer thread looks up one key of a tile (a page-table read for paged KV) a tile
   // ahead, into shared memory, so the copies of the next tile do not wait on it: the key's byte
   // offset from the K (or V) base.
-  static __device__ __forceinline__ int64_t key_offset(const Cta& cta, int tile) {
+  // V's offset is K's unless its strides differ (kSplitVo).
+  struct KeyOffset {
+    int64_t k, v;
+  };
+  static __device__ __forceinline__ KeyOffset key_offset(const aotinfer_batch_prefill_params& p, const Cta& cta,
+                                                         int tile) {
     static_assert(kKv <= 128, "at most one key per producer thread");
     const int pos = cta.begin + tile * kKv + int(threadIdx.x);
-    return threadIdx.x < kKv && pos < cta.end ? cta.rows.offset(pos) * int64_t(sizeof(dtype_kv)) : int64_t(0);
+    if (threadIdx.x >= kKv || pos >= cta.end) return {0, 0};
+    const int64_t k = cta.rows.offset(pos) * int64_t(sizeof(dtype_kv));
+    return {k, kSplitVo ? cta.rows.v_offset(p, pos) * int64_t(sizeof(dtype_kv)) : k};
+  }
+  // Publishes this thread's key offsets into a tile's slot.
+  static __device__ __forceinline__ void put_offsets(int64_t* slot, const KeyOffset& at) {
+    if (threadIdx.x >= kKv) return;
+    slot[threadIdx.x] = at.k;
+    if constexpr (kSplitVo) slot[kKv + threadIdx.x] = at.v;
   }
 
   // K and V of the pair's tiles into the ring, from ring position `done`; `next_offset` is this
   // thread's key offset of tile 0; K goes kVLag tiles ahead of V.
-  static __device__ __forceinline__ void load_kv(const Cta& cta, const Shared& sh, int done, int64_t next_offset) {
+  static __device__ __forceinline__ void load_kv(const aotinfer_batch_prefill_params& p, const Cta& cta, const Shared& sh,
+                                                 int done, KeyOffset next_offset) {
     const char* const k = reinterpret_cast<const char*>(cta.rows.k);
     const char* const v = reinterpret_cast<const char*>(cta.rows.v);
 #pragma unroll 1
@@ -451,19 +476,19 @@ struct PrefillSm90 {
       const int ring = done + tile;
       if (tile < cta.num_tiles) {
         const int s = ring % kStages, use = ring / kStages, start = cta.begin + tile * kKv;
-        int64_t* offsets = sh.offsets + (ring % 3) * kKv;
-        if (threadIdx.x < kKv) offsets[threadIdx.x] = next_offset;
+        int64_t* offsets = sh.offsets + (ring % 3) * kOffsetsPerTile;
+        put_offsets(offsets, next_offset);
         // The tile's offsets are written. Their slot was last read by the V copies two
         // iterations ago, before the previous barrier (no V-only iteration has one).
         sm90::named_barrier_sync<128>(kProducerBarrier);
-        next_offset = key_offset(cta, tile + 1);
+        next_offset = key_offset(p, cta, tile + 1);
         const int valid_keys = cta.end - start;
         // One copy loop only with RoPE, whose producer holds the rotation's state too (a second
         // spilled, ptxas -v).
         const bool partial = kRope || valid_keys < kKv;
         if (use > 0) sm90::mbar_wait(sh.k_empty(s), (use - 1) & 1);
-        if (partial) copy_rows<true>(k, offsets, sh.k + s * kTileBytes, valid_keys);
-        else copy_rows<false>(k, offsets, sh.k + s * kTileBytes, valid_keys);
+        if (partial) copy_rows<true, head_dim>(k, offsets, sh.k + s * kTileBytes, valid_keys);
+        else copy_rows<false, head_dim>(k, offsets, sh.k + s * kTileBytes, valid_keys);
         if constexpr (kRope) {  // rotated in place once landed
           cp_async_commit();
           cp_async_wait<0>();
@@ -477,11 +502,11 @@ struct PrefillSm90 {
       if (tile >= kVLag) {  // V of the tile kVLag before
         const int v_ring = ring - kVLag, s = v_ring % kStages, use = v_ring / kStages;
         const int start = cta.begin + (tile - kVLag) * kKv;
-        const int64_t* offsets = sh.offsets + (v_ring % 3) * kKv;
+        const int64_t* offsets = sh.offsets + (v_ring % 3) * kOffsetsPerTile + (kSplitVo ? kKv : 0);
         const int valid_keys = cta.end - start;
         if (use > 0) sm90::mbar_wait(sh.v_empty(s), (use - 1) & 1);
-        if (kRope || valid_keys < kKv) copy_rows<true>(v, offsets, sh.v + s * kTileBytes, valid_keys);
-        else copy_rows<false>(v, offsets, sh.v + s * kTileBytes, valid_keys);
+        if (kRope || valid_keys < kKv) copy_rows<true, head_dim_vo>(v, offsets, sh.v + s * kVTileBytes, valid_keys);
+        else copy_rows<false, head_dim_vo>(v, offsets, sh.v + s * kVTileBytes, valid_keys);
         sm90::cp_async_arrive(sh.v_full(s));
       }
     }
@@ -526,17 +551,19 @@ struct PrefillSm90 {
   // The pair's tiles from ring position `done` (load_kv's contract). Tile t + 1's key offsets
   // go into their slot, (done + t + 1) % 3, behind the producer barrier of iteration t; that
   // slot's last readers, the copies of tile t - 2, were issued before iteration t - 1's barrier.
-  static __device__ __forceinline__ void load_kv_fp8(const Cta& cta, const Shared& sh, int done, int64_t next_offset) {
+  static __device__ __forceinline__ void load_kv_fp8(const aotinfer_batch_prefill_params& p, const Cta& cta,
+                                                     const Shared& sh, int done, KeyOffset next_offset) {
+    static_assert(!kSplitVo, "fp8 K/V have equal widths");
     if (cta.num_tiles == 0) return;
     const char* const k = reinterpret_cast<const char*>(cta.rows.k);
     const char* const v = reinterpret_cast<const char*>(cta.rows.v);
     char* const k_raw = sh.raw;
     char* const v_raw = sh.raw + kRawTileBytes;
     auto publish = [&](int tile) {
-      int64_t* offsets = sh.offsets + ((done + tile) % 3) * kKv;
-      if (threadIdx.x < kKv) offsets[threadIdx.x] = next_offset;
+      int64_t* offsets = sh.offsets + ((done + tile) % 3) * kOffsetsPerTile;
+      put_offsets(offsets, next_offset);
       sm90::named_barrier_sync<128>(kProducerBarrier);
-      next_offset = key_offset(cta, tile + 1);
+      next_offset = key_offset(p, cta, tile + 1);
       return static_cast<const int64_t*>(offsets);
     };
     const int64_t* offsets = publish(0);
@@ -559,7 +586,7 @@ struct PrefillSm90 {
       cp_async_commit();  // (empty after the last tile: the group count stays the same)
       cp_async_wait<1>();  // V(t) landed; K(t + 1) may fly
       if (use > 0) sm90::mbar_wait(sh.v_empty(s), (use - 1) & 1);
-      widen_raw(v_raw, sh.v + s * kTileBytes);
+      widen_raw(v_raw, sh.v + s * kVTileBytes);
       sm90::fence_async_shared();
       sm90::mbar_arrive(sh.v_full(s));
       if (more) copy_raw(v, offsets, v_raw, next_valid);
@@ -637,7 +664,7 @@ struct PrefillSm90 {
     // groups of V, whose 64-wide head-dim blocks are kKv * 128 bytes apart (leading byte offset).
     uint32_t p_frag[kKv / 16][4];  // weights of the tile whose O product is next or in flight
     auto issue_output = [&](int t) {
-      const uint64_t v_desc = sm90::sw128_desc(sm90::smem_u32(sh.v + stage(t) * kTileBytes), kKv * 128);
+      const uint64_t v_desc = sm90::sw128_desc(sm90::smem_u32(sh.v + stage(t) * kVTileBytes), kKv * 128);
 #pragma unroll
       for (int jj = 0; jj < kKv / 16; ++jj) sm90::wgmma_rs<dtype>(o_flat, p_frag[jj], sm90::desc_advance(v_desc, jj * 2048));
       sm90::wgmma_commit();
@@ -775,21 +802,21 @@ struct PrefillSm90 {
       if (state_base < 0) {
         if constexpr (kStagedOutput) {
 #pragma unroll
-          for (int j = 0; j < head_dim / 8; ++j)
+          for (int j = 0; j < head_dim_vo / 8; ++j)
             *reinterpret_cast<uint32_t*>(staging + sm90::sw128_offset(kRows, row, j) + 4 * (lane % 4)) =
                 pack2<dtype_o>(o[j][2 * h] * r.inv, o[j][2 * h + 1] * r.inv);
         } else {
-          dtype_o* dst = static_cast<dtype_o*>(p.o) + cta.out_row(p, row) * head_dim + 2 * (lane % 4);
+          dtype_o* dst = static_cast<dtype_o*>(p.o) + cta.out_row(p, row) * head_dim_vo + 2 * (lane % 4);
 #pragma unroll
-          for (int j = 0; j < head_dim / 8; ++j)
+          for (int j = 0; j < head_dim_vo / 8; ++j)
             *reinterpret_cast<uint32_t*>(dst + 8 * j) = pack2<dtype_o>(o[j][2 * h] * r.inv, o[j][2 * h + 1] * r.inv);
         }
         if (p.lse && lane % 4 == 0) p.lse[cta.out_row(p, row)] = r.lse;
       } else {
         const int64_t state = state_base + int64_t(cta.kv_head * cta.valid_rows + row) * state_stride;
-        float* dst = p.partial_o + state * head_dim + 2 * (lane % 4);
+        float* dst = p.partial_o + state * head_dim_vo + 2 * (lane % 4);
 #pragma unroll
-        for (int j = 0; j < head_dim / 8; ++j)
+        for (int j = 0; j < head_dim_vo / 8; ++j)
           *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(o[j][2 * h] * r.inv, o[j][2 * h + 1] * r.inv);
         if (lane % 4 == 0) p.partial_lse[state] = r.lse;
       }
@@ -798,29 +825,30 @@ struct PrefillSm90 {
       if (state_base < 0) {  // the staged rows out, a row's chunks by consecutive threads
         sm90::named_barrier_sync<128>(kOutputBarrier + g);
         dtype_o* const out = static_cast<dtype_o*>(p.o);
-        if constexpr (128 % kChunks == 0) {
+        constexpr int kOutChunks = head_dim_vo / 8;  // of an o row
+        if constexpr (128 % kOutChunks == 0) {
           // This thread's chunks are column c of rows kRowStep apart, whose tokens and heads
           // step instead of being divided out of each packed row (the divisions were 30 % of
           // the per-pair instructions at causal 16 x 1k, ncu).
-          constexpr int kRowStep = 128 / kChunks;
-          const int c = int(threadIdx.x) % kChunks;
-          int row = 64 * g + int(threadIdx.x % 128) / kChunks;
+          constexpr int kRowStep = 128 / kOutChunks;
+          const int c = int(threadIdx.x) % kOutChunks;
+          int row = 64 * g + int(threadIdx.x % 128) / kOutChunks;
           PackedRow at(cta.q_row + row, cta.group, by_group);
           const PackedRow step(kRowStep, cta.group, by_group);
 #pragma unroll
           for (int k = 0; k < 64 / kRowStep; ++k) {
             if (row < cta.valid_rows)
-              *reinterpret_cast<uint4*>(out + cta.row_offset(p, at, head_dim) + c * 8) =
+              *reinterpret_cast<uint4*>(out + cta.row_offset(p, at, head_dim_vo) + c * 8) =
                   *reinterpret_cast<const uint4*>(staging + sm90::sw128_offset(kRows, row, c));
             row += kRowStep;
             at.advance(step, cta.group);
           }
         } else {
 #pragma unroll
-          for (int k = 0; k < 64 * kChunks / 128; ++k) {
-            const int chunk = k * 128 + int(threadIdx.x % 128), row = 64 * g + chunk / kChunks, c = chunk % kChunks;
+          for (int k = 0; k < 64 * kOutChunks / 128; ++k) {
+            const int chunk = k * 128 + int(threadIdx.x % 128), row = 64 * g + chunk / kOutChunks, c = chunk % kOutChunks;
             if (row < cta.valid_rows)
-              *reinterpret_cast<uint4*>(out + cta.out_row(p, row) * head_dim + c * 8) =
+              *reinterpret_cast<uint4*>(out + cta.out_row(p, row) * head_dim_vo + c * 8) =
                   *reinterpret_cast<const uint4*>(staging + sm90::sw128_offset(kRows, row, c));
           }
         }

@@ -9,6 +9,19 @@
 
 namespace aotinfer {
 
+// The row widths of a prefill variant (templates/batch_prefill.cuh): q and K rows are qk wide,
+// V and o rows vo wide. Equal for every model but those with multi-head latent attention, whose
+// prefill runs at 192 / 128; there V has its own strides (the params' v_stride_*), and the
+// kernels keep the plain 16-bit path (no fp8 widening, no RoPE: MLA models rotate a 64-wide
+// part of q and k outside attention).
+template <int kQk, int kVo>
+struct PrefillDims {
+  static constexpr int qk = kQk, vo = kVo;
+  static constexpr bool kSplit = kQk != kVo;
+  static_assert(kSplit ? kQk == 192 && kVo == 128 : kQk == 64 || kQk == 96 || kQk == 128 || kQk == 256,
+                "head_dim 64, 96, 128 or 256 with head_dim_vo equal to it, or head_dim 192 with head_dim_vo 128");
+};
+
 // A request's keys in a paged cache, for one KV head: element offset of key `pos`.
 template <typename T>
 struct PagedKvRows {
@@ -25,7 +38,7 @@ struct PagedKvRows {
     const aotinfer_paged_kv& kv = p.paged;
     const int first = kv.indptr[request], num_pages = kv.indptr[request + 1] - first;
     k = static_cast<const T*>(kv.k_pages) + kv_head * kv.stride_head;
-    v = static_cast<const T*>(kv.v_pages) + kv_head * kv.stride_head;
+    v = static_cast<const T*>(kv.v_pages) + kv_head * p.v_stride_head;
     pages = kv.indices + first;
     stride_page = kv.stride_page;
     stride_token = kv.stride_token;
@@ -38,6 +51,11 @@ struct PagedKvRows {
   __device__ __forceinline__ int64_t offset(int pos) const {
     const int page = int(page_of(uint32_t(pos)));
     return int64_t(pages[page]) * stride_page + int64_t(pos - page * page_size) * stride_token;
+  }
+  // Element offset of key `pos` in V where its strides are its own (PrefillDims::kSplit).
+  __device__ __forceinline__ int64_t v_offset(const aotinfer_batch_prefill_params& p, int pos) const {
+    const int page = int(page_of(uint32_t(pos)));
+    return int64_t(pages[page]) * p.v_stride_page + int64_t(pos - page * page_size) * p.v_stride_token;
   }
 };
 
@@ -53,9 +71,8 @@ struct RaggedKvRows {
   __device__ __forceinline__ RaggedKvRows(const aotinfer_batch_prefill_params& p, int request, int kv_head) {
     const aotinfer_ragged_kv& kv = p.ragged;
     first = kv.indptr[request];
-    const int64_t base = int64_t(first) * kv.stride_token + kv_head * kv.stride_head;
-    k = static_cast<const T*>(kv.k) + base;
-    v = static_cast<const T*>(kv.v) + base;
+    k = static_cast<const T*>(kv.k) + int64_t(first) * kv.stride_token + kv_head * kv.stride_head;
+    v = static_cast<const T*>(kv.v) + int64_t(first) * p.v_stride_token + kv_head * p.v_stride_head;
     stride_token = kv.stride_token;
     length = kv.indptr[request + 1] - first;
   }
@@ -63,6 +80,9 @@ struct RaggedKvRows {
     return p.ragged.num_kv_heads;
   }
   __device__ __forceinline__ int64_t offset(int pos) const { return int64_t(pos) * stride_token; }
+  __device__ __forceinline__ int64_t v_offset(const aotinfer_batch_prefill_params& p, int pos) const {
+    return int64_t(pos) * p.v_stride_token;
+  }
 };
 
 // Packed query row n >= 0 = token * group + head (GQA packing) as its token and head, which step

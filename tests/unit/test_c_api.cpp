@@ -11,11 +11,13 @@
 #include "test_util.hpp"
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <string>
 
 #include "aotinfer/aotinfer.h"
+#include "aotinfer/json.hpp"
 #include "loading/driver.hpp"
 
 using aotinfer::test::FakePackage;
@@ -62,7 +64,7 @@ struct CApiPackage : FakePackage {
         "decode");
     add({"batch_prefill_paged",
          {{"dtype_q", "bf16"}, {"head_dim", "64"}, {"dtype_kv", "bf16"}, {"dtype_o", "bf16"},
-          {"pos_encoding", "none"}}},
+          {"pos_encoding", "none"}, {"head_dim_vo", "64"}}},
         "prefill");
     write();
     REQUIRE(aotinfer_package_open(dir.c_str(), &pkg) == AOTINFER_OK);
@@ -131,6 +133,23 @@ TEST_CASE("C API: last_error and abi_layout never fail", "[c_api]") {
   REQUIRE(layout != nullptr);
   CHECK_THAT(layout, Contains("\"aotinfer_batch_decode_config\""));
   CHECK(aotinfer_abi_layout() == layout);  // one string for the process
+}
+
+TEST_CASE("C API: the prefill structs end with head_dim_vo and v_stride, which abi_layout reports", "[c_api]") {
+  // Added last, so that the fields before them keep their offsets.
+  CHECK(offsetof(aotinfer_batch_prefill_config, head_dim_vo) > offsetof(aotinfer_batch_prefill_config, max_kv_len));
+  CHECK(offsetof(aotinfer_batch_prefill_config, head_dim_vo) + sizeof(int32_t) <= sizeof(aotinfer_batch_prefill_config));
+  CHECK(offsetof(aotinfer_batch_prefill_run_args, v_stride) > offsetof(aotinfer_batch_prefill_run_args, mask_indptr));
+  CHECK(offsetof(aotinfer_batch_prefill_run_args, v_stride) + sizeof(int64_t) == sizeof(aotinfer_batch_prefill_run_args));
+  const auto layout = nlohmann::json::parse(aotinfer_abi_layout());
+  const auto& config = layout.at("aotinfer_batch_prefill_config");
+  CHECK(config.at("size") == sizeof(aotinfer_batch_prefill_config));
+  CHECK(config.at("fields").at("head_dim_vo") == offsetof(aotinfer_batch_prefill_config, head_dim_vo));
+  const auto& args = layout.at("aotinfer_batch_prefill_run_args");
+  CHECK(args.at("size") == sizeof(aotinfer_batch_prefill_run_args));
+  CHECK(args.at("fields").at("v_stride") == offsetof(aotinfer_batch_prefill_run_args, v_stride));
+  // The cascade's levels embed the prefill config.
+  CHECK(layout.at("aotinfer_cascade_config").at("fields").at("num_levels") == offsetof(aotinfer_cascade_config, num_levels));
 }
 
 TEST_CASE("C API: package calls refuse NULL, misaligned and foreign handles", "[c_api]") {
@@ -378,6 +397,11 @@ TEST_CASE("C API: create calls check the config and out before the driver", "[c_
   refused(pwith([](auto& c) { c.mask = "sliding"; }), {"mask must be \"none\", \"causal\" or \"custom\", got \"sliding\""});
   refused(pwith([](auto& c) { c.pos_encoding = "yarn"; }), {"pos_encoding must be none, rope_llama or alibi, got \"yarn\""});
   refused(pwith([](auto& c) { c.dtype_o = "f99"; }), {"dtype_o: unknown dtype 'f99'"});
+  refused(pwith([](auto& c) { c.head_dim_vo = -1; }), {"config->head_dim_vo (0: head_dim): expected >= 0, got -1"});
+  refused(pwith([](auto& c) { c.head_dim = 192, c.head_dim_vo = 128, c.pos_encoding = "rope_llama"; }),
+          {"head_dim_vo != head_dim (MLA prefill, 192/128) is served with 16-bit K/V and pos_encoding none"});
+  CHECK(pwith([](auto& c) { c.head_dim = 192, c.head_dim_vo = 128; }) == AOTINFER_NOT_FOUND);  // not in the fake package
+  stopped_at_driver(pwith([](auto& c) { c.head_dim_vo = 64; }));  // head_dim's own width: the same variant
   stopped_at_driver(create_prefill(pgood));
   CHECK(prefill == nullptr);
 

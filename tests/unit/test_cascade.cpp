@@ -94,6 +94,12 @@ TEST_CASE("Cascade::check_config refuses what a cascade cannot take, naming it",
   CHECK_THAT(with([](CascadeConfig& c) { c.level.window_left = 16; }), Contains("cascade: window_left must be < 0"));
   CHECK_THAT(with([](CascadeConfig& c) { c.level.mask = aotinfer::MaskMode::custom; }),
              Contains("cascade: mask must be none or causal"));
+  CHECK_THAT(with([](CascadeConfig& c) { c.level.head_dim_vo = 32; }), Contains("cascade: head_dim_vo must be 0 or head_dim"));
+  CHECK_NOTHROW(Cascade::check_config([] {
+    CascadeConfig c = good_config(2);
+    c.level.head_dim_vo = c.level.head_dim;
+    return c;
+  }()));
   // The level's own checks, restated as the cascade's.
   CHECK_THAT(with([](CascadeConfig& c) { c.level.num_kv_heads = 3; }), Contains("cascade: "));
   CHECK_THAT(with([](CascadeConfig& c) { c.level.page_size = 0; }), Contains("cascade: page_size must be >= 1, got 0"));
@@ -133,7 +139,8 @@ TEST_CASE("Cascade::check_levels checks the levels' shapes against each other", 
 TEST_CASE("C API: cascade calls check every argument before the handle and the driver", "[cascade][c_api]") {
   aotinfer::test::FakePackage fake;  // merge_state bf16/64 and the paged prefill variant
   fake.add({"batch_prefill_paged",
-            {{"dtype_q", "bf16"}, {"head_dim", "64"}, {"dtype_kv", "bf16"}, {"dtype_o", "bf16"}, {"pos_encoding", "none"}}},
+            {{"dtype_q", "bf16"}, {"head_dim", "64"}, {"dtype_kv", "bf16"}, {"dtype_o", "bf16"}, {"pos_encoding", "none"},
+             {"head_dim_vo", "64"}}},
            "prefill");
   fake.write();
   aotinfer_package* pkg = nullptr;
@@ -168,6 +175,8 @@ TEST_CASE("C API: cascade calls check every argument before the handle and the d
   refused(with([](auto& c) { c.level.cuda_graph = 1; }), {cfn, "config->level.max_batch (CUDA-graph mode"});
   refused(with([](auto& c) { c.level.dtype_q = "int4"; }), {"dtype_q: unknown dtype 'int4'"});
   refused(with([](auto& c) { c.level.num_kv_heads = 3; }), {"cascade: "});  // 8 heads are no multiple of 3
+  refused(with([](auto& c) { c.level.head_dim_vo = -1; }), {cfn, "config->level.head_dim_vo (0: head_dim): expected >= 0, got -1"});
+  refused(with([](auto& c) { c.level.head_dim_vo = 32; }), {"cascade: head_dim_vo must be 0 or head_dim"});
   refused(aotinfer_cascade_create(nullptr, &good, &cascade), {cfn, "package must not be NULL"});
   CHECK(with([](auto& c) { c.level.head_dim = 96; }) == AOTINFER_NOT_FOUND);  // no such merge_state in the fake
   stopped_at_driver(aotinfer_cascade_create(pkg, &good, &cascade));

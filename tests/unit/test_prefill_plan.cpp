@@ -19,7 +19,9 @@
 #include <string>
 #include <vector>
 
+#include "aotinfer/batch_prefill.hpp"
 #include "aotinfer/error.hpp"
+#include "aotinfer/merge_state.hpp"
 #include "aotinfer/prefill_plan.hpp"
 #include "reference/plan_invariants.hpp"
 #include "unit/test_util.hpp"
@@ -660,5 +662,52 @@ TEST_CASE("prefill_capacity under a fixed split needs max_kv_len and bounds ever
     CHECK(plan.num_work <= cap.work);
     CHECK(plan.num_states <= cap.states);
     CHECK(plan.num_outputs() <= cap.outputs);
+  }
+}
+
+TEST_CASE("BatchPrefill names head_dim_vo last in its variant key, head_dim's width when the config leaves it 0", "[prefill_plan]") {
+  BatchPrefillConfig c;  // bf16, head_dim 128, paged
+  const VariantKey same = BatchPrefill::variant_key(c);
+  CHECK(same.uri() == "batch_prefill_paged.dtype_q-bf16.head_dim-128.dtype_kv-bf16.dtype_o-bf16.pos_encoding-none.head_dim_vo-128");
+  c.head_dim_vo = 128;
+  CHECK(BatchPrefill::variant_key(c) == same);
+  CHECK(c.vo_dim() == 128);
+
+  // MLA prefill (DeepSeek-V3, Kimi K2): q.k 192 wide, V and o 128; its split states merge 128 wide.
+  c.head_dim = 192;
+  c.kv_storage = KvStorage::ragged;
+  CHECK_NOTHROW(BatchPrefill::check_config(c));
+  CHECK(BatchPrefill::variant_key(c).uri() ==
+        "batch_prefill_ragged.dtype_q-bf16.head_dim-192.dtype_kv-bf16.dtype_o-bf16.pos_encoding-none.head_dim_vo-128");
+  CHECK(MergeState::variant_key(c.dtype_o, c.vo_dim()).uri() == "merge_state.dtype-bf16.head_dim-128");
+  c.pos_encoding = PosEncoding::alibi;  // a run-time bias of the none variant
+  CHECK_NOTHROW(BatchPrefill::check_config(c));
+  CHECK(*BatchPrefill::variant_key(c).find("pos_encoding") == "none");
+}
+
+TEST_CASE("BatchPrefill::check_config takes unequal widths with 16-bit K/V and no RoPE only", "[prefill_plan]") {
+  BatchPrefillConfig mla;
+  mla.head_dim = 192, mla.head_dim_vo = 128;
+  const std::string served = "head_dim_vo != head_dim (MLA prefill, 192/128) is served with 16-bit K/V and pos_encoding none";
+  BatchPrefillConfig c = mla;
+  c.pos_encoding = PosEncoding::rope_llama;
+  CHECK_THAT(invalid_argument_message([&] { BatchPrefill::check_config(c); }), Contains(served) && Contains("rope_llama"));
+  for (DType fp8 : {DType::e4m3, DType::e5m2}) {
+    c = mla;
+    c.dtype_kv = fp8;
+    CHECK_THAT(invalid_argument_message([&] { BatchPrefill::check_config(c); }),
+               Contains(served) && Contains(std::string(dtype_name(fp8))));
+  }
+  c = mla;
+  c.head_dim_vo = -1;
+  CHECK_THAT(invalid_argument_message([&] { BatchPrefill::check_config(c); }),
+             Contains("batch_prefill: head_dim_vo must be 0 (head_dim) or >= 1, got -1"));
+  // Equal widths keep every option: RoPE and fp8 K/V, whether head_dim_vo is 0 or spelled out.
+  for (int vo : {0, 128}) {
+    c = BatchPrefillConfig{};
+    c.head_dim_vo = vo;
+    c.pos_encoding = PosEncoding::rope_llama;
+    c.dtype_kv = DType::e4m3;
+    CHECK_NOTHROW(BatchPrefill::check_config(c));
   }
 }

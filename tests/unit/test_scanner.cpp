@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "scanner.hpp"
+#include "spec.hpp"
 
 namespace fs = std::filesystem;
 using namespace aotinfer::gen;
@@ -147,6 +148,52 @@ TEST_CASE("scanner: a new enumerator becomes an allowed value", "[scanner]") {
   CHECK(families[1] == expected_rms_norm());
 }
 
+TEST_CASE("scanner: an integer default naming an earlier integer parameter follows it", "[scanner]") {
+  TempCopy copy(kFixtures / "good");
+  fs::path header = copy.dir / "attention.cuh";
+  std::string text = read(header);
+  const std::string params = "int head_dim = 128>", values = "AOTINFER_VALUES(\"head_dim\", 64, 128, 256) attention {";
+  REQUIRE(text.find(params) != std::string::npos);
+  REQUIRE(text.find(values) != std::string::npos);
+  auto with_default = [&](const std::string& default_text) {
+    std::string t = text;
+    t.replace(t.find(params), params.size(), "int head_dim = 128, int head_dim_vo = " + default_text + ">");
+    t.replace(t.find(values), values.size(),
+              "AOTINFER_VALUES(\"head_dim\", 64, 128, 256) AOTINFER_VALUES(\"head_dim_vo\", 64, 128) attention {");
+    std::ofstream(header) << t;
+  };
+
+  SECTION("`int head_dim_vo = head_dim`: follows, with no default value of its own") {
+    with_default("head_dim");
+    auto families = scan_templates(options(copy.dir));
+    REQUIRE(families.size() == 2);
+    FamilySchema expected = expected_attention();
+    expected.axes.push_back(axis("head_dim_vo", AxisKind::integer, {"64", "128"}, 27));
+    expected.axes.back().follows = "head_dim";
+    expected.axes.back().cpp_type = "int";
+    CHECK(families[0] == expected);
+    CHECK_FALSE(families[0].axes.back().required());
+  }
+  SECTION("a constant default stays a default value") {
+    with_default("64");
+    auto families = scan_templates(options(copy.dir));
+    REQUIRE(families.size() == 2);
+    CHECK_FALSE(families[0].axes.back().follows);
+    CHECK(families[0].axes.back().default_value == "64");
+  }
+  SECTION("a default naming a bool parameter is refused") {
+    with_default("causal");
+    std::string message;
+    try {
+      scan_templates(options(copy.dir));
+    } catch (const ScanError& e) {
+      message = e.what();
+    }
+    CHECK_THAT(message, aotinfer_test::StartsWith("attention.cuh:27: "));
+    CHECK_THAT(message, aotinfer_test::Contains("the default of 'head_dim_vo' names 'causal', which is not an integer parameter"));
+  }
+}
+
 TEST_CASE("scanner: rejected templates name file and line", "[scanner]") {
   std::string message;
   SECTION("unsupported parameter kind") {
@@ -208,4 +255,32 @@ TEST_CASE("scanner: the real templates", "[scanner]") {
   CHECK(it->entries[0].params_type == "aotinfer_merge_state_params");
   CHECK(it->entries[1].name == "merge_varlen");
   CHECK(it->entries[1].params_type == "aotinfer_merge_varlen_params");
+
+  // The prefill families' last axis, the width of V and o rows, follows head_dim.
+  for (const char* name : {"batch_prefill_paged", "batch_prefill_ragged"}) {
+    INFO(name);
+    auto prefill = std::find_if(families.begin(), families.end(), [&](auto& f) { return f.name == name; });
+    REQUIRE(prefill != families.end());
+    const Axis& vo = prefill->axes.back();
+    CHECK(vo.name == "head_dim_vo");
+    CHECK(vo.kind == AxisKind::integer);
+    CHECK(vo.follows == std::optional<std::string>("head_dim"));
+    CHECK_FALSE(vo.default_value);
+  }
+  // A spec leaving head_dim_vo out gets head_dim's value; head_dim 192 (MLA's q.k) must name it.
+  auto spec = [&](const std::string& entry) {
+    return parse_spec(R"({"format": 1, "package": {"name": "p", "version": "1"}, "archs": ["sm_90"], "families": {"batch_prefill_ragged": )" +
+                          entry + "}}",
+                      "spec.json", families);
+  };
+  const Spec s = spec(R"({"matrix": {"dtype_q": "bf16", "head_dim": 128}, "include": [{"dtype_q": "bf16", "head_dim": 192, "head_dim_vo": 128}]})");
+  REQUIRE(s.variants.size() == 2);
+  CHECK(s.variants[0].uri() == "batch_prefill_ragged.dtype_q-bf16.head_dim-128.dtype_kv-bf16.dtype_o-bf16.pos_encoding-none.head_dim_vo-128");
+  CHECK(s.variants[1].uri() == "batch_prefill_ragged.dtype_q-bf16.head_dim-192.dtype_kv-bf16.dtype_o-bf16.pos_encoding-none.head_dim_vo-128");
+  try {
+    spec(R"({"matrix": {"dtype_q": "bf16", "head_dim": 192}})");
+    FAIL("head_dim 192 without head_dim_vo was accepted");
+  } catch (const SpecError& e) {
+    CHECK_THAT(e.what(), aotinfer_test::Contains("'head_dim_vo' follows 'head_dim' = 192, which 'head_dim_vo' does not allow"));
+  }
 }

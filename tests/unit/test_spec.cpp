@@ -61,6 +61,31 @@ TEST_CASE("exclusions remove matching variants and inclusions add single variant
                    });
 }
 
+TEST_CASE("an integer axis that follows an earlier one takes its value unless the spec sets it") {
+  // As the prefill families' head_dim_vo follows head_dim: 192 pairs with 128 only.
+  std::vector<FamilySchema> families = toy_families({"64", "128", "192"});
+  FamilySchema& toy = families[1];
+  REQUIRE(toy.name == "toy");
+  toy.axes.push_back({"head_dim_vo", AxisKind::integer, {"64", "128"}, {}, "head_dim", "int", {"toy.cuh", 16}});
+  auto parse_toy = [&](const std::string& text) { return parse_spec(spec_with(text), "specs/test.json", families); };
+
+  Spec s = parse_toy(R"({"toy": {"matrix": {"dtype": "f16", "head_dim": [64, 128]},
+                                 "include": [{"dtype": "f16", "head_dim": 192, "head_dim_vo": 128}]}})");
+  CHECK(uris(s) == std::vector<std::string>{
+                       "toy.dtype-f16.dtype_o-f16.mask-none.soft_cap-false.head_dim-64.head_dim_vo-64",
+                       "toy.dtype-f16.dtype_o-f16.mask-none.soft_cap-false.head_dim-128.head_dim_vo-128",
+                       "toy.dtype-f16.dtype_o-f16.mask-none.soft_cap-false.head_dim-192.head_dim_vo-128",
+                   });
+  try {
+    parse_toy(R"({"toy": {"matrix": {"dtype": "f16", "head_dim": 192}}})");
+    FAIL("head_dim 192 without head_dim_vo was accepted");
+  } catch (const SpecError& e) {
+    CHECK_THAT(e.what(), Contains("/families/toy/matrix:") &&
+                             Contains("axis 'head_dim_vo' follows 'head_dim' = 192, which 'head_dim_vo' does not allow") &&
+                             Contains("set 'head_dim_vo' explicitly") && Contains("allowed: 64, 128"));
+  }
+}
+
 TEST_CASE("the spec hash ignores formatting but not content") {
   Spec a = parse(spec_with(R"({"toy": {"matrix": {"dtype": "f16", "head_dim": 64}}})"));
   Spec b = parse("\n\n" + spec_with(R"({ "toy" : { "matrix" : { "head_dim" : 64, "dtype" : "f16" } } })"));

@@ -302,6 +302,84 @@ TEST_CASE("paged prefill checks its pools and page table", "[tensor_checks]") {
   CHECK_THAT(error_of([&] { detail::prefill_run_args(config, plan, t, scalars); }).what(), Contains("kv_last_page_len: is required"));
 }
 
+TEST_CASE("prefill at head_dim 192 / head_dim_vo 128: o and v are head_dim_vo wide, V's stride is its own", "[tensor_checks]") {
+  BatchPrefillConfig config;  // bf16, 32/8 heads
+  config.head_dim = 192, config.head_dim_vo = 128;
+  const aotinfer_attention_scalars scalars{};
+  aotinfer_batch_prefill_tensors t{};
+  t.q = tensor(AOTINFER_BF16, {20, 32, 192});
+  t.o = tensor(AOTINFER_BF16, {20, 32, 128});
+  t.qo_indptr = tensor(AOTINFER_I32, {2});
+  t.kv_indptr = tensor(AOTINFER_I32, {2});
+  auto error = [&](const detail::PlannedShape& plan) {
+    return std::string(error_of([&] { detail::prefill_run_args(config, plan, t, scalars); }).what());
+  };
+
+  SECTION("ragged: k and v are slices of one up-projection with their own token strides") {
+    config.kv_storage = KvStorage::ragged;
+    const detail::PlannedShape plan{1, 20, 300, 0, 0};
+    // Each token's row holds its 8 K heads (192 wide), then its 8 V heads (128 wide).
+    t.k = tensor(AOTINFER_BF16, {300, 8, 192});
+    t.v = tensor(AOTINFER_BF16, {300, 8, 128}, 0x7f0000000000 + 8 * 192 * 2);
+    t.k.strides[0] = t.v.strides[0] = 8 * (192 + 128);
+    PrefillRunArgs a = detail::prefill_run_args(config, plan, t, scalars);
+    CHECK(a.kv_stride == 8 * (192 + 128));
+    CHECK(a.v_stride == 8 * (192 + 128));
+    t.v.strides[0] = 8 * 128;  // a dense V of its own
+    a = detail::prefill_run_args(config, plan, t, scalars);
+    CHECK(a.kv_stride == 8 * (192 + 128));
+    CHECK(a.v_stride == 8 * 128);
+    t.v = tensor(AOTINFER_BF16, {300, 8, 192});
+    CHECK_THAT(error(plan), Contains("batch_prefill.run: v: expected shape [>= 300, 8, 128] (total_kv, num_kv_heads, head_dim_vo), "
+                                     "got [300, 8, 192]"));
+  }
+  SECTION("paged: V's pool has head_dim_vo rows and its own page stride") {
+    const detail::PlannedShape plan{1, 20, 4, 6, 0};
+    t.k = tensor(AOTINFER_BF16, {6, 16, 8, 192});
+    t.v = tensor(AOTINFER_BF16, {6, 16, 8, 128});
+    t.kv_indices = tensor(AOTINFER_I32, {4});
+    t.kv_last_page_len = tensor(AOTINFER_I32, {1});
+    const PrefillRunArgs a = detail::prefill_run_args(config, plan, t, scalars);
+    CHECK(a.kv_stride == 16 * 8 * 192);
+    CHECK(a.v_stride == 16 * 8 * 128);
+    t.v = tensor(AOTINFER_BF16, {6, 16, 8, 192});
+    CHECK_THAT(error(plan), Contains("v: expected shape [>= 6, 16, 8, 128] (pages, page_size, num_kv_heads, head_dim_vo)"));
+  }
+  SECTION("o is head_dim_vo wide, q head_dim") {
+    config.kv_storage = KvStorage::ragged;
+    t.k = tensor(AOTINFER_BF16, {300, 8, 192});
+    t.v = tensor(AOTINFER_BF16, {300, 8, 128});
+    t.o = tensor(AOTINFER_BF16, {20, 32, 192});
+    CHECK_THAT(error({1, 20, 300, 0, 0}),
+               Contains("o: expected shape [>= 20, 32, 128] (total_q, num_qo_heads, head_dim_vo), got [20, 32, 192]"));
+    t.o = tensor(AOTINFER_BF16, {20, 32, 128});
+    t.q = tensor(AOTINFER_BF16, {20, 32, 128});
+    CHECK_THAT(error({1, 20, 300, 0, 0}), Contains("q: expected shape [>= 20, 32, 192] (total_q, num_qo_heads, head_dim)"));
+  }
+}
+
+TEST_CASE("prefill at equal widths takes one stride for K and V, which the kernels step both with", "[tensor_checks]") {
+  BatchPrefillConfig config;
+  config.kv_storage = KvStorage::ragged;
+  config.head_dim_vo = 128;  // spelled out: the same as 0
+  const detail::PlannedShape plan{1, 20, 300, 0, 0};
+  aotinfer_batch_prefill_tensors t{};
+  t.q = tensor(AOTINFER_BF16, {20, 32, 128});
+  t.o = tensor(AOTINFER_BF16, {20, 32, 128});
+  t.k = tensor(AOTINFER_BF16, {300, 8, 128});
+  t.v = tensor(AOTINFER_BF16, {300, 8, 128});
+  t.qo_indptr = tensor(AOTINFER_I32, {2});
+  t.kv_indptr = tensor(AOTINFER_I32, {2});
+  const aotinfer_attention_scalars scalars{};
+  t.k.strides[0] = t.v.strides[0] = 16 * 128;
+  const PrefillRunArgs a = detail::prefill_run_args(config, plan, t, scalars);
+  CHECK(a.kv_stride == 16 * 128);
+  CHECK(a.v_stride == 16 * 128);
+  t.v.strides[0] = 8 * 128;
+  CHECK_THAT(error_of([&] { detail::prefill_run_args(config, plan, t, scalars); }).what(),
+             Contains("v: its page stride 1024 differs from K's 2048"));
+}
+
 TEST_CASE("prefill under a custom mask needs its bits (rounded up to 4 bytes) and offsets, and only then", "[tensor_checks]") {
   BatchPrefillConfig config;
   config.kv_storage = KvStorage::ragged;

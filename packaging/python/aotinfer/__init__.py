@@ -306,14 +306,19 @@ class BatchPrefill:
     window_left: a sliding window, fixed here because plans depend on it: query token t sees keys
     from kv_len - qo_len + t - window_left on (and, causal, none after its own); < 0 (the
     default): no window. The logits soft cap is a run() value, as for BatchDecode.
-    pos_encoding="alibi" adds ALiBi biases at run time, on the variant without RoPE."""
+    pos_encoding="alibi" adds ALiBi biases at run time, on the variant without RoPE.
+
+    head_dim is the width of q and K rows, head_dim_vo (None: head_dim) that of V and o rows;
+    they differ only for MLA models' prefill (DeepSeek-V3, Kimi K2: 192 and 128), which is
+    served with 16-bit K/V and pos_encoding="none"."""
 
     def __init__(self, package, num_qo_heads, num_kv_heads, head_dim, kv_storage="paged", page_size=16,
                  dtype_q="bf16", dtype_kv=None, dtype_o=None, layout="nhd", mask="causal", pos_encoding="none",
                  window_left=-1, cuda_graph=False, max_batch=0, max_total_q=0, kv_split="adaptive",
-                 kv_split_tokens=0, max_kv_len=0):
+                 kv_split_tokens=0, max_kv_len=0, head_dim_vo=None):
         self.package, self.kv_storage, self.layout, self.page_size = package, kv_storage, layout, page_size
         self.num_qo_heads, self.num_kv_heads, self.head_dim = num_qo_heads, num_kv_heads, head_dim
+        self.head_dim_vo = head_dim if head_dim_vo is None else head_dim_vo
         sliding, window = _window(window_left, "batch_prefill")
         self.window_left = window if sliding else -1
         config = _capi.PrefillConfig(_text(dtype_q, "dtype_q", _DTYPES[:2]),
@@ -324,7 +329,8 @@ class BatchPrefill:
                                      _text(mask, "mask", ("none", "causal", "custom")),
                                      _text(pos_encoding, "pos_encoding", _POSITIONS), sliding, window,
                                      int(cuda_graph), max_batch, max_total_q,
-                                     _text(kv_split, "kv_split", _KV_SPLITS), kv_split_tokens, max_kv_len)
+                                     _text(kv_split, "kv_split", _KV_SPLITS), kv_split_tokens, max_kv_len,
+                                     0 if head_dim_vo is None else head_dim_vo)
         handle = ctypes.c_void_p()
         _check(_capi.lib.aotinfer_batch_prefill_create(package._handle, ctypes.byref(config), ctypes.byref(handle)))
         self._handle, self._address, self._batch, self._total_q = handle, handle.value, None, None
@@ -362,18 +368,20 @@ class BatchPrefill:
     def run(self, q, k, v, qo_indptr, kv_indptr, o, kv_indices=None, kv_last_page_len=None, lse=None, sm_scale=0.0,
             logits_soft_cap=0.0, rope_scale=1.0, rope_theta=1e4, stream=None, sinks=None, k_scale=1.0, v_scale=1.0,
             custom_mask=None, mask_indptr=None):
-        """Runs the last plan. q, o [total_q, num_qo_heads, head_dim] (at least the planned total_q
-        rows); lse [rows of o, num_qo_heads] float32 or None; k, v the page pools
-        [pages, page_size, heads, dim] (nhd) or [pages, heads, page_size, dim] (hnd) when paged,
-        [total_kv, num_kv_heads, head_dim] when ragged (token-strided views of a fused QKV tensor
-        are fine); qo_indptr, kv_indptr, kv_indices and kv_last_page_len are int32 device copies
-        of what plan saw (the last two paged only). logits_soft_cap > 0 caps the scores, <= 0: no
-        cap; the window is the constructor's. sinks: attention-sink logits, float32 [num_qo_heads]
-        on the GPU, or None (as BatchDecode.run). k_scale, v_scale dequantise K and V (fp8 caches:
-        scores use k * k_scale, values v * v_scale). mask="custom" only: custom_mask, uint8 on the
-        GPU, holds each request's [qo_len, kv_len] mask as row-major bits packed little-endian
-        (pack_custom_mask, FlashInfer's packed_custom_mask) from byte mask_indptr[i] on (int32
-        [batch + 1] on the GPU); it must hold at least its bytes rounded up to 4."""
+        """Runs the last plan. q [total_q, num_qo_heads, head_dim], o [total_q, num_qo_heads,
+        head_dim_vo] (at least the planned total_q rows); lse [rows of o, num_qo_heads] float32 or
+        None; k, v the page pools [pages, page_size, heads, dim] (nhd) or [pages, heads,
+        page_size, dim] (hnd) when paged, [total_kv, num_kv_heads, dim] when ragged, dim head_dim
+        for k and head_dim_vo for v (page- or token-strided views, of a fused QKV tensor say, are
+        fine: each one's stride is read from it); qo_indptr, kv_indptr, kv_indices and
+        kv_last_page_len are int32 device copies of what plan saw (the last two paged only).
+        logits_soft_cap > 0 caps the scores, <= 0: no cap; the window is the constructor's. sinks:
+        attention-sink logits, float32 [num_qo_heads] on the GPU, or None (as BatchDecode.run).
+        k_scale, v_scale dequantise K and V (fp8 caches: scores use k * k_scale, values
+        v * v_scale). mask="custom" only: custom_mask, uint8 on the GPU, holds each request's
+        [qo_len, kv_len] mask as row-major bits packed little-endian (pack_custom_mask,
+        FlashInfer's packed_custom_mask) from byte mask_indptr[i] on (int32 [batch + 1] on the
+        GPU); it must hold at least its bytes rounded up to 4."""
         status = _prefill_run(self._address, q, k, v, qo_indptr, kv_indptr, kv_indices, kv_last_page_len, o, lse,
                               sinks, custom_mask, mask_indptr, sm_scale, logits_soft_cap, rope_scale, rope_theta,
                               k_scale, v_scale, stream)

@@ -29,7 +29,8 @@ class PrefillConfig(ctypes.Structure):
                 ("num_qo_heads", c_int32), ("num_kv_heads", c_int32), ("kv_storage", c_char), ("page_size", c_int32),
                 ("layout", c_char), ("mask", c_char), ("pos_encoding", c_char), ("sliding_window", c_int32),
                 ("window_left", c_int32), ("cuda_graph", c_int32), ("max_batch", c_int32), ("max_total_q", ctypes.c_int64),
-                ("kv_split", c_char), ("kv_split_tokens", c_int32), ("max_kv_len", ctypes.c_int64)]
+                ("kv_split", c_char), ("kv_split_tokens", c_int32), ("max_kv_len", ctypes.c_int64),
+                ("head_dim_vo", c_int32)]
 
 
 # C struct name -> its mirror.

@@ -18,7 +18,7 @@ class FakeCudaArray:
 class PackageTest(unittest.TestCase):
     def test_default_package_lists_its_variants(self):
         variants = aotinfer.Package().variants()
-        self.assertEqual(len(variants), 13)
+        self.assertEqual(len(variants), 15)
         self.assertEqual({v.family for v in variants}, {"merge_state", "append_paged_kv", "batch_decode",
                                                        "batch_prefill_paged", "batch_prefill_ragged", "batch_mla_decode"})
 
@@ -75,6 +75,11 @@ class AbiTest(unittest.TestCase):
         self.assertEqual([name for name, _ in _capi.Scalars._fields_],
                          ["sm_scale", "logits_soft_cap", "rope_scale", "rope_theta", "k_scale", "v_scale"])
         self.assertEqual(ctypes.sizeof(_capi.Scalars), 6 * 4)
+
+    def test_prefill_config_ends_with_head_dim_vo(self):
+        """Added last, so that the fields before it (and the cascade's embedded level) keep their place."""
+        self.assertEqual(_capi.PrefillConfig._fields_[-1], ("head_dim_vo", ctypes.c_int32))
+        self.assertEqual(_capi.PrefillConfig().head_dim_vo, 0)  # 0: head_dim
 
     def test_a_shifted_field_is_caught(self):
         class Shifted(ctypes.Structure):  # a field the header does not have, ahead of the others
@@ -239,6 +244,27 @@ class FrontEndTest(unittest.TestCase):
             aotinfer.Cascade(pkg, 2, 8, 2, 128, window_left=64)
         self.assertIn("sliding_window", str(e.exception))
         self.assertIn("restart in each level", str(e.exception))
+
+    def test_batch_prefill_head_dim_vo_goes_to_the_config(self):
+        """V and o rows head_dim_vo wide: MLA prefill's 192 / 128 names a variant of the package (the
+        driver is all it lacks), a pair the package lacks is NotFound naming it, and RoPE at unequal
+        widths is refused by the config check; all before the driver."""
+        pkg = aotinfer.Package()
+        with self.assertRaises(aotinfer.NotFound) as e:
+            aotinfer.BatchPrefill(pkg, 8, 2, 128, head_dim_vo=64)
+        self.assertIn("head_dim_vo=64", str(e.exception))
+        with self.assertRaises(aotinfer.InvalidArgument) as e:
+            aotinfer.BatchPrefill(pkg, 8, 2, 192, head_dim_vo=128, pos_encoding="rope_llama")
+        self.assertIn("served with 16-bit K/V and pos_encoding none", str(e.exception))
+        with self.assertRaises(aotinfer.InvalidArgument) as e:
+            aotinfer.BatchPrefill(pkg, 8, 2, 128, head_dim_vo=-1)
+        self.assertIn("head_dim_vo", str(e.exception))
+        self.assertEqual(aotinfer.BatchPrefill.__init__.__defaults__[-1], None)
+        if _has_driver():
+            return
+        for kv_storage in ("paged", "ragged"):
+            with self.subTest(kv_storage=kv_storage), self.assertRaises(aotinfer.NoDriver):
+                aotinfer.BatchPrefill(pkg, 8, 2, 192, head_dim_vo=128, kv_storage=kv_storage)
 
     def test_batch_prefill_without_a_driver_the_error_is_clear(self):
         if _has_driver():

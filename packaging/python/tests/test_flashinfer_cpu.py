@@ -304,9 +304,9 @@ class MappingTest(unittest.TestCase):
         config, features, scalars = _args.prefill_plan(
             "p", 32, 8, 128, head_dim_vo=128, causal=True, pos_encoding_mode="ROPE_LLAMA", window_left=0,
             logits_soft_cap=50.0, q_data_type="bfloat16", o_data_type="float16")
-        self.assertEqual(config, dict(num_qo_heads=32, num_kv_heads=8, head_dim=128, dtype_q="bf16", dtype_kv="bf16",
-                                      dtype_o="f16", mask="causal", pos_encoding="rope_llama", window_left=0,
-                                      kv_split="adaptive"))
+        self.assertEqual(config, dict(num_qo_heads=32, num_kv_heads=8, head_dim=128, head_dim_vo=128, dtype_q="bf16",
+                                      dtype_kv="bf16", dtype_o="f16", mask="causal", pos_encoding="rope_llama",
+                                      window_left=0, kv_split="adaptive"))
         self.assertEqual(features, ("rope_llama", "causal"))
         self.assertEqual(scalars[1:], (50.0, 1.0, 1e4))
         self.assertEqual(_args.prefill_plan("p", 8, 8, 64)[0]["mask"], "none")
@@ -317,6 +317,20 @@ class MappingTest(unittest.TestCase):
         for name, short in (("float8_e4m3fn", "e4m3"), ("float8_e5m2", "e5m2")):  # fp8 caches, 16-bit queries
             config = _args.prefill_plan("p", 32, 8, 128, q_data_type="bfloat16", kv_data_type=name)[0]
             self.assertEqual((config["dtype_q"], config["dtype_kv"], config["dtype_o"]), ("bf16", short, "bf16"))
+
+    def test_prefill_head_dim_vo(self):
+        """head_dim_vo (None: head_dim_qk) goes to the config; MLA prefill's 192 / 128 keeps
+        1/sqrt(head_dim_qk) as the default scale. Unequal widths with RoPE or an fp8 cache are
+        refused here, as the runtime's config check would."""
+        self.assertEqual(_args.prefill_plan("p", 32, 8, 128)[0]["head_dim_vo"], 128)
+        config, features, scalars = _args.prefill_plan("p", 128, 128, 192, head_dim_vo=128, causal=True,
+                                                       q_data_type="bfloat16")
+        self.assertEqual((config["head_dim"], config["head_dim_vo"], config["pos_encoding"]), (192, 128, "none"))
+        self.assertEqual(scalars[0], 1 / math.sqrt(192))
+        self.assertEqual(_args.prefill_plan("p", 8, 8, 192, head_dim_vo=128, pos_encoding_mode="ALIBI")[0]["head_dim_vo"],
+                         128)
+        # Passed on as it is: the package decides whether it holds the pair (plan() raises NotFound).
+        self.assertEqual(_args.prefill_plan("p", 32, 8, 128, head_dim_vo=64)[0]["head_dim_vo"], 64)
 
     def test_batch_invariant_options(self):
         """FlashInfer's fixed_split_size (pages of a paged cache, tokens of ragged K/V) and
@@ -367,6 +381,20 @@ class MappingTest(unittest.TestCase):
         self.assertIn("head_dim=256", str(miss.exception))
         self.assertIn("include", str(miss.exception))
 
+    def test_mla_prefill_names_a_variant_and_other_widths_a_miss(self):
+        """MLA prefill (head_dim_qk 192, head_dim_vo 128) resolves to variants the CI package holds,
+        with its split-KV merge at 128; qk 128 / vo 64 is a miss naming head_dim_vo, which plan()
+        raises as aotinfer.NotFound."""
+        pkg = aotinfer.Package()
+        for storage in ("paged", "ragged"):
+            config, _, _ = _args.prefill_plan("p", 128, 128, 192, head_dim_vo=128, causal=True, q_data_type="bfloat16")
+            self.assertEqual(pkg.find("batch_prefill_" + storage, **prefill_axes(config)).axes["head_dim_vo"], "128")
+            config, _, _ = _args.prefill_plan("p", 32, 8, 128, head_dim_vo=64, q_data_type="bfloat16")
+            with self.assertRaises(aotinfer.NotFound) as miss:
+                pkg.find("batch_prefill_" + storage, **prefill_axes(config))
+            self.assertIn("head_dim_vo=64", str(miss.exception))
+        self.assertEqual(pkg.find("merge_state", dtype="bf16", head_dim=128).family, "merge_state")
+
 
 def decode_axes(c):
     return dict(dtype_q=c["dtype_q"], dtype_kv=c["dtype_kv"], head_dim=c["head_dim"], dtype_o=c["dtype_o"],
@@ -375,7 +403,7 @@ def decode_axes(c):
 
 def prefill_axes(c):
     return dict(dtype_q=c["dtype_q"], head_dim=c["head_dim"], dtype_kv=c["dtype_kv"], dtype_o=c["dtype_o"],
-                pos_encoding=c["pos_encoding"])
+                pos_encoding=c["pos_encoding"], head_dim_vo=c["head_dim_vo"])
 
 
 class Recorded:
@@ -513,7 +541,10 @@ class RefusalTest(unittest.TestCase):
         paged = flashinfer.BatchPrefillWithPagedKVCacheWrapper(Stand())
         ragged = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(Stand())
         common = [
-            (dict(head_dim_vo=64), "head_dim_vo=64"),
+            (dict(head_dim_vo=64, pos_encoding_mode="ROPE_LLAMA"), "head_dim_vo=64"),
+            (dict(head_dim_vo=64, kv_data_type="float8_e4m3fn"), "16-bit K/V"),
+            (dict(head_dim_vo=0), "head_dim_vo=0"),
+            (dict(head_dim_vo="128"), "head_dim_vo='128'"),
             (dict(use_fp16_qk_reduction=True), "use_fp16_qk_reduction=True"),
             (dict(prefix_len_ptr=Stand()), "prefix_len_ptr"),
             (dict(token_pos_in_items_ptr=Stand()), "token_pos_in_items_ptr"),
@@ -863,6 +894,14 @@ class WithoutTorchTest(unittest.TestCase):
         with self.assertRaises(ImportError):
             paged.plan(*paged_args(), max_token_per_sequence=4, max_sequence_kv=4096, uniform_q_len=4,
                        q_data_type="bfloat16", head_dim_vo=128)
+        # MLA prefill (head_dim_qk 192, head_dim_vo 128) passes every check of both wrappers.
+        ragged = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(Stand())
+        for plan in (lambda: paged.plan([0, 4], [0, 1], [0], [4], 128, 128, 192, 16, head_dim_vo=128, causal=True,
+                                        q_data_type="bfloat16"),
+                     lambda: ragged.plan([0, 4], [0, 4], 128, 128, 192, head_dim_vo=128, causal=True,
+                                         q_data_type="bfloat16")):
+            with self.assertRaises(ImportError):
+                plan()
         decode = flashinfer.BatchDecodeWithPagedKVCacheWrapper(Stand(), use_tensor_cores=True)
         with self.assertRaises(ImportError):
             decode.plan(*DECODE_ARGS, q_len_per_req=1, is_causal=False, window_right=0)

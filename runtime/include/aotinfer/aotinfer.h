@@ -224,6 +224,8 @@ typedef struct aotinfer_batch_prefill_config {
   const char* kv_split;     /* "adaptive" | "fixed" | "none" (fixed, none: batch-invariant; aotinfer/attention.hpp); NULL: "adaptive" */
   int32_t kv_split_tokens;  /* "fixed": keys per chunk */
   int64_t max_kv_len;       /* CUDA-graph mode with kv_split "fixed": the longest request's keys */
+  int32_t head_dim_vo;      /* width of V and o rows; 0: head_dim (they differ only for MLA models' prefill: 192 / 128,
+                             * with 16-bit K/V and pos_encoding "none") */
 } aotinfer_batch_prefill_config;
 
 typedef struct aotinfer_batch_prefill_run_args {
@@ -231,12 +233,12 @@ typedef struct aotinfer_batch_prefill_run_args {
   int64_t total_q;                 /* must equal qo_indptr[batch] of the plan */
   const void* q;                   /* [total_q, num_qo_heads, head_dim] */
   const int32_t* qo_indptr;        /* device copies of what plan saw */
-  const void* k;                   /* paged: the page pools in config.layout; ragged: [total_kv, heads, dim] */
-  const void* v;
+  const void* k;                   /* paged: the page pools in config.layout; ragged: [total_kv, heads, head_dim] */
+  const void* v;                   /* the same, head_dim_vo wide */
   const int32_t* kv_indptr;        /* paged: pages; ragged: tokens */
   const int32_t* kv_indices;       /* paged only */
   const int32_t* kv_last_page_len; /* paged only */
-  void* o;                         /* [total_q, num_qo_heads, head_dim] */
+  void* o;                         /* [total_q, num_qo_heads, head_dim_vo] */
   float* lse;                      /* [total_q, num_qo_heads]; may be NULL */
   const float* sinks;              /* [num_qo_heads] attention-sink logits; may be NULL */
   float sm_scale;                  /* 0: 1/sqrt(head_dim) */
@@ -248,6 +250,8 @@ typedef struct aotinfer_batch_prefill_run_args {
   float v_scale;                   /* 0: 1 */
   const uint8_t* custom_mask;      /* mask "custom": packed bits, 4-byte aligned (aotinfer/params/batch_prefill.h) */
   const int32_t* mask_indptr;      /* mask "custom": [batch + 1] byte offsets of the requests' masks */
+  int64_t v_stride;                /* elements between V's pages (paged) or tokens (ragged); 0: packed. Where the
+                                    * widths are equal V is stepped as K (packed here): 0 or that stride */
 } aotinfer_batch_prefill_run_args;
 
 aotinfer_status aotinfer_batch_prefill_create(const aotinfer_package* package,
@@ -295,8 +299,9 @@ typedef struct aotinfer_cascade aotinfer_cascade;
 
 typedef struct aotinfer_cascade_config {
   aotinfer_batch_prefill_config level; /* every level's: kv_storage "paged" (or NULL), pos_encoding "none" (or
-                                        * NULL), sliding_window 0; CUDA-graph mode: max_batch bounds each
-                                        * level's groups, max_total_q the query tokens */
+                                        * NULL), sliding_window 0, head_dim_vo 0 (or head_dim); CUDA-graph
+                                        * mode: max_batch bounds each level's groups, max_total_q the query
+                                        * tokens */
   int32_t num_levels;                  /* >= 1 */
 } aotinfer_cascade_config;
 

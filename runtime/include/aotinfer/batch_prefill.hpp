@@ -43,12 +43,13 @@ struct BatchPrefillConfig {
   DType dtype_kv = DType::bf16;  // f16 or bf16: the operand type (q is rounded to it); e4m3 or e5m2:
                                  // widened exactly to f16, the operand type (and q rounded to f16)
   DType dtype_o = DType::bf16;
-  int head_dim = 128;
+  int head_dim = 128;     // width of q and K rows
+  int head_dim_vo = 0;    // width of V and o rows; 0: head_dim (they differ only for MLA models' prefill: 192 / 128)
   int num_qo_heads = 32;
   int num_kv_heads = 8;  // num_qo_heads / num_kv_heads is the GQA group size
   KvStorage kv_storage = KvStorage::paged;
   int page_size = 16;            // paged
-  KvLayout layout = KvLayout::nhd;  // paged pools; ragged K/V are [total_kv, num_kv_heads, head_dim]
+  KvLayout layout = KvLayout::nhd;  // paged pools; ragged K is [total_kv, num_kv_heads, head_dim], V head_dim_vo wide
   MaskMode mask = MaskMode::causal;
   // none, rope_llama (a variant axis) or alibi (a run-time bias: the none variant serves it)
   PosEncoding pos_encoding = PosEncoding::none;
@@ -60,6 +61,8 @@ struct BatchPrefillConfig {
   std::int64_t max_total_q = 0;
   KvSplit kv_split;             // adaptive, or batch-invariant: fixed chunks or none (attention.hpp)
   std::int64_t max_kv_len = 0;  // CUDA-graph mode with a fixed split: the longest request, which sizes the grids
+
+  int vo_dim() const { return head_dim_vo != 0 ? head_dim_vo : head_dim; }  // head_dim_vo, 0 resolved
 };
 
 struct PrefillRunArgs {
@@ -68,13 +71,14 @@ struct PrefillRunArgs {
   const void* q = nullptr;    // [total_q, num_qo_heads, head_dim]
   std::int64_t q_stride = 0;  // elements between q's tokens (a slice of a fused qkv tensor); 0: dense
   const std::int32_t* qo_indptr = nullptr;  // device copies of what plan saw
-  const void* k = nullptr;    // paged: the page pools in config.layout; ragged: [total_kv, heads, dim]
-  const void* v = nullptr;
-  std::int64_t kv_stride = 0;  // elements between pages (paged) or tokens (ragged) of k and v; 0: packed
+  const void* k = nullptr;    // paged: the page pools in config.layout; ragged: [total_kv, heads, head_dim]
+  const void* v = nullptr;    // the same, head_dim_vo wide
+  std::int64_t kv_stride = 0;  // elements between pages (paged) or tokens (ragged) of k (and of v where the
+                               // widths are equal); 0: packed
   const std::int32_t* kv_indptr = nullptr;         // paged: pages; ragged: tokens
   const std::int32_t* kv_indices = nullptr;        // paged only
   const std::int32_t* kv_last_page_len = nullptr;  // paged only
-  void* o = nullptr;           // [total_q, num_qo_heads, head_dim]
+  void* o = nullptr;           // [total_q, num_qo_heads, head_dim_vo]
   float* lse = nullptr;        // [total_q, num_qo_heads] or nullptr
   const float* sinks = nullptr;  // [num_qo_heads] attention-sink logits, or nullptr
   float sm_scale = 0;          // 0 = 1/sqrt(head_dim)
@@ -89,6 +93,9 @@ struct PrefillRunArgs {
   // read in aligned 4-byte words: its buffer must be readable up to a multiple of 4 bytes.
   const std::uint8_t* custom_mask = nullptr;
   const std::int32_t* mask_indptr = nullptr;
+  // Elements between V's pages (paged) or tokens (ragged); 0: kv_stride when the widths are
+  // equal (the kernels then step V with K's strides, so another value is refused), else packed V.
+  std::int64_t v_stride = 0;
 };
 
 class BatchPrefill {
@@ -98,8 +105,8 @@ class BatchPrefill {
   BatchPrefill(const Package& package, const BatchPrefillConfig& config);
   // What the constructor does before it looks at the package: refuse a config (the
   // Error(invalid_argument) it throws: head counts, page size, layout, position encoding,
-  // CUDA-graph bounds) and name the prefill variant it loads (merge_state's comes from
-  // MergeState::variant_key).
+  // head_dim_vo (unequal widths take 16-bit K/V without RoPE), CUDA-graph bounds) and name the
+  // prefill variant it loads (merge_state's comes from MergeState::variant_key at head_dim_vo).
   static void check_config(const BatchPrefillConfig& config);
   static VariantKey variant_key(const BatchPrefillConfig& config);
   ~BatchPrefill();

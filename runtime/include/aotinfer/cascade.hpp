@@ -38,7 +38,7 @@ namespace aotinfer {
 struct CascadeConfig {
   // Every level's prefill: paged KV; the mask is the last level's (the others take none). No
   // RoPE or sliding window: both count positions, which restart in each level (rotate q and K
-  // before caching them instead).
+  // before caching them instead). head_dim_vo 0 (or head_dim): the levels merge head_dim wide.
   BatchPrefillConfig level;
   int num_levels = 1;
 };

@@ -80,7 +80,7 @@ std::string prefill_config() {
   return AOTINFER_STRUCT(aotinfer_batch_prefill_config, F(dtype_q), F(dtype_kv), F(dtype_o), F(head_dim), F(num_qo_heads),
                          F(num_kv_heads), F(kv_storage), F(page_size), F(layout), F(mask), F(pos_encoding),
                          F(sliding_window), F(window_left), F(cuda_graph), F(max_batch), F(max_total_q), F(kv_split),
-                         F(kv_split_tokens), F(max_kv_len));
+                         F(kv_split_tokens), F(max_kv_len), F(head_dim_vo));
 }
 
 std::string decode_run_args() {
@@ -96,7 +96,7 @@ std::string prefill_run_args() {
   return AOTINFER_STRUCT(aotinfer_batch_prefill_run_args, F(batch), F(total_q), F(q), F(qo_indptr), F(k), F(v),
                          F(kv_indptr), F(kv_indices), F(kv_last_page_len), F(o), F(lse), F(sinks), F(sm_scale),
                          F(logits_soft_cap), F(rope_scale), F(rope_theta), F(q_stride_token), F(k_scale), F(v_scale),
-                         F(custom_mask), F(mask_indptr));
+                         F(custom_mask), F(mask_indptr), F(v_stride));
 }
 
 std::string merge_params() {

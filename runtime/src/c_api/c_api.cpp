@@ -251,6 +251,7 @@ std::int32_t window_arg(const Args& a, std::int32_t sliding_window, std::int32_t
 // or "config->level." for a cascade's levels).
 aotinfer::BatchPrefillConfig prefill_config_arg(const Args& a, const aotinfer_batch_prefill_config& c, const std::string& field) {
   a.at_least(c.head_dim, 1, (field + "head_dim").c_str());
+  a.at_least(c.head_dim_vo, 0, (field + "head_dim_vo (0: head_dim)").c_str());
   a.at_least(c.num_qo_heads, 1, (field + "num_qo_heads").c_str());
   a.at_least(c.num_kv_heads, 1, (field + "num_kv_heads").c_str());
   if (c.cuda_graph) {
@@ -263,6 +264,7 @@ aotinfer::BatchPrefillConfig prefill_config_arg(const Args& a, const aotinfer_ba
   config.dtype_kv = c.dtype_kv ? dtype_arg(c.dtype_kv, "dtype_kv") : config.dtype_q;
   config.dtype_o = c.dtype_o ? dtype_arg(c.dtype_o, "dtype_o") : config.dtype_q;
   config.head_dim = c.head_dim;
+  config.head_dim_vo = c.head_dim_vo;
   config.num_qo_heads = c.num_qo_heads;
   config.num_kv_heads = c.num_kv_heads;
   const std::string storage = c.kv_storage ? c.kv_storage : "paged";
@@ -774,6 +776,7 @@ aotinfer_status aotinfer_batch_prefill_run(const aotinfer_batch_prefill* prefill
     args.v_scale = in->v_scale != 0 ? in->v_scale : 1.f;
     args.custom_mask = in->custom_mask;
     args.mask_indptr = in->mask_indptr;
+    args.v_stride = in->v_stride;
     prefill->prefill.run(args, static_cast<aotinfer::Stream>(stream));
   });
 }

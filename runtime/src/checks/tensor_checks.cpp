@@ -4,6 +4,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <string>
+#include <tuple>
 
 #include "aotinfer/params/batch_mla_decode.h"
 
@@ -238,11 +239,13 @@ MlaDecodeRunArgs mla_decode_run_args(const BatchMlaDecodeConfig& c, const Planne
 PrefillRunArgs prefill_run_args(const BatchPrefillConfig& c, const PlannedShape& plan, const aotinfer_batch_prefill_tensors& t,
                                 const aotinfer_attention_scalars& s) {
   const Checker check("batch_prefill.run", plan.device);
-  const std::int64_t batch = plan.batch, rows = plan.q_rows, hq = c.num_qo_heads, hk = c.num_kv_heads, dim = c.head_dim;
+  const std::int64_t batch = plan.batch, rows = plan.q_rows, hq = c.num_qo_heads, hk = c.num_kv_heads;
   const bool paged = c.kv_storage == KvStorage::paged;
+  // q and K rows are head_dim wide, V and o rows head_dim_vo wide.
+  const Dim dim{c.head_dim, "head_dim"}, vo{c.vo_dim(), "head_dim_vo"};
   // q may be a token-strided view (a slice of a fused qkv tensor); o is written densely.
-  check.tensor(t.q, "q", c.dtype_q, {{rows, "total_q", true}, {hq, "num_qo_heads"}, {dim, "head_dim"}}, Packing::rows_strided);
-  check.tensor(t.o, "o", c.dtype_o, {{rows, "total_q", true}, {hq, "num_qo_heads"}, {dim, "head_dim"}});
+  check.tensor(t.q, "q", c.dtype_q, {{rows, "total_q", true}, {hq, "num_qo_heads"}, dim}, Packing::rows_strided);
+  check.tensor(t.o, "o", c.dtype_o, {{rows, "total_q", true}, {hq, "num_qo_heads"}, vo});
   // lse rows follow o's: a caller with spare rows in o has them in lse too.
   check.optional(t.lse, "lse", DType::f32, {{t.o.shape[0], "o's rows"}, {hq, "num_qo_heads"}});
   check.optional(t.sinks, "sinks", DType::f32, {{hq, "num_qo_heads"}});
@@ -251,22 +254,28 @@ PrefillRunArgs prefill_run_args(const BatchPrefillConfig& c, const PlannedShape&
 
   PrefillRunArgs a;
   if (paged) {
-    const std::int64_t page = c.page_size;
+    const Dim page{c.page_size, "page_size"}, heads{hk, "num_kv_heads"};
     const Dim pages{std::max<std::int64_t>(plan.num_pages, 1), "pages", true};
-    for (auto [pool, name] : {std::pair{&t.k, "k"}, {&t.v, "v"}}) {
-      if (c.layout == KvLayout::nhd) check.tensor(*pool, name, c.dtype_kv, {pages, {page, "page_size"}, {hk, "num_kv_heads"}, {dim, "head_dim"}}, Packing::rows_strided);
-      else check.tensor(*pool, name, c.dtype_kv, {pages, {hk, "num_kv_heads"}, {page, "page_size"}, {dim, "head_dim"}}, Packing::rows_strided);
+    for (auto [pool, name, width] : {std::tuple{&t.k, "k", dim}, {&t.v, "v", vo}}) {
+      if (c.layout == KvLayout::nhd) check.tensor(*pool, name, c.dtype_kv, {pages, page, heads, width}, Packing::rows_strided);
+      else check.tensor(*pool, name, c.dtype_kv, {pages, heads, page, width}, Packing::rows_strided);
     }
     check.tensor(t.kv_indices, "kv_indices", DType::i32, {{plan.kv_entries, "kv_indptr[batch]", true}}, Packing::contiguous, 4);
     check.tensor(t.kv_last_page_len, "kv_last_page_len", DType::i32, {{batch, "batch"}}, Packing::contiguous, 4);
-    a.kv_stride = page_stride(check, t.k, t.v, "v");
     a.kv_indices = static_cast<const std::int32_t*>(t.kv_indices.data);
     a.kv_last_page_len = static_cast<const std::int32_t*>(t.kv_last_page_len.data);
   } else {
     const Dim tokens{plan.kv_entries, "total_kv", true};
-    check.tensor(t.k, "k", c.dtype_kv, {tokens, {hk, "num_kv_heads"}, {dim, "head_dim"}}, Packing::rows_strided);
-    check.tensor(t.v, "v", c.dtype_kv, {tokens, {hk, "num_kv_heads"}, {dim, "head_dim"}}, Packing::rows_strided);
-    a.kv_stride = page_stride(check, t.k, t.v, "v");
+    check.tensor(t.k, "k", c.dtype_kv, {tokens, {hk, "num_kv_heads"}, dim}, Packing::rows_strided);
+    check.tensor(t.v, "v", c.dtype_kv, {tokens, {hk, "num_kv_heads"}, vo}, Packing::rows_strided);
+  }
+  // Each tensor's own page (paged) or token (ragged) stride. Where the widths are equal the
+  // kernels step V with K's stride, so the two must agree.
+  if (c.vo_dim() == c.head_dim) {
+    a.kv_stride = a.v_stride = page_stride(check, t.k, t.v, "v");
+  } else {
+    a.kv_stride = row_stride(t.k);
+    a.v_stride = row_stride(t.v);
   }
   if (c.mask == MaskMode::custom) {
     // The kernels read the bits in aligned 4-byte words, so the last mask's word must exist.

@@ -26,8 +26,9 @@ namespace {
 using detail::align_up;
 using detail::PrefillIntLayout;
 
-std::size_t float_bytes(std::int64_t states, int head_dim) {
-  return align_up(std::size_t(states) * head_dim * 4) + align_up(std::size_t(states) * 4);
+// The split-KV states: partial o rows (head_dim_vo wide), then their LSEs.
+std::size_t float_bytes(std::int64_t states, int head_dim_vo) {
+  return align_up(std::size_t(states) * head_dim_vo * 4) + align_up(std::size_t(states) * 4);
 }
 
 // The TMA maps of q and ragged K/V for a kernel that reads through them (paged kernels read
@@ -49,8 +50,8 @@ void encode_tensor_maps(aotinfer_batch_prefill_params& p, const aotinfer_launch_
   if (ragged && dtype_size(c.dtype_kv) == 2) {  // fp8 rows are widened by the kernel, never read by TMA
     p.k_map = detail::rows_tensor_map(c.dtype_kv, p.ragged.k, total_kv, c.num_kv_heads, c.head_dim,
                                       p.ragged.stride_token, 1, kv_tile);
-    p.v_map = detail::rows_tensor_map(c.dtype_kv, p.ragged.v, total_kv, c.num_kv_heads, c.head_dim,
-                                      p.ragged.stride_token, 1, kv_tile);
+    p.v_map = detail::rows_tensor_map(c.dtype_kv, p.ragged.v, total_kv, c.num_kv_heads, c.vo_dim(), p.v_stride_token,
+                                      1, kv_tile);
   }
   p.tensor_maps_encoded = 1;
 }
@@ -90,6 +91,13 @@ void BatchPrefill::check_config(const BatchPrefillConfig& c) {
   if (c.cuda_graph && (c.max_batch < 1 || c.max_total_q < 1))
     invalid("CUDA-graph mode needs max_batch >= 1 and max_total_q >= 1");
   detail::check_kv_split("batch_prefill", c.kv_split, c.cuda_graph, c.max_kv_len);
+  if (c.head_dim_vo < 0) invalid("head_dim_vo must be 0 (head_dim) or >= 1, got " + std::to_string(c.head_dim_vo));
+  // The kernels of unequal widths keep the plain 16-bit path: no fp8 widening, no RoPE (MLA
+  // models rotate a 64-wide part of q and k before attention).
+  if (c.vo_dim() != c.head_dim && (c.pos_encoding == PosEncoding::rope_llama || dtype_size(c.dtype_kv) == 1))
+    invalid("head_dim_vo != head_dim (MLA prefill, 192/128) is served with 16-bit K/V and pos_encoding none, got dtype_kv " +
+            std::string(dtype_name(c.dtype_kv)) + " and pos_encoding " + pos_encoding_name(c.pos_encoding) +
+            " at head_dim " + std::to_string(c.head_dim) + " / head_dim_vo " + std::to_string(c.vo_dim()));
 }
 
 VariantKey BatchPrefill::variant_key(const BatchPrefillConfig& c) {
@@ -100,7 +108,8 @@ VariantKey BatchPrefill::variant_key(const BatchPrefillConfig& c) {
                      {"dtype_o", std::string(dtype_name(c.dtype_o))},
                      // ALiBi is a run-time bias of the general entries: the none variant serves it.
                      {"pos_encoding", pos_encoding_name(c.pos_encoding == PosEncoding::alibi ? PosEncoding::none
-                                                                                              : c.pos_encoding)}}};
+                                                                                              : c.pos_encoding)},
+                     {"head_dim_vo", std::to_string(c.vo_dim())}}};
 }
 
 BatchPrefill::BatchPrefill(const Package& package, const BatchPrefillConfig& c) : impl_(std::make_unique<Impl>()) {
@@ -118,7 +127,7 @@ BatchPrefill::BatchPrefill(const Package& package, const BatchPrefillConfig& c) 
   if (std::memcmp(s.large.launch_info().tile, s.large_general.launch_info().tile, sizeof s.large.launch_info().tile) != 0)
     invalid("variant " + s.large.uri() + ": entries prefill and prefill_general have different tiles (a package built "
             "from mismatched templates); rebuild it");
-  s.merge = package.kernel(MergeState::variant_key(c.dtype_o, c.head_dim), "merge_varlen");
+  s.merge = package.kernel(MergeState::variant_key(c.dtype_o, c.vo_dim()), "merge_varlen");  // merges o rows
 
   const aotinfer_launch_info& info = s.large.launch_info();
   if (int(info.tile[2]) != c.head_dim)
@@ -165,7 +174,7 @@ WorkspaceSizes BatchPrefill::workspace_sizes(std::int64_t max_total_q, std::int3
   const Impl& s = *impl_;
   const PrefillCapacity cap =
       s.config.cuda_graph ? s.graph_capacity : prefill_capacity(max_total_q, max_batch, s.limits, max_kv_len);
-  return {float_bytes(cap.states, s.config.head_dim), PrefillIntLayout(cap.work, cap.outputs).bytes};
+  return {float_bytes(cap.states, s.config.vo_dim()), PrefillIntLayout(cap.work, cap.outputs).bytes};
 }
 
 void BatchPrefill::plan_paged(std::span<const std::int32_t> qo_indptr, std::span<const std::int32_t> kv_indptr,
@@ -217,7 +226,7 @@ void BatchPrefill::plan_lengths(std::span<const std::int32_t> qo_indptr, std::sp
     states = c.cuda_graph ? s.graph_capacity.states : w.num_states;
     if (w.num_states > states || (c.cuda_graph && w.num_outputs() > s.graph_capacity.outputs))
       invalid("this batch's split states exceed the CUDA-graph capacity (a request is longer than max_kv_len)");
-    const std::size_t need_float = states > 0 ? float_bytes(states, c.head_dim) : 0;
+    const std::size_t need_float = states > 0 ? float_bytes(states, c.vo_dim()) : 0;
     detail::check_workspace("batch_prefill", ws, layout.bytes, need_float);
     // Not cleared: the planner writes every array entry the kernels read, and they read no
     // other byte (not the gaps between the 256-byte aligned arrays, nor the split-only arrays of
@@ -269,8 +278,15 @@ void BatchPrefill::run(const PrefillRunArgs& a, Stream stream) const {
     invalid("a custom mask needs custom_mask and mask_indptr");
   if (c.mask == MaskMode::custom && reinterpret_cast<std::uintptr_t>(a.custom_mask) % 4 != 0)
     invalid("custom_mask must be 4-byte aligned (the kernels read it in 4-byte words)");
-  if (a.kv_stride < 0 || a.kv_stride * std::int64_t(dtype_size(c.dtype_kv)) % 16 != 0)
-    invalid("kv_stride must be a non-negative multiple of 16 bytes, got " + std::to_string(a.kv_stride) + " elements");
+  for (auto [name, stride] : {std::pair{"kv_stride", a.kv_stride}, {"v_stride", a.v_stride}})
+    if (stride < 0 || stride * std::int64_t(dtype_size(c.dtype_kv)) % 16 != 0)
+      invalid(std::string(name) + " must be a non-negative multiple of 16 bytes, got " + std::to_string(stride) + " elements");
+  // Where the widths are equal the kernels step V's keys with K's strides (only V's base is its own).
+  const std::int64_t packed_k = std::int64_t(paged ? c.page_size : 1) * c.num_kv_heads * c.head_dim;
+  if (c.vo_dim() == c.head_dim && a.v_stride != 0 && a.v_stride != (a.kv_stride != 0 ? a.kv_stride : packed_k))
+    invalid("v_stride " + std::to_string(a.v_stride) + " differs from K's " +
+            std::to_string(a.kv_stride != 0 ? a.kv_stride : packed_k) +
+            " where head_dim_vo == head_dim: the kernels step V with K's strides there (pass 0)");
   const std::int64_t q_row = std::int64_t(c.num_qo_heads) * c.head_dim;
   if (a.q_stride != 0 && (a.q_stride < q_row || a.q_stride * std::int64_t(dtype_size(c.dtype_q)) % 16 != 0))
     invalid("q_stride must be 0 (dense) or a multiple of 16 bytes of at least num_qo_heads * head_dim = " +
@@ -279,7 +295,8 @@ void BatchPrefill::run(const PrefillRunArgs& a, Stream stream) const {
 
   const char* ints = static_cast<const char*>(s.workspace.int_buffer);
   auto int_array = [&](std::size_t offset) { return reinterpret_cast<const std::int32_t*>(ints + offset); };
-  const std::int64_t heads = c.num_kv_heads, dim = c.head_dim;
+  const std::int64_t heads = c.num_kv_heads, dim = c.head_dim, vo = c.vo_dim();
+  const bool same_width = vo == dim;
 
   aotinfer_batch_prefill_params p{};
   p.q = a.q;
@@ -297,6 +314,10 @@ void BatchPrefill::run(const PrefillRunArgs& a, Stream stream) const {
     p.paged.stride_head = c.layout == KvLayout::nhd ? dim : page * dim;
     p.paged.page_size = c.page_size;
     p.paged.num_kv_heads = c.num_kv_heads;
+    // V's pool in the same layout, rows head_dim_vo wide.
+    p.v_stride_page = a.v_stride != 0 ? a.v_stride : same_width ? p.paged.stride_page : page * heads * vo;
+    p.v_stride_token = c.layout == KvLayout::nhd ? heads * vo : vo;
+    p.v_stride_head = c.layout == KvLayout::nhd ? vo : page * vo;
   } else {
     p.ragged.k = a.k;
     p.ragged.v = a.v;
@@ -304,6 +325,8 @@ void BatchPrefill::run(const PrefillRunArgs& a, Stream stream) const {
     p.ragged.stride_token = a.kv_stride != 0 ? a.kv_stride : heads * dim;
     p.ragged.stride_head = dim;
     p.ragged.num_kv_heads = c.num_kv_heads;
+    p.v_stride_token = a.v_stride != 0 ? a.v_stride : same_width ? p.ragged.stride_token : heads * vo;
+    p.v_stride_head = vo;
   }
   p.o = a.o;
   p.lse = a.lse;
@@ -320,7 +343,7 @@ void BatchPrefill::run(const PrefillRunArgs& a, Stream stream) const {
   if (s.state_capacity > 0) {
     p.partial_o = static_cast<float*>(s.workspace.float_buffer);
     p.partial_lse = reinterpret_cast<float*>(static_cast<char*>(s.workspace.float_buffer) +
-                                             align_up(std::size_t(s.state_capacity) * dim * 4));
+                                             align_up(std::size_t(s.state_capacity) * vo * 4));
   }
   p.num_qo_heads = c.num_qo_heads;
   p.mask_mode = c.mask == MaskMode::causal   ? AOTINFER_MASK_CAUSAL

@@ -102,6 +102,8 @@ void Cascade::check_config(const CascadeConfig& c) {
   if (c.level.window_left >= 0)
     invalid("window_left must be < 0 (no window): a window counts positions, which restart in each level");
   if (c.level.mask == MaskMode::custom) invalid("mask must be none or causal (a cascade takes no custom mask)");
+  if (c.level.vo_dim() != c.level.head_dim)
+    invalid("head_dim_vo must be 0 or head_dim (the levels' states are merged head_dim wide)");
   restated("cascade: ", [&] { BatchPrefill::check_config(c.level); });
 }
 

@@ -2,11 +2,14 @@
  * request attends to the request's KV, paged (batch_prefill_paged, paged_kv.h) or ragged
  * (batch_prefill_ragged, ragged below). Requests are ragged along tokens:
  *
- *   q   [total_q, num_qo_heads, head_dim]  dtype_q, request i owns rows qo_indptr[i] .. [i+1];
- *                                          token t at q + t * q_stride_token (a slice of a fused
- *                                          qkv tensor; num_qo_heads * head_dim when dense)
- *   o   [total_q, num_qo_heads, head_dim]  dtype_o
- *   lse [total_q, num_qo_heads]            float, natural log; may be NULL
+ *   q   [total_q, num_qo_heads, head_dim]     dtype_q, request i owns rows qo_indptr[i] .. [i+1];
+ *                                             token t at q + t * q_stride_token (a slice of a fused
+ *                                             qkv tensor; num_qo_heads * head_dim when dense)
+ *   o   [total_q, num_qo_heads, head_dim_vo]  dtype_o
+ *   lse [total_q, num_qo_heads]               float, natural log; may be NULL
+ * K rows are head_dim wide and V rows head_dim_vo wide (the variant's axes; equal but for MLA
+ * models' prefill, head_dim 192 and head_dim_vo 128). Where they differ, V has its own strides
+ * (v_strides below); where they are equal, V shares K's (the paged or ragged strides).
  * Query head h reads KV head h / group, group = num_qo_heads / num_kv_heads (GQA, run time).
  *
  * Request i has qo_len query tokens and kv_len keys; query token t sits at position
@@ -38,14 +41,14 @@
  * [kv_begin, kv_end)). With work_state[x] = -1 it writes o/lse; otherwise the tile's KV is split
  * into work_state_stride[x] chunks and the item writes float states: row r of KV head kh goes to
  * state work_state[x] + (kh * rows + r) * work_state_stride[x] (rows = valid rows of the tile) of
- * partial_o [states, head_dim] / partial_lse [states], which merge_state's merge_varlen combines.
+ * partial_o [states, head_dim_vo] / partial_lse [states], which merge_state's merge_varlen combines.
  * When *num_merge_rows is 0 no tile is split: every item covers its request's keys (cut by the
  * mask) and writes o/lse, and work_kv_begin, work_kv_end, work_state and work_state_stride are
  * not read (the planner leaves them unwritten).
  * Items x >= *num_work exit at once (CUDA-graph padding).
  *
  * Launch info: tile[0] = packed query rows per CTA, tile[1] = KV tokens per pipeline stage,
- * tile[2] = head_dim, tile[3] = flags:
+ * tile[2] = head_dim (of q and K; head_dim_vo is the variant's), tile[3] = flags:
  *   AOTINFER_PREFILL_PERSISTENT clear: grid (padded work, num_kv_heads) as above; set:
  *     persistent, grid.x = at most one wave of CTAs (SMs x resident CTAs per SM), which take the
  *     (item, KV head) pairs w = kv_head * *num_work + item below *num_work * num_kv_heads: first
@@ -90,6 +93,13 @@ typedef struct aotinfer_batch_prefill_params {
   const int32_t* qo_indptr;  /* [batch + 1] */
   aotinfer_paged_kv paged;   /* batch_prefill_paged reads this */
   aotinfer_ragged_kv ragged; /* batch_prefill_ragged reads this */
+  /* V's element strides: between pages (paged), tokens and heads, as the paged or ragged strides
+   * are for K. Every variant finds V's base (its KV head, a ragged request's first token) by them;
+   * only variants with head_dim_vo != head_dim step V's keys by them too (the others step V with
+   * K's strides). The runtime always fills them, with K's strides when the widths are equal. */
+  int64_t v_stride_page;
+  int64_t v_stride_token;
+  int64_t v_stride_head;
   void* o;
   float* lse;
   const float* sinks; /* [num_qo_heads] attention-sink logits, or NULL */
@@ -131,7 +141,7 @@ typedef struct aotinfer_batch_prefill_params {
    * head_dim columns (a head_dim 96 row's second box reads 32 columns past the tensor: zeros):
    *   q_map: q as (head_dim, num_qo_heads, total_q), box 64 x group x (tile[0] / group), so that
    *     a box is one tile's packed rows in order;
-   *   k_map, v_map: ragged k and v as (head_dim, num_kv_heads, indptr[batch]), box 64 x 1 x tile[1]
+   *   k_map, v_map: ragged k and v as (head_dim or head_dim_vo, num_kv_heads, indptr[batch]), box 64 x 1 x tile[1]
  *     (not encoded for page pools).
    * A tile's box may reach into the next request's rows, which the kernel masks or discards;
    * rows past the batch land as zeros. The runtime encodes them outside CUDA-graph mode (later

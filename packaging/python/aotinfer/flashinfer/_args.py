@@ -4,6 +4,7 @@ Everything aotinfer does not serve is refused here, before a tensor or the GPU i
 NotImplementedError naming the argument, its value and what is served. Tensors are only looked
 at for their .shape and .dtype attributes (CUDA-graph buffers), so stand-in objects do."""
 import math
+import operator
 
 DTYPES = {"float16": "f16", "half": "f16", "bfloat16": "bf16", "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
 TORCH_NAMES = {"f16": "float16", "bf16": "bfloat16", "e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2"}
@@ -163,9 +164,10 @@ def prefill_plan(where, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo=Non
     A custom mask makes the mask "custom"; the wrapper packs it (custom_masks below).
     The wrappers take FlashInfer's hints (max_token_per_sequence,
     max_sequence_kv, uniform_q_len) and ignore them, as FlashInfer's fa2/fa3 backends do.
-    keys_per_split_unit: fixed_split_size's unit in keys (the page size for a paged cache)."""
-    if head_dim_vo is not None and head_dim_vo != head_dim_qk:
-        refuse(where, "head_dim_vo", head_dim_vo, f"V and O have head_dim_qk ({head_dim_qk}) dimensions")
+    keys_per_split_unit: fixed_split_size's unit in keys (the page size for a paged cache).
+    head_dim_vo (None: head_dim_qk) goes to the config as it is: the package holds the pairs it
+    was built for (MLA prefill's 192 / 128 in the default one), and plan() raises aotinfer.NotFound
+    for any other."""
     defaults_only(where, [
         ("use_fp16_qk_reduction", use_fp16_qk_reduction, False, "scores accumulate in fp32"),
         ("prefix_len_ptr", prefix_len_ptr, None, _ITEMS),
@@ -182,11 +184,22 @@ def prefill_plan(where, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo=Non
     kv = q if kv_data_type is None else dtype(where, "kv_data_type", kv_data_type, ("f16", "bf16", "e4m3", "e5m2"))
     o = q if o_data_type is None else dtype(where, "o_data_type", o_data_type, ("f16", "bf16"))
     pos, window, cap = features(where, pos_encoding_mode, window_left, logits_soft_cap)
+    try:
+        vo = int(head_dim_qk) if head_dim_vo is None else operator.index(head_dim_vo)
+    except TypeError:
+        vo = 0
+    if isinstance(head_dim_vo, bool) or vo < 1:
+        refuse(where, "head_dim_vo", head_dim_vo, "served: None (head_dim_qk) or a width >= 1")
+    # The runtime's rule for unequal widths (aotinfer.BatchPrefill's config check), said here
+    # before the GPU is touched.
+    if vo != int(head_dim_qk) and (pos == "rope_llama" or kv in ("e4m3", "e5m2")):
+        refuse(where, "head_dim_vo", head_dim_vo, f"head_dim_vo != head_dim_qk ({head_dim_qk}; MLA prefill, 192/128) is "
+               "served with 16-bit K/V (kv_data_type float16 or bfloat16) and pos_encoding_mode 'NONE' or 'ALIBI'")
     # As FlashInfer: a custom mask, packed or not, replaces causal.
     custom = custom_mask is not None or packed_custom_mask is not None
     mask = "custom" if custom else "causal" if causal else "none"
     config = dict(num_qo_heads=int(num_qo_heads), num_kv_heads=int(num_kv_heads), head_dim=int(head_dim_qk),
-                  dtype_q=q, dtype_kv=kv, dtype_o=o, mask=mask, pos_encoding=pos, window_left=window,
+                  head_dim_vo=vo, dtype_q=q, dtype_kv=kv, dtype_o=o, mask=mask, pos_encoding=pos, window_left=window,
                   **kv_split(where, fixed_split_size, disable_split_kv, keys_per_split_unit))
     return config, (pos, mask), scalars(head_dim_qk, sm_scale, rope_scale, rope_theta, cap)
 

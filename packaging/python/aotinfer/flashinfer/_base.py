@@ -190,6 +190,7 @@ class Wrapper:
         """What run() reads, kept by a successful plan()."""
         self._o_dtype = getattr(torch, _args.TORCH_NAMES[config["dtype_o"]])
         self._head_dim = config["head_dim"]
+        self._head_dim_vo = config.get("head_dim_vo", self._head_dim)  # o's rows (decode: head_dim)
         self._features, self._scalars, self._sm_scale = features, scalars, scalars[0]
         self._window_left = config["window_left"]
         self._core = core
@@ -218,7 +219,7 @@ class Wrapper:
     def _outputs(self, where, q, out, lse, return_lse, lse_layout):
         """(o, lse_rows, lse_dest): o for the kernel (out itself when contiguous), the float32
         [tokens, heads] buffer it writes its LSE to (None: no LSE), and the caller's HN buffer."""
-        shape = q.shape
+        shape = (*q.shape[:-1], self._head_dim_vo)
         if out is None:
             o = torch.empty(shape, dtype=self._o_dtype, device=q.device)
         elif out.is_contiguous():

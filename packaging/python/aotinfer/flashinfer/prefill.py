@@ -49,7 +49,7 @@ class _Prefill(_base.Wrapper):
             if config["kv_split"] == "fixed":  # the grids hold what the float workspace holds
                 config["max_kv_len"] = _base.graph_max_kv_len(
                     self._float_workspace_buffer, config["max_total_q"] * config["num_qo_heads"],
-                    config["kv_split_tokens"], config["head_dim"] * 4 + 4, where)
+                    config["kv_split_tokens"], config["head_dim_vo"] * 4 + 4, where)  # a state: o row and lse
         else:
             copies = _base.device_int32s([x for _, x in metadata], self.device, non_blocking)
             for (name, _), copy in zip(metadata, copies):
@@ -84,9 +84,11 @@ class _Prefill(_base.Wrapper):
         every request has the same few query tokens, whose rows (tokens times the GQA group) fit
         one decode CTA, causal (with at least as many keys) or unmasked, with no window, adaptive
         KV splits (a batch-invariant plan must not change kernels with the batch's shape) and no
-        CUDA graph (whose captured kernel must serve every later plan)."""
+        CUDA graph (whose captured kernel must serve every later plan); V as wide as K (decode has
+        one width)."""
         if (config.get("kv_storage") != "paged" or self._use_cuda_graph or config["mask"] == "custom"
-                or config["window_left"] >= 0 or config["kv_split"] != "adaptive" or qo_host.shape[0] < 2):
+                or config["window_left"] >= 0 or config["kv_split"] != "adaptive" or qo_host.shape[0] < 2
+                or config["head_dim_vo"] != config["head_dim"]):
             return None
         q_len = int(qo_host[1] - qo_host[0])
         group = config["num_qo_heads"] // config["num_kv_heads"]
@@ -191,9 +193,10 @@ class BatchPrefillWithPagedKVCacheWrapper(_Prefill):
     def run(self, q, paged_kv_cache, *args, q_scale=None, k_scale=None, v_scale=None, out=None, lse=None,
             return_lse=False, lse_base="log2", lse_layout="NH", enable_pdl=None, window_left=None, sinks=None,
             kv_cache_sf=None, skip_softmax_threshold_scale_factor=None, use_fp16_softmax=None, uses_spcompress=None):
-        """q [qo_indptr[-1], num_qo_heads, head_dim]; paged_kv_cache a (k, v) tuple or one
-        [pages, 2, ...] tensor; sinks per-head attention sink logits, float32 [num_qo_heads] (the
-        core checks them). Returns out, or (out, lse) with return_lse."""
+        """q [qo_indptr[-1], num_qo_heads, head_dim_qk]; paged_kv_cache a (k, v) tuple (v's rows
+        head_dim_vo wide) or one [pages, 2, ...] tensor (equal widths); sinks per-head attention
+        sink logits, float32 [num_qo_heads] (the core checks them). Returns out
+        [qo_indptr[-1], num_qo_heads, head_dim_vo], or (out, lse) with return_lse."""
         where = _PAGED + ".run"
         if args or kv_cache_sf is not None or skip_softmax_threshold_scale_factor is not None:
             _args.unserved(where, args, kv_cache_sf=kv_cache_sf,
@@ -246,7 +249,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_Prefill):
 
 
 class BatchPrefillWithRaggedKVCacheWrapper(_Prefill):
-    """Prefill over ragged K/V tensors [kv_indptr[-1], num_kv_heads, head_dim] (NHD only):
+    """Prefill over ragged K/V tensors [kv_indptr[-1], num_kv_heads, head_dim_qk / head_dim_vo] (NHD only):
     query tokens ragged by qo_indptr, keys by kv_indptr. package= picks the kernel package."""
     _name = _RAGGED
 
@@ -284,9 +287,10 @@ class BatchPrefillWithRaggedKVCacheWrapper(_Prefill):
 
     def run(self, q, k, v, *args, q_scale=None, k_scale=None, v_scale=None, o_scale=None, out=None, lse=None,
             return_lse=False, lse_base="log2", lse_layout="NH", enable_pdl=None, kv_cache_sf=None):
-        """q [qo_indptr[-1], num_qo_heads, head_dim], k and v [kv_indptr[-1], num_kv_heads, head_dim].
-        k_scale and v_scale are ignored, fp8 K/V included, as FlashInfer's ragged wrapper ignores
-        them."""
+        """q [qo_indptr[-1], num_qo_heads, head_dim_qk], k [kv_indptr[-1], num_kv_heads, head_dim_qk],
+        v [kv_indptr[-1], num_kv_heads, head_dim_vo] (each may be a token-strided view); out
+        [qo_indptr[-1], num_qo_heads, head_dim_vo]. k_scale and v_scale are ignored, fp8 K/V
+        included, as FlashInfer's ragged wrapper ignores them."""
         where = _RAGGED + ".run"
         if args or kv_cache_sf is not None:
             _args.unserved(where, args, kv_cache_sf=kv_cache_sf)
