@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "aotinfer/batch_decode.hpp"
+#include "aotinfer/batch_prefill.hpp"
 #include "aotinfer/files.hpp"
 #include "coverage/check.hpp"
 #include "coverage/model_config.hpp"
@@ -215,8 +216,8 @@ TEST_CASE("coverage: a model needs what the front-ends would load for it", "[cov
   CHECK(need_of(llama, Op::decode).key == BatchDecode::variant_key(decode));
   CHECK(uris(llama) == std::vector<std::string>{
                            "batch_decode.dtype_q-bf16.dtype_kv-bf16.head_dim-128.dtype_o-bf16.pos_encoding-none",
-                           "batch_prefill_paged.dtype_q-bf16.head_dim-128.dtype_kv-bf16.dtype_o-bf16.pos_encoding-none",
-                           "batch_prefill_ragged.dtype_q-bf16.head_dim-128.dtype_kv-bf16.dtype_o-bf16.pos_encoding-none",
+                           "batch_prefill_paged.dtype_q-bf16.head_dim-128.dtype_kv-bf16.dtype_o-bf16.pos_encoding-none.head_dim_vo-128",
+                           "batch_prefill_ragged.dtype_q-bf16.head_dim-128.dtype_kv-bf16.dtype_o-bf16.pos_encoding-none.head_dim_vo-128",
                            "append_paged_kv.dtype-bf16.head_dim-128", "merge_state.dtype-bf16.head_dim-128"});
   for (const auto& n : llama.needs) CHECK(n.refusals.empty());
   CHECK_THAT(llama.notes.at(0), Contains("page size 16: a run-time value") && Contains("not a variant axis"));
@@ -358,7 +359,7 @@ TEST_CASE("coverage: present, wrong arch, missing, unsupported, and unknown with
   }
 }
 
-TEST_CASE("coverage: multi-head latent attention needs batch_mla_decode, and names its missing prefill and append (not a head_dim)", "[coverage][needs]") {
+TEST_CASE("coverage: multi-head latent attention needs batch_mla_decode, prefill at head_dim 192 / head_dim_vo 128, and names its missing append", "[coverage][needs]") {
   const std::string mla = "multi-head latent attention (kv_lora_rank 512, qk_rope_head_dim 64)";
   // Kimi K2's attention: 64 heads over hidden_size 7168 would read as head_dim 112.
   const ModelConfig kimi = parse_model_config(nlohmann::json::parse(R"({"num_attention_heads": 64, "num_key_value_heads": 64,
@@ -372,47 +373,113 @@ TEST_CASE("coverage: multi-head latent attention needs batch_mla_decode, and nam
   const ModelConfig deepseek = fixture_model("DeepSeek-V3");
   CHECK(deepseek.head_dim == 192);  // queries and keys; hidden_size / num_attention_heads is 56
   const Needs n = model_needs(deepseek, {});
-  REQUIRE(n.needs.size() == 5);
-  CHECK(n.needs[0].op == Op::latent_decode);
-  CHECK(n.needs[0].key.uri() == "batch_mla_decode.dtype-bf16");
-  CHECK(n.needs[0].refusals.empty());
-  CHECK(n.needs[1].key.uri() == "merge_state.dtype-bf16.head_dim-512");
-  const std::string prefill = mla + " prefill (head_dim 192 for q.k, 128 for v): no template implements it yet";
-  CHECK(n.needs[2].refusals == std::vector<std::string>{prefill});
-  CHECK(n.needs[3].refusals == std::vector<std::string>{prefill});
+  CHECK(uris(n) == std::vector<std::string>{
+                       "batch_mla_decode.dtype-bf16", "merge_state.dtype-bf16.head_dim-512",
+                       "batch_prefill_paged.dtype_q-bf16.head_dim-192.dtype_kv-bf16.dtype_o-bf16.pos_encoding-none.head_dim_vo-128",
+                       "batch_prefill_ragged.dtype_q-bf16.head_dim-192.dtype_kv-bf16.dtype_o-bf16.pos_encoding-none.head_dim_vo-128",
+                       "append_paged_kv.dtype-bf16.head_dim-512", "merge_state.dtype-bf16.head_dim-128"});
+  REQUIRE(n.needs.size() == 6);
+  const std::vector<Op> ops = {Op::latent_decode, Op::merge, Op::prefill_paged, Op::prefill_ragged, Op::append, Op::merge};
+  for (std::size_t i = 0; i < ops.size(); ++i) CHECK(n.needs[i].op == ops[i]);
+  // Multi-head attention over the up-projected K and V: the front-end's own key for that config.
+  BatchPrefillConfig ragged;
+  ragged.kv_storage = KvStorage::ragged;
+  ragged.head_dim = 192, ragged.head_dim_vo = 128, ragged.num_qo_heads = ragged.num_kv_heads = 128;
+  CHECK(n.needs[3].key == BatchPrefill::variant_key(ragged));
+  for (std::size_t i : {0, 1, 2, 3, 5}) CHECK(n.needs[i].refusals.empty());
   CHECK(n.needs[4].refusals ==
         std::vector<std::string>{mla + " cache append (a 512-wide latent and a 64-wide key per token): no template implements it yet"});
+  const std::string notes = nlohmann::json(n.notes).dump();
+  CHECK_THAT(notes, Contains("head_dim 192 (qk_nope_head_dim + qk_rope_head_dim) for q.k, head_dim_vo 128 (v_head_dim) for v and its merge") &&
+                        Contains("the engine applies RoPE to the 64-wide part (pos_encoding none)") && !Contains("not served"));
 
-  // Against the templates alone (no variant built): decode and merge are a spec entry away; the
-  // rest is unsupported for the reason above only, not also for "head_dim 192".
+  // Against the templates alone (no variant built): all but the append are a spec entry away,
+  // and the spec entries name head_dim_vo, which the spec reader turns into exactly the variants.
   Manifest m;
   m.spec_file = "mine.json";
   m.families = template_families();
   const Arch sm_90{9, 0, false};
   const auto findings = check_needs(m, n.needs, sm_90);
-  for (const auto& f : findings) {
-    INFO(f.need.key.uri());
-    if (f.need.op == Op::latent_decode || f.need.op == Op::merge) {
-      CHECK(f.status == Status::missing);
-    } else {
-      CHECK(f.status == Status::unsupported);
-      CHECK(f.reasons.size() == 1);
-      CHECK(f.reasons.at(0).find(mla) == 0);
-    }
-  }
+  CHECK(statuses(findings) == std::vector<Status>{Status::missing, Status::missing, Status::missing, Status::missing,
+                                                  Status::unsupported, Status::missing});
+  CHECK(findings[4].reasons.size() == 1);
   const Report report{deepseek, n, m, "pkg", sm_90, findings};
   const std::string model_line = "deepseek_v3, 128 query / 128 KV heads (GQA group 1), head_dim 192, full attention, " + mla + ";";
   CHECK_THAT(report_text(report), Contains(model_line) && !Contains("head_dim 56"));
-  CHECK(report_json(report)["model"]["latent_attention"] == mla);
+  const auto j = report_json(report);
+  CHECK(j["model"]["latent_attention"] == mla);
+  const auto entry = nlohmann::ordered_json::parse(
+      R"({"dtype_q": "bf16", "head_dim": 192, "dtype_kv": "bf16", "dtype_o": "bf16", "pos_encoding": "none", "head_dim_vo": 128})");
+  CHECK(j["needs"][2]["spec_entry"] == entry);
+  CHECK(j["spec_patch"]["families"]["batch_prefill_ragged"]["matrix"] == entry);
+  CHECK(j["spec_patch"]["families"]["merge_state"]["include"].size() == 1);  // 128 beside the matrix's 512
+  const gen::Spec spec = gen::parse_spec(
+      R"({"format": 1, "package": {"name": "p", "version": "1"}, "archs": ["sm_90a"], "families": )" +
+          j["spec_patch"]["families"].dump() + "}",
+      "spec.json", aotinfer::test::scanned_templates());
+  std::vector<std::string> planned_uris;
+  for (const auto& v : spec.variants) planned_uris.push_back(v.uri());
+  for (std::size_t i : {0, 1, 2, 3, 5})
+    CHECK(std::find(planned_uris.begin(), planned_uris.end(), n.needs[i].key.uri()) != planned_uris.end());
+  CHECK(planned_uris.size() == 5);
   CHECK(fixture_model("Llama-3.1-8B").latent_attention.empty());
 
-  // Other widths, and an fp8 latent cache, are what batch_mla_decode is not built for.
-  ModelConfig other = deepseek;
-  other.latent_rank = 256;
-  CHECK_THAT(model_needs(other, {}).needs[0].refusals.at(0), Contains("built for kv_lora_rank 512 and qk_rope_head_dim 64"));
-  Options fp8;
-  fp8.kv_dtype = DType::e4m3;
-  CHECK_THAT(model_needs(deepseek, fp8).needs[0].refusals.at(0), Contains("the latent cache in e4m3: batch_mla_decode reads it in the activation dtype (bf16)"));
+  SECTION("widths the prefill kernels do not pair are unsupported, naming the dims, and so is their merge") {
+    const ModelConfig narrow = parse_model_config(nlohmann::json::parse(R"({"num_attention_heads": 16, "hidden_size": 2048,
+        "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 64, "torch_dtype": "bfloat16"})"),
+                                                  "m/config.json");
+    const Needs v64 = model_needs(narrow, {});
+    const std::string why = mla + " prefill at head_dim 192 (qk_nope_head_dim + qk_rope_head_dim) and head_dim_vo 64 (v_head_dim): "
+                                  "the prefill templates pair head_dim 192 with head_dim_vo 128 only";
+    for (Op op : {Op::prefill_paged, Op::prefill_ragged}) {
+      CHECK(need_of(v64, op).refusals == std::vector<std::string>{why});
+      CHECK(*need_of(v64, op).key.find("head_dim_vo") == "64");
+    }
+    CHECK(v64.needs.back().key.uri() == "merge_state.dtype-bf16.head_dim-64");
+    CHECK(v64.needs.back().refusals == std::vector<std::string>{why});
+    CHECK(need_of(v64, Op::latent_decode).refusals.empty());  // decode does not read v_head_dim
+    for (const auto& f : check_needs(m, v64.needs, sm_90)) {
+      INFO(f.need.key.uri());
+      if (f.need.op == Op::latent_decode || f.need.key.uri() == "merge_state.dtype-bf16.head_dim-512") {
+        CHECK(f.status == Status::missing);
+      } else {
+        CHECK(f.status == Status::unsupported);
+        CHECK(f.reasons.size() == 1);  // the model's reason, not also "head_dim_vo 64" of a template
+      }
+    }
+
+    ModelConfig no_v = deepseek;
+    no_v.latent_v_dim = 0;
+    CHECK_THAT(need_of(model_needs(no_v, {}), Op::prefill_ragged).refusals.at(0),
+               Contains("head_dim_vo unknown (config.json has no v_head_dim): the prefill templates pair head_dim 192 with head_dim_vo 128 only"));
+    ModelConfig wide = deepseek;
+    wide.head_dim = 256;  // qk_nope_head_dim 192
+    CHECK_THAT(need_of(model_needs(wide, {}), Op::prefill_paged).refusals.at(0),
+               Contains("prefill at head_dim 256 (qk_nope_head_dim + qk_rope_head_dim) and head_dim_vo 128 (v_head_dim)"));
+  }
+  SECTION("other latent widths, an fp8 cache and fused RoPE") {
+    ModelConfig other = deepseek;
+    other.latent_rank = 256;
+    CHECK_THAT(model_needs(other, {}).needs[0].refusals.at(0), Contains("built for kv_lora_rank 512 and qk_rope_head_dim 64"));
+    Options fp8;
+    fp8.kv_dtype = DType::e4m3;
+    const Needs cached = model_needs(deepseek, fp8);
+    CHECK_THAT(cached.needs[0].refusals.at(0), Contains("the latent cache in e4m3: batch_mla_decode reads it in the activation dtype (bf16)"));
+    // Paged prefill reads the cache, which the kernels take in 16 bits at these widths; ragged
+    // prefill reads the step's own K and V.
+    CHECK(*need_of(cached, Op::prefill_paged).key.find("dtype_kv") == "e4m3");
+    CHECK_THAT(need_of(cached, Op::prefill_paged).refusals.at(0), Contains("served with 16-bit K/V and pos_encoding none, got dtype_kv e4m3"));
+    CHECK(need_of(cached, Op::prefill_ragged).refusals.empty());
+    Options fused;
+    fused.fused_rope = true;
+    const Needs rope = model_needs(deepseek, fused);
+    for (Op op : {Op::latent_decode, Op::prefill_paged, Op::prefill_ragged}) {
+      CHECK(need_of(rope, op).refusals ==
+            std::vector<std::string>{"--fused-rope on " + mla + ": the model rotates the 64-wide RoPE part of q and k itself, "
+                                     "rope_llama all of head_dim; leave out --fused-rope"});
+    }
+    CHECK(*need_of(rope, Op::prefill_paged).key.find("pos_encoding") == "none");
+  }
 }
 
 TEST_CASE("coverage: specs/default.json serves every fixture model the templates support, on every arch", "[coverage][default]") {
@@ -438,14 +505,14 @@ TEST_CASE("coverage: specs/default.json serves every fixture model the templates
         Options options = with_dtype(activations);
         const auto findings = check_needs(plan, model_needs(model, options).needs, arch);
         if (!model.latent_attention.empty()) {
-          // Latent decode and its merge are served; its prefill and append have no template yet,
-          // which the findings name.
+          // Latent decode, prefill at 192 / 128 and both merges are served; the latent cache's
+          // append has no template yet, which its finding names.
           for (const auto& f : findings) {
             INFO(f.need.key.uri());
-            if (f.need.op == Op::latent_decode || f.need.op == Op::merge)
-              CHECK(f.status == S::present);
-            else
+            if (f.need.op == Op::append)
               CHECK((f.status == S::unsupported && f.reasons.at(0).find(model.latent_attention) == 0));
+            else
+              CHECK(f.status == S::present);
           }
           continue;
         }

@@ -124,7 +124,27 @@ TEST_CASE("aotinfer coverage: a family the package lacks entirely gets a one-var
       "spec.json", aotinfer::test::scanned_templates());
   REQUIRE(spec.variants.size() == 1);
   CHECK(spec.variants[0].uri() ==
-        "batch_prefill_ragged.dtype_q-bf16.head_dim-128.dtype_kv-bf16.dtype_o-bf16.pos_encoding-none");
+        "batch_prefill_ragged.dtype_q-bf16.head_dim-128.dtype_kv-bf16.dtype_o-bf16.pos_encoding-none.head_dim_vo-128");
+}
+
+TEST_CASE("aotinfer coverage: an MLA model's prefill is missing at head_dim 192 / head_dim_vo 128, and the spec entries say so", "[coverage][cli]") {
+  FakePackage fake;
+  llama_package(fake);  // prefill at head_dim 128 only
+  const Run r = cli(coverage_of(fake, "DeepSeek-V3", "--arch sm_90"));
+  INFO(r.output);
+  CHECK(r.status == 1);
+  const std::string paged = "batch_prefill_paged.dtype_q-bf16.head_dim-192.dtype_kv-bf16.dtype_o-bf16.pos_encoding-none.head_dim_vo-128";
+  CHECK_THAT(r.output, Contains("prefill paged   missing      " + paged));
+  CHECK_THAT(r.output, Contains("to add it, put {\"dtype_q\":\"bf16\",\"head_dim\":192,\"dtype_kv\":\"bf16\",\"dtype_o\":\"bf16\","
+                                "\"pos_encoding\":\"none\",\"head_dim_vo\":128} in \"families\": {\"batch_prefill_paged\""));
+  CHECK_THAT(r.output, Contains("merge           present      merge_state.dtype-bf16.head_dim-128"));
+  const nlohmann::json patch = printed_patch(r.output);
+  for (const char* family : {"batch_prefill_paged", "batch_prefill_ragged"}) {
+    INFO(family);
+    REQUIRE(patch["families"][family]["include"].size() == 1);
+    CHECK(patch["families"][family]["include"][0]["head_dim"] == 192);
+    CHECK(patch["families"][family]["include"][0]["head_dim_vo"] == 128);
+  }
 }
 
 TEST_CASE("aotinfer coverage: code for other archs says which arch to add to the spec", "[coverage][cli]") {

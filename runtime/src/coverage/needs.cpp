@@ -45,7 +45,11 @@ std::vector<std::string> attention_refusals(const ModelConfig& m, const Options&
                   ": the kernels' slopes are 2^(-8 (h + 1) / n) (alibi_bias_max 8)");
   if (m.alibi && o.fused_rope)
     why.push_back("--fused-rope on an ALiBi model: it has no RoPE; leave out --fused-rope");
-  if (!o.fused_rope || m.alibi) return why;
+  // MLA rotates only the qk_rope_head_dim part of q and k, and does so before attention.
+  if (o.fused_rope && !m.latent_attention.empty())
+    why.push_back("--fused-rope on " + m.latent_attention + ": the model rotates the " + std::to_string(m.latent_rope_dim) +
+                  "-wide RoPE part of q and k itself, rope_llama all of head_dim; leave out --fused-rope");
+  if (!o.fused_rope || m.alibi || !m.latent_attention.empty()) return why;
   // rope_llama (templates/aotinfer/attention.cuh, rope_rotate8) rotates by
   // pos * rope_rcp_scale * rope_rcp_theta^(2i/d): one theta and one linear scale for all frequencies.
   if (!m.rope_type.empty() && m.rope_type != "linear")
@@ -72,7 +76,14 @@ std::vector<std::string> notes_of(const ModelConfig& m, const Options& o) {
   std::vector<std::string> notes = {"page size " + std::to_string(o.page_size) +
                                     ": a run-time value (kv.page_size of the kernels' params), not a variant axis; "
                                     "every page size uses these variants"};
-  if (m.alibi) {
+  if (!m.latent_attention.empty()) {
+    const std::string vo = m.latent_v_dim > 0 ? std::to_string(m.latent_v_dim) : "v_head_dim";
+    notes.push_back(m.latent_attention + ": decode attends over the latent cache (batch_mla_decode, merge at " +
+                    std::to_string(AOTINFER_MLA_CKV_DIM) + "); prefill is multi-head attention over K and V up-projected "
+                    "from the latent, head_dim " + std::to_string(m.head_dim) + " (qk_nope_head_dim + qk_rope_head_dim) for q.k, head_dim_vo " +
+                    vo + " (v_head_dim) for v and its merge; the engine applies RoPE to the " + std::to_string(m.latent_rope_dim) +
+                    "-wide part (pos_encoding none)");
+  } else if (m.alibi) {
     notes.push_back("ALiBi positions (pos_encoding alibi): decode's alibi variants; prefill adds the bias at run time "
                     "(pos_encoding=\"alibi\") in its none variants");
   } else if (o.fused_rope) {
@@ -113,10 +124,18 @@ std::string_view op_name(Op op) {
 
 namespace {
 
+// The prefill templates serve unequal widths for one pair only (PrefillDims in
+// templates/aotinfer/prefill_work.cuh): MLA's q.k 192 (qk_nope 128 + qk_rope 64) and v 128. The
+// manifest lists each axis's values, not which pairs compile, so head_dim 192 with head_dim_vo
+// 64 would otherwise read as a spec entry away.
+constexpr int kLatentPrefillQk = 192, kLatentPrefillVo = 128;
+
 // Multi-head latent attention decodes in the absorbed form over the latent cache
-// (batch_mla_decode) and merges split states 512 wide; its prefill (q.k over qk_nope +
-// qk_rope wide heads, values v_head_dim wide) and the latent cache's append have no template
-// yet, which the findings say in those words rather than as a head_dim no variant has.
+// (batch_mla_decode) and merges split states 512 wide. Its prefill is ordinary multi-head
+// attention over K and V up-projected from the latent: q.k over qk_nope + qk_rope wide heads
+// (head_dim), values v_head_dim wide (head_dim_vo), with the model rotating the rope part
+// itself (pos_encoding none), and split states merged head_dim_vo wide. The latent cache's
+// append has no template yet, which its finding says in those words.
 void add_latent_needs(const ModelConfig& m, const Options& o, const std::vector<std::string>& common, Needs& n) {
   std::vector<std::string> decode = common;
   if (m.latent_rank != AOTINFER_MLA_CKV_DIM || m.latent_rope_dim != AOTINFER_MLA_KPE_DIM)
@@ -131,19 +150,34 @@ void add_latent_needs(const ModelConfig& m, const Options& o, const std::vector<
   n.needs.push_back({Op::latent_decode, BatchMlaDecode::variant_key(d), std::move(decode)});
   n.needs.push_back({Op::merge, MergeState::variant_key(n.activation, AOTINFER_MLA_CKV_DIM), {}});
 
-  const std::string v_dim = m.latent_v_dim > 0 ? std::to_string(m.latent_v_dim) : "v_head_dim";
-  const std::string prefill = m.latent_attention + " prefill (head_dim " + std::to_string(m.head_dim) + " for q.k, " + v_dim +
-                              " for v): no template implements it yet";
+  // Widths the kernels do not pair refuse the prefill and its merge alike: a merge_state
+  // variant at v_head_dim would serve nothing. A config without v_head_dim names no width.
+  const int vo = m.latent_v_dim;
+  std::vector<std::string> dims;
+  if (m.head_dim != kLatentPrefillQk || vo != kLatentPrefillVo)
+    dims.push_back(m.latent_attention + " prefill at head_dim " + std::to_string(m.head_dim) +
+                   " (qk_nope_head_dim + qk_rope_head_dim) and head_dim_vo " +
+                   (vo > 0 ? std::to_string(vo) + " (v_head_dim)" : "unknown (config.json has no v_head_dim)") +
+                   ": the prefill templates pair head_dim " + std::to_string(kLatentPrefillQk) + " with head_dim_vo " +
+                   std::to_string(kLatentPrefillVo) + " only");
+  BatchPrefillConfig p;
   for (KvStorage storage : {KvStorage::paged, KvStorage::ragged}) {
-    BatchPrefillConfig p;
     p.dtype_q = p.dtype_o = n.activation;
     p.dtype_kv = storage == KvStorage::paged ? n.kv_cache : n.activation;
-    p.head_dim = m.head_dim, p.kv_storage = storage, p.num_qo_heads = p.num_kv_heads = m.num_qo_heads;
-    n.needs.push_back({storage == KvStorage::paged ? Op::prefill_paged : Op::prefill_ragged, BatchPrefill::variant_key(p), {prefill}});
+    p.head_dim = m.head_dim, p.head_dim_vo = vo, p.num_qo_heads = p.num_kv_heads = m.num_qo_heads;
+    p.kv_storage = storage, p.page_size = o.page_size, p.mask = MaskMode::causal;
+    std::vector<std::string> refusals = common;
+    refusals.insert(refusals.end(), dims.begin(), dims.end());
+    // What the front-end refuses at served widths: an fp8 cache.
+    if (dims.empty())
+      for (auto& why : refusal_of([&] { BatchPrefill::check_config(p); })) refusals.push_back(why);
+    n.needs.push_back({storage == KvStorage::paged ? Op::prefill_paged : Op::prefill_ragged, BatchPrefill::variant_key(p),
+                       std::move(refusals)});
   }
   n.needs.push_back({Op::append, AppendPagedKv::variant_key(n.kv_cache, AOTINFER_MLA_CKV_DIM),
                      {m.latent_attention + " cache append (a " + std::to_string(m.latent_rank) + "-wide latent and a " +
                       std::to_string(m.latent_rope_dim) + "-wide key per token): no template implements it yet"}});
+  n.needs.push_back({Op::merge, MergeState::variant_key(p.dtype_o, p.vo_dim()), dims});  // the front-end's merge
 }
 
 }  // namespace
