@@ -8,6 +8,10 @@
 // attention sinks to every run, AOTINFER_BENCH_PAGE=64 another page size than 16,
 // AOTINFER_BENCH_KV=e4m3 (or e5m2) an fp8 K/V cache under the bf16 queries; the features of
 // bench_util.hpp, such as AOTINFER_BENCH_ROPE=1, apply to every row)
+// MLA prefill rows (DeepSeek-V3 / Kimi K2: head_dim 192 for q and K, head_dim_vo 128 for V and o,
+// 128 query and KV heads, bf16, causal, 4 x 4096) have their own table and names:
+// ragged:causal:4:4096:128:192v128 and paged:causal:4:4096:128:192v128:p64 (page 64 whatever
+// AOTINFER_BENCH_PAGE says); bench/prefill_torch.py and bench/mla_prefill_peer.py time the peers.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -56,6 +60,9 @@ struct Case {
   int batch, len, kv_heads;
   int head_dim = 128;
   int qo_len = 0;  // query tokens per request, the last of its len keys; 0: len (whole prompts)
+  int head_dim_vo = 0;  // V and o rows; 0: head_dim (an MLA prefill row otherwise)
+  int qo_heads = 0;     // 0: the table's 32
+  int page = 0;         // paged: 0: the run's page size (AOTINFER_BENCH_PAGE)
 };
 
 }  // namespace
@@ -104,27 +111,45 @@ int main(int argc, char** argv) {
   for (auto [batch, len, qo] : {std::tuple{1, 32768, 256}, {4, 16384, 512}, {1, 131072, 64}})
     for (auto storage : {aotinfer::KvStorage::ragged, aotinfer::KvStorage::paged})
       cases.push_back({storage, true, batch, len, 8, 128, qo});
+  // MLA prefill (DeepSeek-V3, Kimi K2): head_dim 192 / head_dim_vo 128, 128 query = KV heads,
+  // causal 4 x 4096; ragged, and paged at page 64.
+  cases.push_back({aotinfer::KvStorage::ragged, true, 4, 4096, 128, 192, 0, 128, 128});
+  cases.push_back({aotinfer::KvStorage::paged, true, 4, 4096, 128, 192, 0, 128, 128, 64});
 
   const bench::OnlyRows only;
-  bool chunked_header = false;
+  bool chunked_header = false, mla_header = false;
   const bool sinks = std::getenv("AOTINFER_BENCH_SINKS") && std::string(std::getenv("AOTINFER_BENCH_SINKS")) == "1";
   if (sinks) std::printf("(every run with attention sinks)\n");
-  float* d_sinks = static_cast<float*>(device(qo_heads * sizeof(float)));
-  check(cudaMemset(d_sinks, 0, qo_heads * sizeof(float)), "sinks");  // logit 0: the values do not change the time
+  constexpr int kMaxHeads = 128;  // the MLA rows'
+  float* d_sinks = static_cast<float*>(device(kMaxHeads * sizeof(float)));
+  check(cudaMemset(d_sinks, 0, kMaxHeads * sizeof(float)), "sinks");  // logit 0: the values do not change the time
   for (const Case& c : cases) {
+    const bool mla = c.head_dim_vo != 0 && c.head_dim_vo != c.head_dim;
+    const int heads = c.qo_heads ? c.qo_heads : qo_heads, page_size = c.page ? c.page : page;
     const std::string kv_name = c.storage == aotinfer::KvStorage::paged ? "paged" : "ragged";
     const std::string mask = c.causal ? "causal" : "none";
     const std::string name = kv_name + ":" + mask + ":" + std::to_string(c.batch) + ":" + std::to_string(c.len) + ":" +
-                             std::to_string(c.kv_heads) + (c.head_dim == 128 ? "" : ":" + std::to_string(c.head_dim)) +
-                             (c.qo_len ? ":q" + std::to_string(c.qo_len) : "");
-    const int head_dim = c.head_dim;
+                             std::to_string(c.kv_heads) +
+                             (mla ? ":" + std::to_string(c.head_dim) + "v" + std::to_string(c.head_dim_vo)
+                                  : c.head_dim == 128 ? "" : ":" + std::to_string(c.head_dim)) +
+                             (c.qo_len ? ":q" + std::to_string(c.qo_len) : "") +
+                             (c.page && c.storage == aotinfer::KvStorage::paged ? ":p" + std::to_string(c.page) : "");
+    const int head_dim = c.head_dim, head_dim_vo = c.head_dim_vo ? c.head_dim_vo : c.head_dim;
     if (only.skips(name)) continue;
+    if (mla && !mla_header) {
+      mla_header = true;
+      std::printf("\nMLA prefill (DeepSeek-V3 / Kimi K2): head_dim 192 (q, K) / head_dim_vo 128 (V, o), bf16, qo_len = kv_len;\n"
+                  "TF/s = 2 (192 + 128) x causal pairs (half the score matrix) x heads / time\n"
+                  "%-7s %-7s %5s %6s %4s %4s %7s %4s %5s %6s %6s %10s %8s\n", "kv", "mask", "batch", "len", "qoh", "kvh", "hd/vo",
+                  "page", "tile", "split", "ctas", "time us", "TF/s");
+    }
     aotinfer::BatchPrefillConfig cfg;
     cfg.head_dim = head_dim;
-    cfg.num_qo_heads = qo_heads;
+    cfg.head_dim_vo = c.head_dim_vo;
+    cfg.num_qo_heads = heads;
     cfg.num_kv_heads = c.kv_heads;
     cfg.kv_storage = c.storage;
-    cfg.page_size = page;
+    cfg.page_size = page_size;
     cfg.mask = custom ? aotinfer::MaskMode::custom : c.causal ? aotinfer::MaskMode::causal : aotinfer::MaskMode::none;
     cfg.kv_split = kv_split;
     cfg.window_left = features.window_left;
@@ -132,18 +157,24 @@ int main(int argc, char** argv) {
     if (features.rope) cfg.pos_encoding = aotinfer::PosEncoding::rope_llama;
     if (features.alibi) cfg.pos_encoding = aotinfer::PosEncoding::alibi;
     if (!bench::has_variant<aotinfer::BatchPrefill>(pkg, cfg)) {
-      std::printf("%-7s %-7s %5d %6d %4d %4d  (not in the package: skipped)\n", kv_name.c_str(), mask.c_str(), c.batch, c.len,
-                  c.kv_heads, head_dim);
+      if (mla)
+        std::printf("%-7s %-7s %5d %6d %4d %4d %3d/%3d  (not in the package: skipped)\n", kv_name.c_str(), mask.c_str(), c.batch,
+                    c.len, heads, c.kv_heads, head_dim, head_dim_vo);
+      else
+        std::printf("%-7s %-7s %5d %6d %4d %4d  (not in the package: skipped)\n", kv_name.c_str(), mask.c_str(), c.batch, c.len,
+                    c.kv_heads, head_dim);
       continue;
     }
     aotinfer::BatchPrefill prefill(pkg, cfg);
 
     const int qo = c.qo_len ? c.qo_len : c.len;
     const long tokens = long(c.batch) * qo;
-    const size_t q_bytes = size_t(tokens) * qo_heads * head_dim * 2;
-    const size_t kv_bytes = size_t(c.batch) * c.len * c.kv_heads * head_dim * kv_element;  // pages hold exactly the keys
-    std::vector<int> qo_indptr(c.batch + 1), kv_indptr(c.batch + 1), last(c.batch, page);
-    const int pages_per_req = c.len / page;
+    const size_t q_bytes = size_t(tokens) * heads * head_dim * 2, o_bytes = size_t(tokens) * heads * head_dim_vo * 2;
+    // Pages hold exactly the keys; V rows head_dim_vo wide.
+    const size_t k_bytes = size_t(c.batch) * c.len * c.kv_heads * head_dim * kv_element;
+    const size_t v_bytes = size_t(c.batch) * c.len * c.kv_heads * head_dim_vo * kv_element;
+    std::vector<int> qo_indptr(c.batch + 1), kv_indptr(c.batch + 1), last(c.batch, page_size);
+    const int pages_per_req = c.len / page_size;
     for (int i = 0; i <= c.batch; ++i) {
       qo_indptr[i] = i * qo;
       kv_indptr[i] = c.storage == aotinfer::KvStorage::paged ? i * pages_per_req : i * c.len;
@@ -152,8 +183,8 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < indices.size(); ++i) indices[i] = int(i);
     std::shuffle(indices.begin(), indices.end(), std::mt19937(7));  // pages scattered as in a real pool
 
-    void *q = device(q_bytes), *o = device(q_bytes), *k = device(kv_bytes), *v = device(kv_bytes);
-    fill(q, q_bytes), fill(k, kv_bytes, kv_element), fill(v, kv_bytes, kv_element);
+    void *q = device(q_bytes), *o = device(o_bytes), *k = device(k_bytes), *v = device(v_bytes);
+    fill(q, q_bytes), fill(k, k_bytes, kv_element), fill(v, v_bytes, kv_element);
     int *d_qo = static_cast<int*>(device(qo_indptr.size() * 4)), *d_kv = static_cast<int*>(device(kv_indptr.size() * 4));
     int *d_last = static_cast<int*>(device(last.size() * 4)), *d_indices = static_cast<int*>(device(indices.size() * 4));
     check(cudaMemcpy(d_qo, qo_indptr.data(), qo_indptr.size() * 4, cudaMemcpyHostToDevice), "upload");
@@ -195,10 +226,22 @@ int main(int argc, char** argv) {
     check(cudaGetLastError(), "prefill");
     // Query t of qo sees len - qo + t + 1 keys under a causal mask: about qo (len - qo / 2).
     const double keys_seen = double(qo) * c.len - (c.causal ? 0.5 * qo * qo : 0.0);
-    const double flops = 4.0 * c.batch * keys_seen * qo_heads * head_dim;
+    // Two GEMMs per (query, key) pair and head: q.k over head_dim, p.v over head_dim_vo, 2 flops
+    // per multiply-add: flops = 2 (head_dim + head_dim_vo) x pairs x heads (4 head_dim x ... when
+    // equal; MLA: 2 (192 + 128) x causal pairs x heads, the pairs half the score matrix).
+    const double flops = 2.0 * (head_dim + head_dim_vo) * c.batch * keys_seen * heads;
     const double tflops = flops / us / 1e6;
     const auto& plan = prefill.work_plan();
-    if (c.qo_len) {  // its own table, and no row for prefill_torch.py (whose shapes have qo = len)
+    if (mla) {  // its own table; prefill_torch.py times SDPA on the shape
+      std::printf("%-7s %-7s %5d %6d %4d %4d %3d/%3d %4s %5d %6s %6d %10.1f %8.1f\n", kv_name.c_str(), mask.c_str(), c.batch, c.len,
+                  heads, c.kv_heads, head_dim, head_dim_vo, c.storage == aotinfer::KvStorage::paged ? std::to_string(page_size).c_str() : "-",
+                  plan.tile_rows, plan.split ? "yes" : "no", plan.padded_work * c.kv_heads, us, tflops);
+      if (!custom)
+        results << "{\"kv\": \"" << kv_name << "\", \"causal\": " << (c.causal ? "true" : "false") << ", \"batch\": " << c.batch
+                << ", \"len\": " << c.len << ", \"qo_heads\": " << heads << ", \"kv_heads\": " << c.kv_heads << ", \"head_dim\": "
+                << head_dim << ", \"head_dim_vo\": " << head_dim_vo << ", \"page\": " << page_size << ", \"us\": " << us
+                << ", \"flops\": " << flops << "}\n";
+    } else if (c.qo_len) {  // its own table, and no row for prefill_torch.py (whose shapes have qo = len)
       if (!chunked_header) {
         chunked_header = true;
         std::printf("\nchunked prefill: causal, queries at the end of the KV, split plans (run() includes merge_varlen)\n"

@@ -27,6 +27,14 @@ echo "== batch_prefill benchmark ($pkg)"
 "$root/build-gpu/bench/aotinfer_bench_prefill" "$pkg" "$out/prefill.jsonl"
 if [ $have_torch = 1 ]; then
   PYTHONUNBUFFERED=1 python3 "$root/bench/prefill_torch.py" "$out/prefill.jsonl"
+  # MLA prefill (head_dim 192 / head_dim_vo 128) beside FlashInfer, when its bundle was carried in
+  # .peers/ (a copy of ../shared/peers); without it the script's rows read n/a. In a subshell: the
+  # bundle's environment stays there, and a failing peer does not end the run.
+  echo
+  echo "== MLA prefill peer: FlashInfer"
+  peer_env=$root/.peers/flashinfer_env.sh
+  ( { [ -f "$peer_env" ] && source "$peer_env" "$root/.peers/flashinfer-peer-0.7.2.post1-sm90a.tar.gz"; true; } &&
+    PYTHONUNBUFFERED=1 python3 "$root/bench/mla_prefill_peer.py" "$out/prefill.jsonl" ) || echo "(the MLA prefill peer failed)"
 else
   echo "(PyTorch not installed: peers skipped)"
 fi

@@ -10,6 +10,8 @@
 // ALiBi are no variant axes: every variant serves them all (ALiBi those without RoPE), so cases
 // draw them (the mask, window_left and ALiBi in the config, since the plan gives each query tile
 // only the keys they keep; the cap in the run arguments; a custom mask's bits there too).
+// head_dim_vo is a variant axis: q and K rows are head_dim wide, V and o rows head_dim_vo wide
+// (equal but for MLA models' prefill, 192 / 128: 16-bit K/V, no RoPE; its own test cases too).
 #include <algorithm>
 #include <limits>
 #include <numeric>
@@ -39,11 +41,17 @@ namespace {
 
 const char* mask_name(MaskMode m) { return m == MaskMode::causal ? "causal" : m == MaskMode::custom ? "custom" : "none"; }
 
+// The width of V and o rows (head_dim_vo 0 means head_dim), and whether it differs from q's and
+// K's: the prefill of MLA models (head_dim 192, head_dim_vo 128).
+int vo_dim(const BatchPrefillConfig& c) { return c.head_dim_vo > 0 ? c.head_dim_vo : c.head_dim; }
+bool is_mla(const BatchPrefillConfig& c) { return vo_dim(c) != c.head_dim; }
+
 std::string describe(const BatchPrefillConfig& c) {
   std::ostringstream s;
   s << (c.kv_storage == KvStorage::paged ? "batch_prefill_paged" : "batch_prefill_ragged")
-    << "{dtype_q=" << aotinfer::dtype_name(c.dtype_q) << ", head_dim=" << c.head_dim
-    << ", mask=" << mask_name(c.mask) << ", dtype_kv=" << aotinfer::dtype_name(c.dtype_kv)
+    << "{dtype_q=" << aotinfer::dtype_name(c.dtype_q) << ", head_dim=" << c.head_dim;
+  if (is_mla(c)) s << ", head_dim_vo=" << vo_dim(c);
+  s << ", mask=" << mask_name(c.mask) << ", dtype_kv=" << aotinfer::dtype_name(c.dtype_kv)
     << ", dtype_o=" << aotinfer::dtype_name(c.dtype_o) << ", pos_encoding=" << aotinfer::pos_encoding_name(c.pos_encoding)
     << "} heads " << c.num_qo_heads << "/" << c.num_kv_heads;
   if (c.kv_storage == KvStorage::paged) s << " page " << c.page_size << (c.layout == KvLayout::nhd ? " nhd" : " hnd");
@@ -65,6 +73,8 @@ std::optional<BatchPrefill> make_prefill(const BatchPrefillConfig& c) {
 }
 
 // Configs of every prefill variant in the package (heads, pages and mask chosen by the caller).
+// head_dim_vo from the key's axis: set where it differs from head_dim, else 0 (head_dim; a
+// package built before the axis existed has no such axis).
 std::vector<BatchPrefillConfig> package_configs() {
   std::vector<BatchPrefillConfig> out;
   for (const char* family : {"batch_prefill_paged", "batch_prefill_ragged"})
@@ -76,15 +86,24 @@ std::vector<BatchPrefillConfig> package_configs() {
       c.dtype_kv = *aotinfer::parse_dtype(axis("dtype_kv"));
       c.dtype_o = *aotinfer::parse_dtype(axis("dtype_o"));
       c.head_dim = std::stoi(axis("head_dim"));
+      if (const std::string* vo = v->key.find("head_dim_vo"); vo && std::stoi(*vo) != c.head_dim) c.head_dim_vo = std::stoi(*vo);
       c.pos_encoding = axis("pos_encoding") == "rope_llama" ? PosEncoding::rope_llama : PosEncoding::none;
       out.push_back(c);
     }
   return out;
 }
 
+// The package's MLA-prefill variants (head_dim 192, head_dim_vo 128) of the storage.
+std::vector<BatchPrefillConfig> mla_configs(KvStorage storage) {
+  std::vector<BatchPrefillConfig> out;
+  for (const BatchPrefillConfig& v : package_configs())
+    if (v.kv_storage == storage && v.head_dim == 192 && vo_dim(v) == 128) out.push_back(v);
+  return out;
+}
+
 // The plain bf16 variant of the given storage (no RoPE) with the mask: head_dim 128 where the
 // package holds it, else its smallest head_dim of that kind (or 128, which make_prefill then
-// reports missing).
+// reports missing); never an MLA pair (head_dim_vo != head_dim).
 BatchPrefillConfig base_config(KvStorage storage, MaskMode mask, int qo_heads, int kv_heads) {
   BatchPrefillConfig c;
   c.kv_storage = storage;
@@ -94,7 +113,7 @@ BatchPrefillConfig base_config(KvStorage storage, MaskMode mask, int qo_heads, i
   std::set<int> dims;
   for (const BatchPrefillConfig& v : package_configs())
     if (v.kv_storage == storage && v.dtype_q == c.dtype_q && v.dtype_kv == c.dtype_kv &&
-        v.dtype_o == c.dtype_o && v.pos_encoding == c.pos_encoding)
+        v.dtype_o == c.dtype_o && v.pos_encoding == c.pos_encoding && !is_mla(v))
       dims.insert(v.head_dim);
   if (!dims.empty() && !dims.count(c.head_dim)) c.head_dim = *dims.begin();
   return c;
@@ -110,6 +129,10 @@ struct Case {
   int q_pad = 0;               // q tokens this many elements (NaN) apart beyond their heads: a fused qkv slice
   float k_scale = 1, v_scale = 1;  // K/V dequantisation (fp8 caches)
   std::vector<std::vector<bool>> masks{};  // mask custom: each request's [qo_len][kv_len] bits
+  // V this many (NaN) elements apart beyond packed, between its tokens (ragged) or pages (paged):
+  // a slice of a wider tensor, passed as v_stride. MLA pairs only (equal widths share K's strides).
+  int v_pad = 0;
+  bool tensors = false;  // run through the described-tensors run() (aotinfer_batch_prefill_tensors)
 };
 
 // Custom masks as engines draw them.
@@ -183,8 +206,9 @@ struct Problem {
   std::vector<std::int32_t> indices, last_page_len;
   std::int32_t num_pages = 0;
   std::vector<double> q;                 // [total_q][H][d]
-  std::vector<std::vector<double>> k, v;  // per request [kv_len][KVH][d]
+  std::vector<std::vector<double>> k, v;  // per request [kv_len][KVH][d] (k), [kv_len][KVH][dv] (v)
   std::vector<std::uint8_t> q_bytes, k_bytes, v_bytes;  // device images (ragged rows or page pools)
+  std::int64_t v_stride = 0;  // the run argument: elements between V's tokens (ragged) or pages (paged); 0: packed
   std::vector<std::uint8_t> mask_bytes;    // custom masks packed as FlashInfer packs them
   std::vector<std::int32_t> mask_indptr;
 };
@@ -207,7 +231,7 @@ void pack_masks(Problem& p) {
 
 Problem make_problem(std::mt19937_64& rng, const Case& c) {
   const BatchPrefillConfig& cfg = c.config;
-  const int H = cfg.num_qo_heads, KVH = cfg.num_kv_heads, d = cfg.head_dim;
+  const int H = cfg.num_qo_heads, KVH = cfg.num_kv_heads, d = cfg.head_dim, dv = vo_dim(cfg);
   Problem p;
   p.c = c;
   const std::size_t batch = c.qo_lens.size();
@@ -220,29 +244,39 @@ Problem make_problem(std::mt19937_64& rng, const Case& c) {
   p.q_bytes.resize(p.q.size() * 2);
   qv.fill(p.q_bytes.data(), p.q.data(), std::int64_t(p.q.size()));
 
-  const std::int64_t row = std::int64_t(KVH) * d;  // elements per token
+  const std::int64_t row = std::int64_t(KVH) * d, vrow = std::int64_t(KVH) * dv;  // elements per token
   const std::size_t esize = aotinfer::dtype_size(cfg.dtype_kv);
   p.k.resize(batch);
   p.v.resize(batch);
   std::vector<std::vector<std::uint8_t>> kb(batch), vb(batch);
   for (std::size_t i = 0; i < batch; ++i) {
-    const std::int64_t n = std::int64_t(c.kv_lens[i]) * row;
-    p.k[i].resize(n), p.v[i].resize(n), kb[i].resize(n * esize), vb[i].resize(n * esize);
+    const std::int64_t n = std::int64_t(c.kv_lens[i]) * row, nv = std::int64_t(c.kv_lens[i]) * vrow;
+    p.k[i].resize(n), p.v[i].resize(nv), kb[i].resize(n * esize), vb[i].resize(nv * esize);
     kvv.fill(kb[i].data(), p.k[i].data(), n);
-    kvv.fill(vb[i].data(), p.v[i].data(), n);
+    kvv.fill(vb[i].data(), p.v[i].data(), nv);
     p.total_kv += c.kv_lens[i];
   }
   if (cfg.kv_storage == KvStorage::ragged) {
+    // V's tokens vrow + v_pad elements apart, the padding NaN.
+    const std::int64_t vs = vrow + c.v_pad;
+    p.v_stride = c.v_pad ? vs : 0;
     p.kv_indptr.assign(1, 0);
     for (std::size_t i = 0; i < batch; ++i) {
       p.kv_indptr.push_back(p.kv_indptr.back() + c.kv_lens[i]);
       p.k_bytes.insert(p.k_bytes.end(), kb[i].begin(), kb[i].end());
-      p.v_bytes.insert(p.v_bytes.end(), vb[i].begin(), vb[i].end());
     }
     // Spare NaN rows past the batch's, as a buffer with room for more tokens holds: a tile's
     // last rows reach past its request, and none of these may weigh in a result.
     p.k_bytes.resize(p.k_bytes.size() + 3 * row * esize, 0xff);
-    p.v_bytes.resize(p.v_bytes.size() + 3 * row * esize, 0xff);
+    p.v_bytes.assign(std::size_t((p.total_kv + 3) * vs) * esize, 0xff);
+    for (std::size_t i = 0; i < batch; ++i) {
+      if (c.v_pad == 0) {  // packed: the request's rows at once
+        std::memcpy(&p.v_bytes[std::size_t(p.kv_indptr[i] * vs) * esize], vb[i].data(), vb[i].size());
+        continue;
+      }
+      for (std::int32_t t = 0; t < c.kv_lens[i]; ++t)
+        std::memcpy(&p.v_bytes[std::size_t((p.kv_indptr[i] + t) * vs) * esize], &vb[i][std::size_t(t * vrow) * esize], vrow * esize);
+    }
     return p;
   }
   // Paged: pages in a random order among a few spare (NaN) pages.
@@ -258,17 +292,19 @@ Problem make_problem(std::mt19937_64& rng, const Case& c) {
   std::iota(perm.begin(), perm.end(), 0);
   std::shuffle(perm.begin(), perm.end(), rng);
   p.indices.assign(perm.begin(), perm.begin() + p.kv_indptr.back());
-  const std::int64_t page_elems = std::int64_t(page) * row;
+  // V's pages page * vrow + v_pad elements apart, the padding NaN.
+  const std::int64_t page_elems = std::int64_t(page) * row, v_page_elems = std::int64_t(page) * vrow + c.v_pad;
+  p.v_stride = c.v_pad ? v_page_elems : 0;
   p.k_bytes.assign(p.num_pages * page_elems * esize, 0xff);  // NaN in every type, fp8 too
-  p.v_bytes.assign(p.num_pages * page_elems * esize, 0xff);
+  p.v_bytes.assign(p.num_pages * v_page_elems * esize, 0xff);
   for (std::size_t i = 0; i < batch; ++i)
     for (std::int32_t t = 0; t < c.kv_lens[i]; ++t)
       for (int h = 0; h < KVH; ++h) {
         const std::int64_t pg = p.indices[p.kv_indptr[i] + t / page], slot = t % page;
-        const std::int64_t at = pg * page_elems +
-                                (cfg.layout == KvLayout::nhd ? (slot * KVH + h) * d : (std::int64_t(h) * page + slot) * d);
+        const std::int64_t in_page = cfg.layout == KvLayout::nhd ? slot * KVH + h : std::int64_t(h) * page + slot;  // rows
+        const std::int64_t at = pg * page_elems + in_page * d, v_at = pg * v_page_elems + in_page * dv;
         std::memcpy(&p.k_bytes[at * esize], &kb[i][(std::int64_t(t) * KVH + h) * d * esize], d * esize);
-        std::memcpy(&p.v_bytes[at * esize], &vb[i][(std::int64_t(t) * KVH + h) * d * esize], d * esize);
+        std::memcpy(&p.v_bytes[v_at * esize], &vb[i][(std::int64_t(t) * KVH + h) * dv * esize], dv * esize);
       }
   return p;
 }
@@ -276,17 +312,17 @@ Problem make_problem(std::mt19937_64& rng, const Case& c) {
 // Compares o/lse of the sampled rows with the reference; every o element must be finite.
 void check(std::mt19937_64& rng, const Problem& p, const std::vector<std::uint16_t>& o, const std::vector<float>& lse) {
   const BatchPrefillConfig& cfg = p.c.config;
-  const int H = cfg.num_qo_heads, d = cfg.head_dim;
+  const int H = cfg.num_qo_heads, d = cfg.head_dim, dv = vo_dim(cfg);
   std::int64_t non_finite = 0;
   for (std::uint16_t bits : o) non_finite += !std::isfinite(from_bits(bits, cfg.dtype_o));
   REQUIRE(non_finite == 0);
 
   ref::PrefillParams rp;
-  rp.num_qo_heads = H, rp.num_kv_heads = cfg.num_kv_heads, rp.head_dim = d;
+  rp.num_qo_heads = H, rp.num_kv_heads = cfg.num_kv_heads, rp.head_dim = d, rp.head_dim_vo = dv;
   rp.causal = cfg.mask == MaskMode::causal;
   rp.rope = cfg.pos_encoding == PosEncoding::rope_llama;
   rp.alibi = cfg.pos_encoding == PosEncoding::alibi;
-  rp.sm_scale = 1.0 / std::sqrt(double(d));
+  rp.sm_scale = 1.0 / std::sqrt(double(d));  // the default: head_dim's (q and K), also where V is narrower
   rp.logits_soft_cap = p.c.soft_cap > 0 ? p.c.soft_cap : 0;
   rp.window_left = cfg.window_left >= 0 ? cfg.window_left : -1;
   rp.rope_rcp_theta = 1e-4;
@@ -311,7 +347,7 @@ void check(std::mt19937_64& rng, const Problem& p, const std::vector<std::uint16
   std::vector<std::vector<double>> keys(p.c.qo_lens.size());
   std::vector<double> got, want;
   std::vector<double> got_lse, want_lse;
-  got.resize(rows.size() * H * d), want.resize(rows.size() * H * d);
+  got.resize(rows.size() * H * dv), want.resize(rows.size() * H * dv);
   got_lse.resize(rows.size() * H), want_lse.resize(rows.size() * H);
   {
     std::vector<std::thread> threads;
@@ -330,9 +366,9 @@ void check(std::mt19937_64& rng, const Problem& p, const std::vector<std::uint16
           for (int h = 0; h < H; ++h) {
             const ref::State s = ref::prefill_row(rp, &p.q[(token * H + h) * d], t, p.c.qo_lens[i], keys[i], p.v[i],
                                                   p.c.kv_lens[i], h, p.c.masks.empty() ? nullptr : &p.c.masks[i]);
-            for (int e = 0; e < d; ++e) {
-              want[(r * H + h) * d + e] = s.v[e];
-              got[(r * H + h) * d + e] = from_bits(o[(token * H + h) * d + e], cfg.dtype_o);
+            for (int e = 0; e < dv; ++e) {
+              want[(r * H + h) * dv + e] = s.v[e];
+              got[(r * H + h) * dv + e] = from_bits(o[(token * H + h) * dv + e], cfg.dtype_o);
             }
             want_lse[r * H + h] = s.lse;
             got_lse[r * H + h] = lse[token * H + h];
@@ -370,6 +406,7 @@ void run_through_c_api(const Case& c, const Problem& p, const aotinfer::PrefillR
   cc.dtype_kv = dtype_kv.c_str();
   cc.dtype_o = dtype_o.c_str();
   cc.head_dim = cfg.head_dim;
+  cc.head_dim_vo = cfg.head_dim_vo;
   cc.num_qo_heads = cfg.num_qo_heads;
   cc.num_kv_heads = cfg.num_kv_heads;
   cc.kv_storage = paged ? "paged" : "ragged";
@@ -382,7 +419,9 @@ void run_through_c_api(const Case& c, const Problem& p, const aotinfer::PrefillR
   aotinfer_package* pkg = nullptr;
   REQUIRE(aotinfer_package_open(package().path().c_str(), &pkg) == AOTINFER_OK);
   aotinfer_batch_prefill* prefill = nullptr;
-  REQUIRE(aotinfer_batch_prefill_create(pkg, &cc, &prefill) == AOTINFER_OK);
+  const aotinfer_status created = aotinfer_batch_prefill_create(pkg, &cc, &prefill);
+  INFO("aotinfer_batch_prefill_create: " << (created == AOTINFER_OK ? "ok" : aotinfer_last_error()));
+  REQUIRE(created == AOTINFER_OK);
   std::size_t float_bytes = 0, int_bytes = 0;
   REQUIRE(aotinfer_batch_prefill_workspace_sizes(prefill, p.total_q, a.batch, 0, &float_bytes, &int_bytes) == AOTINFER_OK);
   DeviceBuffer<std::uint8_t> floats(float_bytes), ints(int_bytes);
@@ -404,6 +443,7 @@ void run_through_c_api(const Case& c, const Problem& p, const aotinfer::PrefillR
   args.q_stride_token = a.q_stride;
   args.k_scale = a.k_scale, args.v_scale = a.v_scale;
   args.custom_mask = a.custom_mask, args.mask_indptr = a.mask_indptr;
+  args.v_stride = a.v_stride;
   for (int launch = 0; launch < 2; ++launch) {
     o.poison();
     lse.poison();
@@ -413,11 +453,67 @@ void run_through_c_api(const Case& c, const Problem& p, const aotinfer::PrefillR
   aotinfer_package_close(pkg);
 }
 
+// A described device tensor (aotinfer/tensor.h) of the shape, row-major but for the first
+// dimension's stride (0: packed).
+aotinfer_tensor described(const void* data, aotinfer::DType dtype, std::initializer_list<std::int64_t> shape, std::int64_t first_stride = 0) {
+  aotinfer_tensor t{};
+  t.data = const_cast<void*>(data);
+  t.ndim = std::int32_t(shape.size());
+  int i = 0;
+  for (std::int64_t n : shape) t.shape[i++] = n;
+  for (std::int64_t k = t.ndim - 1, step = 1; k >= 0; step *= t.shape[k--]) t.strides[k] = step;
+  if (first_stride && t.ndim > 0) t.strides[0] = first_stride;
+  t.dtype = std::int32_t(dtype);
+  t.device_type = AOTINFER_DEVICE_CUDA;
+  CUDA_CHECK(cudaGetDevice(&t.device_id));
+  return t;
+}
+
+// The run arguments `a` as described tensors: q [total_q, H, d] (token-strided when q_pad), K and
+// V with their own widths and strides (ragged [rows, KVH, d or dv], pools [pages, page, KVH, .]
+// NHD or [pages, KVH, page, .] HND), o [total_q, H, dv], lse, sinks and the metadata.
+aotinfer_batch_prefill_tensors describe_tensors(const Problem& p, const aotinfer::PrefillRunArgs& a) {
+  const BatchPrefillConfig& cfg = p.c.config;
+  const std::int64_t H = cfg.num_qo_heads, KVH = cfg.num_kv_heads, d = cfg.head_dim, dv = vo_dim(cfg);
+  const std::int64_t batch = std::int64_t(p.c.qo_lens.size()), esize = std::int64_t(aotinfer::dtype_size(cfg.dtype_kv));
+  aotinfer_batch_prefill_tensors t{};
+  t.q = described(a.q, cfg.dtype_q, {p.total_q, H, d}, a.q_stride);
+  if (cfg.kv_storage == KvStorage::paged) {
+    const std::int64_t page = cfg.page_size, pages = p.num_pages;
+    const std::int64_t v_page = p.v_stride ? p.v_stride : page * KVH * dv;
+    if (cfg.layout == KvLayout::nhd) {
+      t.k = described(a.k, cfg.dtype_kv, {pages, page, KVH, d});
+      t.v = described(a.v, cfg.dtype_kv, {pages, page, KVH, dv}, v_page);
+    } else {
+      t.k = described(a.k, cfg.dtype_kv, {pages, KVH, page, d});
+      t.v = described(a.v, cfg.dtype_kv, {pages, KVH, page, dv}, v_page);
+    }
+    t.kv_indices = described(a.kv_indices, aotinfer::DType::i32, {std::int64_t(p.indices.size())});
+    t.kv_last_page_len = described(a.kv_last_page_len, aotinfer::DType::i32, {batch});
+  } else {
+    const std::int64_t k_rows = std::int64_t(p.k_bytes.size()) / (KVH * d * esize);
+    const std::int64_t v_token = p.v_stride ? p.v_stride : KVH * dv, v_rows = std::int64_t(p.v_bytes.size()) / (v_token * esize);
+    t.k = described(a.k, cfg.dtype_kv, {k_rows, KVH, d});
+    t.v = described(a.v, cfg.dtype_kv, {v_rows, KVH, dv}, v_token);
+  }
+  t.qo_indptr = described(a.qo_indptr, aotinfer::DType::i32, {batch + 1});
+  t.kv_indptr = described(a.kv_indptr, aotinfer::DType::i32, {batch + 1});
+  t.o = described(a.o, cfg.dtype_o, {p.total_q, H, dv});
+  t.lse = described(a.lse, aotinfer::DType::f32, {p.total_q, H});
+  if (a.sinks) t.sinks = described(a.sinks, aotinfer::DType::f32, {H});
+  if (a.custom_mask) {
+    t.custom_mask = described(a.custom_mask, aotinfer::DType::u8, {std::int64_t(p.mask_bytes.size())});
+    t.mask_indptr = described(a.mask_indptr, aotinfer::DType::i32, {batch + 1});
+  }
+  return t;
+}
+
 Outcome run_case(std::mt19937_64& rng, const Case& c) {
   std::optional<BatchPrefill> prefill = make_prefill(c.config);
   if (!prefill) return {};
   INFO(describe(c.config) << ", " << c.qo_lens.size() << " requests, window_left " << c.config.window_left << ", cap " << c.soft_cap
-                          << ", sinks " << !c.sinks.empty() << ", k/v scales " << c.k_scale << "/" << c.v_scale);
+                          << ", sinks " << !c.sinks.empty() << ", k/v scales " << c.k_scale << "/" << c.v_scale << ", v_pad "
+                          << c.v_pad << (c.tensors ? ", described tensors" : "") << (c.c_api ? ", C API" : ""));
   const Problem p = make_problem(rng, c);
   const BatchPrefillConfig& cfg = c.config;
   const std::int32_t batch = std::int32_t(c.qo_lens.size());
@@ -427,7 +523,7 @@ Outcome run_case(std::mt19937_64& rng, const Case& c) {
   auto indices = on_device(p.indices), last = on_device(p.last_page_len);
   auto mask_bytes = on_device(p.mask_bytes);
   auto mask_indptr = on_device(p.mask_indptr);
-  DeviceBuffer<std::uint16_t> o(p.total_q * cfg.num_qo_heads * cfg.head_dim);
+  DeviceBuffer<std::uint16_t> o(p.total_q * cfg.num_qo_heads * vo_dim(cfg));
   DeviceBuffer<float> lse(p.total_q * cfg.num_qo_heads);
   DeviceBuffer<float> sinks(c.sinks.size());
   if (!c.sinks.empty()) sinks.upload(c.sinks);
@@ -445,6 +541,7 @@ Outcome run_case(std::mt19937_64& rng, const Case& c) {
   a.total_q = p.total_q;
   a.q = q.ptr, a.qo_indptr = qo_indptr.ptr, a.k = k.ptr, a.v = v.ptr, a.kv_indptr = kv_indptr.ptr;
   a.q_stride = c.q_pad ? std::int64_t(cfg.num_qo_heads) * cfg.head_dim + c.q_pad : 0;
+  a.v_stride = p.v_stride;
   a.kv_indices = indices.ptr, a.kv_last_page_len = last.ptr;
   a.o = o.ptr, a.lse = lse.ptr;
   a.sinks = c.sinks.empty() ? nullptr : sinks.ptr;
@@ -454,7 +551,17 @@ Outcome run_case(std::mt19937_64& rng, const Case& c) {
   // Twice, outputs poisoned in between: the second launch must find the workspace as the plan
   // left it (the persistent kernel's pair counter back at 0), and it is the one checked.
   if (c.c_api) run_through_c_api(c, p, a, o, lse);
-  else
+  else if (c.tensors) {
+    const aotinfer_batch_prefill_tensors t = describe_tensors(p, a);
+    aotinfer_attention_scalars scalars{};
+    scalars.logits_soft_cap = c.soft_cap;
+    scalars.k_scale = c.k_scale, scalars.v_scale = c.v_scale;
+    for (int launch = 0; launch < 2; ++launch) {
+      o.poison();
+      lse.poison();
+      prefill->run(t, scalars, nullptr);
+    }
+  } else
     for (int launch = 0; launch < 2; ++launch) {
       o.poison();
       lse.poison();
@@ -504,13 +611,13 @@ Case with_random_features(std::mt19937_64& rng, Case c, std::int32_t medium = 60
 }
 
 // A variant of the storage and mask, with RoPE or without at random (RoPE only where the package
-// holds it), of any dtypes and head_dim the package holds; the plain bf16 one (base_config) when
-// it holds none. Page size and layout random.
+// holds it), of any dtypes and head_dim the package holds, but the MLA pair (its own test case);
+// the plain bf16 one (base_config) when it holds none. Page size and layout random.
 BatchPrefillConfig any_variant(std::mt19937_64& rng, KvStorage storage, MaskMode mask, int qo_heads, int kv_heads) {
   const PosEncoding pos = uniform(rng, 0, 1) ? PosEncoding::rope_llama : PosEncoding::none;
   std::vector<BatchPrefillConfig> held;
   for (const BatchPrefillConfig& v : package_configs())
-    if (v.kv_storage == storage && v.pos_encoding == pos) held.push_back(v);
+    if (v.kv_storage == storage && v.pos_encoding == pos && !is_mla(v)) held.push_back(v);
   BatchPrefillConfig c = held.empty() ? base_config(storage, mask, qo_heads, kv_heads) : pick(rng, held);
   c.mask = mask;
   c.num_qo_heads = qo_heads, c.num_kv_heads = kv_heads;
@@ -796,9 +903,12 @@ TEST_CASE("batch_prefill with ALiBi: masks, windows, caps, large and small tiles
   CHECK(small > 0);
 }
 
-TEST_CASE("BatchPrefill in CUDA-graph mode: one captured graph replays later plans", "[gpu]") {
-  SEEDED_RNG(rng);
-  BatchPrefillConfig config = base_config(KvStorage::ragged, MaskMode::causal, 8, 2);
+namespace {
+
+// One run() of the config's first plan (which splits) captured in CUDA-graph mode (ragged, causal)
+// and replayed after later plans of other shapes, each checked. V's tokens v_pad elements apart
+// beyond packed (the frozen v_stride) when v_pad > 0.
+void check_graph_replays(std::mt19937_64& rng, BatchPrefillConfig config, int v_pad = 0) {
   config.cuda_graph = true;
   config.max_batch = 4;
   config.max_total_q = 2048;
@@ -806,12 +916,13 @@ TEST_CASE("BatchPrefill in CUDA-graph mode: one captured graph replays later pla
   // cap: both captured with the launches, the window in the plans' items too.
   config.window_left = uniform(rng, 0, 1) ? uniform(rng, 2000, 4000) : -1;
   const float cap = uniform(rng, 0, 1) ? random_soft_cap(rng) : 0;
-  INFO("window_left " << config.window_left << ", cap " << cap);
+  INFO(describe(config) << ", window_left " << config.window_left << ", cap " << cap << ", v_pad " << v_pad);
   std::optional<BatchPrefill> prefill = make_prefill(config);
   REQUIRE_SOME_RAN(prefill ? 1 : 0);
-  const int H = config.num_qo_heads, d = config.head_dim;
+  const int H = config.num_qo_heads, KVH = config.num_kv_heads, d = config.head_dim, dv = vo_dim(config);
   constexpr std::int64_t kMaxKv = 40000;
-  DeviceBuffer<std::uint16_t> q(config.max_total_q * H * d), k(kMaxKv * 2 * d), v(kMaxKv * 2 * d), o(config.max_total_q * H * d);
+  DeviceBuffer<std::uint16_t> q(config.max_total_q * H * d), k(kMaxKv * KVH * d), v(kMaxKv * (KVH * dv + v_pad)),
+      o(config.max_total_q * H * dv);
   DeviceBuffer<float> lse(config.max_total_q * H);
   DeviceBuffer<std::int32_t> qo_indptr(config.max_batch + 1), kv_indptr(config.max_batch + 1);
   Workspace ws(prefill->workspace_sizes(config.max_total_q, config.max_batch));
@@ -825,9 +936,11 @@ TEST_CASE("BatchPrefill in CUDA-graph mode: one captured graph replays later pla
   for (std::size_t i = 0; i < shapes.size(); ++i) {
     Case c{config, shapes[i].first, shapes[i].second};
     c.soft_cap = cap;
+    c.v_pad = v_pad;
     const Problem p = make_problem(rng, c);
     REQUIRE(p.q_bytes.size() <= q.count * 2);
     REQUIRE(p.k_bytes.size() <= k.count * 2);
+    REQUIRE(p.v_bytes.size() <= v.count * 2);
     CUDA_CHECK(cudaMemcpy(q.ptr, p.q_bytes.data(), p.q_bytes.size(), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(k.ptr, p.k_bytes.data(), p.k_bytes.size(), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(v.ptr, p.v_bytes.data(), p.v_bytes.size(), cudaMemcpyHostToDevice));
@@ -842,6 +955,7 @@ TEST_CASE("BatchPrefill in CUDA-graph mode: one captured graph replays later pla
       a.batch = std::int32_t(c.qo_lens.size());
       a.total_q = p.total_q;
       a.q = q.ptr, a.qo_indptr = qo_indptr.ptr, a.k = k.ptr, a.v = v.ptr, a.kv_indptr = kv_indptr.ptr;
+      a.v_stride = p.v_stride;
       a.o = o.ptr, a.lse = lse.ptr;
       a.logits_soft_cap = cap;
       CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
@@ -858,7 +972,7 @@ TEST_CASE("BatchPrefill in CUDA-graph mode: one captured graph replays later pla
     // The graph froze batch/total_q of the first plan only as run() arguments it validated; the
     // kernels read counts from the workspace, so o of this plan's tokens must match.
     std::vector<std::uint16_t> out = o.download();
-    out.resize(p.total_q * H * d);
+    out.resize(p.total_q * H * dv);
     std::vector<float> l = lse.download();
     l.resize(p.total_q * H);
     check(rng, p, out, l);
@@ -866,6 +980,144 @@ TEST_CASE("BatchPrefill in CUDA-graph mode: one captured graph replays later pla
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
+}
+
+}  // namespace
+
+TEST_CASE("BatchPrefill in CUDA-graph mode: one captured graph replays later plans", "[gpu]") {
+  SEEDED_RNG(rng);
+  check_graph_replays(rng, base_config(KvStorage::ragged, MaskMode::causal, 8, 2));
+}
+
+// The prefill of MLA models (DeepSeek-V3, Kimi K2: q and K rows 192 wide, V and o rows 128, as
+// many KV heads as query heads), where the package holds it: fresh random shapes (batch 1-8,
+// qo_len 1-600, kv_len 0-3000; heads 1-16 ungrouped and GQA groups 2-4) causal and unmasked, paged
+// (pages 1, 16, 64, NHD and HND) and ragged, under adaptive, fixed (split) and no KV split; V
+// token- or page-strided beyond packed (a slice of a wider tensor: v_stride); sinks; custom masks;
+// decode-like rows over long keys (split plans merged at head_dim_vo); DeepSeek's 128 heads; the
+// C API's raw entry points (config head_dim_vo, run v_stride); and the described-tensors run(),
+// whose v and o are head_dim_vo wide. o and lse against the fp64 reference, sm_scale 1/sqrt(192).
+TEST_CASE("batch_prefill at head_dim 192 / head_dim_vo 128 (MLA prefill) matches the fp64 reference", "[gpu]") {
+  SEEDED_RNG(rng);
+  if (mla_configs(KvStorage::paged).empty() && mla_configs(KvStorage::ragged).empty()) {
+    WARN("skipped: the package holds no batch_prefill variant at head_dim 192 / head_dim_vo 128");
+    return;
+  }
+  int ran = 0, split = 0, unsplit = 0, strided = 0, tensors = 0, c_api = 0, index = 0;
+  auto run = [&](const Case& c) {
+    const Outcome o = run_case(rng, c);
+    ran += o.ran, split += o.ran && o.split, unsplit += o.ran && !o.split;
+    strided += o.ran && c.v_pad > 0, tensors += o.ran && c.tensors, c_api += o.ran && c.c_api;
+    return o;
+  };
+  for (KvStorage storage : {KvStorage::paged, KvStorage::ragged}) {
+    const std::vector<BatchPrefillConfig> held = mla_configs(storage);
+    if (held.empty()) {
+      WARN("skipped, not in the package: MLA prefill (head_dim 192 / head_dim_vo 128) of "
+           << (storage == KvStorage::paged ? "paged" : "ragged") << " KV");
+      continue;
+    }
+    // The held variants (dtypes) in turn, pages and layout random.
+    std::size_t next = 0;
+    auto variant = [&](MaskMode mask, int qo_heads, int kv_heads) {
+      BatchPrefillConfig c = held[next++ % held.size()];
+      c.mask = mask;
+      c.num_qo_heads = qo_heads, c.num_kv_heads = kv_heads;
+      c.page_size = pick<int>(rng, {1, 16, 64});
+      if (storage == KvStorage::paged) c.layout = pick<KvLayout>(rng, {KvLayout::nhd, KvLayout::hnd});
+      return c;
+    };
+    // V's padding beyond packed, between tokens (ragged) or pages (paged): a few 16-byte steps, or
+    // as much again as the packed row or page (V beside an equally wide tensor).
+    auto v_pad = [&](const BatchPrefillConfig& c) {
+      const int packed = (storage == KvStorage::paged ? c.page_size : 1) * c.num_kv_heads * vo_dim(c);
+      return pick<int>(rng, {8, 64, packed});
+    };
+    // Random shapes: causal and none, ungrouped and a GQA group of 2-4, the three plan kinds in
+    // turn, V strided every other case, one in four through the C API, sinks in a third.
+    for (MaskMode mask : {MaskMode::causal, MaskMode::none})
+      for (int group : {1, uniform(rng, 2, 4)}) {
+        const int kv_heads = group == 1 ? uniform(rng, 1, 16) : uniform(rng, 1, 16 / group);
+        Case c{variant(mask, kv_heads * group, kv_heads), {}, {}};
+        const int batch = uniform(rng, 1, 8);
+        for (int i = 0; i < batch; ++i) c.qo_lens.push_back(uniform(rng, 1, 600)), c.kv_lens.push_back(uniform(rng, 0, 3000));
+        const int n = index++;
+        if (n % 3 == 1) c.config.kv_split = {aotinfer::KvSplit::Mode::fixed, pick<int>(rng, {128, 256, 700})};
+        if (n % 3 == 2) c.config.kv_split = {aotinfer::KvSplit::Mode::none, 0};
+        if (n % 2 == 1) c.v_pad = v_pad(c.config);
+        c.c_api = n % 4 == 3;
+        if (uniform(rng, 0, 2) == 0) c.sinks = random_sinks(rng, c.config.num_qo_heads);
+        c.sampled_tokens = 16;
+        INFO("kv_split " << aotinfer::kv_split_name(c.config.kv_split.mode) << " " << c.config.kv_split.tokens);
+        run(c);
+      }
+    // Decode-like rows (1-8 queries) over thousands of keys: split plans, whose partial states
+    // merge_state combines at head_dim_vo; with sinks (only the chunk at key 0 takes them).
+    {
+      const int kv_heads = uniform(rng, 1, 8);
+      Case c{variant(MaskMode::causal, kv_heads, kv_heads), {}, {}};
+      for (int i = 0; i < 5; ++i) c.qo_lens.push_back(uniform(rng, 1, 8)), c.kv_lens.push_back(uniform(rng, 2000, 9000));
+      c.sinks = random_sinks(rng, kv_heads);
+      c.v_pad = uniform(rng, 0, 1) ? v_pad(c.config) : 0;
+      const Outcome o = run(c);
+      if (o.ran) CHECK(o.split);
+    }
+    // A custom mask of each shape (random, causal with holes, a speculative-decoding tree), V
+    // strided half the time.
+    for (MaskShape shape : {MaskShape::random, MaskShape::causal_like, MaskShape::tree}) {
+      const int group = pick<int>(rng, {1, 1, 2, 4});
+      const int kv_heads = uniform(rng, 1, 8 / group);
+      Case c{variant(MaskMode::custom, kv_heads * group, kv_heads), {}, {}};
+      const int batch = uniform(rng, 1, 4);
+      for (int i = 0; i < batch; ++i) {
+        const std::int32_t qo = uniform(rng, 1, 300);
+        c.qo_lens.push_back(qo), c.kv_lens.push_back(shape == MaskShape::tree ? qo + uniform(rng, 0, 1500) : uniform(rng, 0, 1500));
+      }
+      c = with_custom_mask(rng, c, shape);
+      if (uniform(rng, 0, 1)) c.v_pad = v_pad(c.config);
+      if (uniform(rng, 0, 2) == 0) c.sinks = random_sinks(rng, c.config.num_qo_heads);
+      c.c_api = uniform(rng, 0, 2) == 0;
+      run(c);
+    }
+    // DeepSeek-V3's heads: 128 query and KV heads, a chunk of a prompt after its cached part.
+    {
+      Case c{variant(MaskMode::causal, 128, 128), {}, {}};
+      const std::int32_t qo = uniform(rng, 64, 300);
+      c.qo_lens = {qo}, c.kv_lens = {qo + uniform(rng, 0, 1200)};
+      c.sampled_tokens = 8;
+      run(c);
+    }
+    // The described-tensors run(): v [.., num_kv_heads, 128] (strided or packed), o [total_q, heads, 128].
+    for (bool pad : {false, true}) {
+      const int kv_heads = uniform(rng, 1, 8);
+      Case c{variant(pick<MaskMode>(rng, {MaskMode::causal, MaskMode::none}), kv_heads, kv_heads), {}, {}};
+      for (int i = 0, batch = uniform(rng, 1, 4); i < batch; ++i)
+        c.qo_lens.push_back(uniform(rng, 1, 400)), c.kv_lens.push_back(uniform(rng, 0, 2000));
+      c.tensors = true;
+      c.v_pad = pad ? v_pad(c.config) : 0;
+      if (uniform(rng, 0, 1)) c.sinks = random_sinks(rng, kv_heads);
+      run(c);
+    }
+  }
+  REQUIRE_SOME_RAN(ran);
+  CHECK(split > 0);
+  CHECK(unsplit > 0);
+  CHECK(strided > 0);
+  CHECK(tensors > 0);
+  CHECK(c_api > 0);
+}
+
+TEST_CASE("BatchPrefill in CUDA-graph mode at head_dim 192 / head_dim_vo 128 (MLA prefill): one graph replays later plans", "[gpu]") {
+  SEEDED_RNG(rng);
+  const std::vector<BatchPrefillConfig> held = mla_configs(KvStorage::ragged);
+  if (held.empty()) {
+    WARN("skipped: the package holds no ragged batch_prefill variant at head_dim 192 / head_dim_vo 128");
+    return;
+  }
+  BatchPrefillConfig config = pick(rng, held);
+  config.mask = MaskMode::causal;
+  config.num_qo_heads = config.num_kv_heads = 8;
+  check_graph_replays(rng, config, pick<int>(rng, {0, 64}));
 }
 
 TEST_CASE("the C API's raw batch_prefill run takes attention sinks, a window, a soft cap and ALiBi, paged and ragged", "[gpu]") {

@@ -2,7 +2,8 @@
 // templates/aotinfer/params/batch_prefill.h literally and prefers obviousness to speed (rows are
 // independent, so callers may compute a sample of them on several threads).
 //
-// One request with qo_len queries and kv_len keys; query token t sits at position
+// One request with qo_len queries and kv_len keys (q and K rows head_dim wide, V and o rows
+// head_dim_vo wide: equal but for MLA models' prefill, 192 / 128); query token t sits at position
 // p_t = kv_len - qo_len + t. Query head h reads KV head h / (num_qo_heads / num_kv_heads):
 //   q' = round(rope(q, p_t)), k'_j = round(rope(k_j, j))   (rope_llama; round = to the operand
 //                                                            type, identity for exact inputs)
@@ -28,7 +29,8 @@ namespace aotinfer::reference {
 struct PrefillParams {
   int num_qo_heads = 0;
   int num_kv_heads = 0;
-  int head_dim = 0;
+  int head_dim = 0;     // q and K rows (the scores' dot products)
+  int head_dim_vo = 0;  // V and o rows; 0: head_dim
   bool causal = false;
   bool rope = false;
   bool alibi = false;
@@ -57,13 +59,16 @@ inline std::vector<double> prefill_keys(const PrefillParams& p, const std::vecto
   return out;
 }
 
-// The state of query token t, head h: q_row is its head_dim values; keys from prefill_keys,
-// values [kv_len][num_kv_heads][head_dim]; mask: the request's custom mask [qo_len][kv_len], or
-// null.
+// The width of V and o rows.
+inline int value_dim(const PrefillParams& p) { return p.head_dim_vo > 0 ? p.head_dim_vo : p.head_dim; }
+
+// The state of query token t, head h (its v head_dim_vo wide): q_row is its head_dim values;
+// keys from prefill_keys, values [kv_len][num_kv_heads][head_dim_vo]; mask: the request's custom
+// mask [qo_len][kv_len], or null.
 inline State prefill_row(const PrefillParams& p, const double* q_row, std::int64_t t, std::int64_t qo_len,
                          const std::vector<double>& keys, const std::vector<double>& values, std::int64_t kv_len, int h,
                          const std::vector<bool>* mask = nullptr) {
-  const int d = p.head_dim, kv_head = h / (p.num_qo_heads / p.num_kv_heads);
+  const int d = p.head_dim, dv = value_dim(p), kv_head = h / (p.num_qo_heads / p.num_kv_heads);
   const std::int64_t pos = kv_len - qo_len + t;
   std::vector<double> q = p.rope ? rope_llama(q_row, d, double(pos), p.rope_rcp_scale, p.rope_rcp_theta)
                                  : std::vector<double>(q_row, q_row + d);
@@ -84,16 +89,16 @@ inline State prefill_row(const PrefillParams& p, const double* q_row, std::int64
     kept.push_back(j);
   }
   // attend() without copying every value row: o = sum_j w_j v_j / sum_j w_j, w_j = exp(s_j - max).
-  State out{std::vector<double>(d, 0.0), -std::numeric_limits<double>::infinity()};
-  const auto with_sink = [&](const State& s) { return p.sinks.empty() ? s : merge(s, sink_state(p.sinks[h], std::size_t(d))); };
+  State out{std::vector<double>(dv, 0.0), -std::numeric_limits<double>::infinity()};
+  const auto with_sink = [&](const State& s) { return p.sinks.empty() ? s : merge(s, sink_state(p.sinks[h], std::size_t(dv))); };
   if (scores.empty()) return with_sink(out);
   double max = scores[0], sum = 0;
   for (double s : scores) max = std::max(max, s);
   for (std::size_t i = 0; i < scores.size(); ++i) {
     const double w = std::exp(scores[i] - max);
     sum += w;
-    const double* value = &values[(kept[i] * p.num_kv_heads + kv_head) * d];
-    for (int e = 0; e < d; ++e) out.v[e] += w * value[e];
+    const double* value = &values[(kept[i] * p.num_kv_heads + kv_head) * dv];
+    for (int e = 0; e < dv; ++e) out.v[e] += w * value[e];
   }
   for (double& x : out.v) x *= p.v_scale / sum;
   out.lse = max + std::log(sum);

@@ -987,11 +987,55 @@ def mla_cases():
                                                      random.choice([16, 128])))
 
 
+def mla_prefill_case(kind, dtype, causal):
+    """MLA models' prefill (DeepSeek-V3, Kimi K2): head_dim_qk 192, head_dim_vo 128, as engines run
+    it through FlashInfer's prefill wrappers. Ragged k and v are token-strided slices of one
+    projection; paged K and V are pools of their own widths."""
+    heads, batch = random.choice([1, 4, 16]), random.randint(1, 5)
+    qo, kv = prefill_lengths(batch, causal)
+    qk, vo = 192, 128
+    q = torch.randn(sum(qo), heads, qk, device=DEV).to(DTYPES[dtype])
+    if kind == "ragged":
+        proj = torch.randn(sum(kv), heads * (qk + vo), device=DEV).to(DTYPES[dtype])
+        k, v = proj[:, :heads * qk].view(-1, heads, qk), proj[:, heads * qk:].view(-1, heads, vo)
+        wrapper = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(WORKSPACE, "NHD")
+        wrapper.plan(indptr_of(qo), indptr_of(kv), heads, heads, qk, head_dim_vo=vo, causal=causal,
+                     q_data_type=DTYPES[dtype])
+        o, lse = wrapper.run(q, k, v, return_lse=True)
+        starts = [0] + list(itertools_accumulate(kv))
+        kv_get = lambda r: (k[starts[r]:starts[r + 1]], v[starts[r]:starts[r + 1]])  # noqa: E731
+    else:
+        page = random.choice([1, 16, 64])
+        keys, values = Paged(kv, page, heads, qk, "NHD", "pair", dtype), Paged(kv, page, heads, vo, "NHD", "pair", dtype)
+        values.indices, values.indptr, values.last = keys.indices, keys.indptr, keys.last  # one page table
+        values.k = torch.full((keys.k.shape[0], page, heads, vo), NAN, device=DEV).to(DTYPES[dtype])
+        for r, n in enumerate(kv):
+            pid, slot = keys.slots(r, torch.arange(n, device=DEV))
+            values.k[pid, slot] = values.values[r]
+        wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(WORKSPACE, "NHD")
+        wrapper.plan(indptr_of(qo), keys.indptr, keys.indices, keys.last, heads, heads, qk, page, head_dim_vo=vo,
+                     causal=causal, q_data_type=DTYPES[dtype])
+        o, lse = wrapper.run(q, (keys.k, values.k), return_lse=True)
+        kv_get = lambda r: (keys.keys[r], values.values[r])  # noqa: E731
+    ref_o, ref_lse = reference_prefill(q, qo, kv_get, causal=causal)
+    label = f"MLA prefill {kind} [{dtype} 192/128 heads {heads} {'causal' if causal else 'non-causal'} qo {sum(qo)}]"
+    torch.cuda.synchronize()
+    assert o.shape == (sum(qo), heads, vo), f"out is {tuple(o.shape)}"
+    check(label + " o", o, ref_o, 1e-2)
+    check(label + " lse", lse, ref_lse, 1e-3)
+
+
+def mla_prefill_cases():
+    for kind in ("ragged", "paged"):
+        for dtype, causal in (("bf16", True), ("f16", False)):
+            guarded(f"MLA prefill {kind} {dtype}", lambda: mla_prefill_case(kind, dtype, causal))
+
+
 def main():
     start = time.time()
     for section in (decode_cases, decode_graph, paged_prefill_cases, paged_prefill_graph, ragged_cases, merge_cases,
                     cascade_case, page_cases, multilevel_cases, multilevel_graph, shared_prefix_cases,
-                    fast_decode_plan_cases, mla_cases):
+                    fast_decode_plan_cases, mla_cases, mla_prefill_cases):
         guarded(section.__name__, section)
     print(f"{len(failures)} failures; {time.time() - start:.1f} s; seed {SEED}")
     if failures:
