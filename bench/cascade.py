@@ -10,10 +10,11 @@ from a CUDA graph. "of floor" compares with reading the prefix, the own KV, q an
 device's copy bandwidth (read + write of a large buffer, measured here).
 """
 import math
-import statistics
 import sys
 
 import torch
+
+from torch_timing import median_s
 
 from aotinfer import flashinfer
 
@@ -21,20 +22,6 @@ DEV = torch.device("cuda:0")
 BF16 = torch.bfloat16
 PAGE, HEAD_DIM = 16, 128
 WS = torch.empty(512 << 20, dtype=torch.uint8, device=DEV)
-
-
-def time_cuda(fn, warmup=5, iters=20):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    for i in range(iters):
-        starts[i].record()
-        fn()
-        ends[i].record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) / 1e3
 
 
 def graph_of(fn):
@@ -54,7 +41,7 @@ def graph_of(fn):
 def copy_bandwidth():
     a = torch.empty(1 << 30, dtype=torch.uint8, device=DEV)
     b = torch.empty_like(a)
-    t = time_cuda(lambda: b.copy_(a))
+    t = median_s(lambda: b.copy_(a))
     return 2 * a.numel() / t
 
 
@@ -98,15 +85,15 @@ def main(batch=64, prefix=8192, own=512, qo_heads=32, kv_heads=8):
     rows = {}
     for name, fn, moved in (("plain batch decode (prefix per request)", lambda: plain.run(q, kv, out=out), plain_bytes),
                             ("2-level cascade (prefix once)", lambda: cascade.run(q, kv), floor_bytes)):
-        eager = time_cuda(fn)
-        graph = time_cuda(graph_of(fn))
+        eager = median_s(fn)
+        graph = median_s(graph_of(fn))
         rows[name] = graph
         base = rows.get("plain batch decode (prefix per request)", graph)
         print(f"{name:<44s} {eager * 1e6:9.1f} {graph * 1e6:9.1f} {moved / graph / 1e9:7.0f} {base / graph:8.2f}x "
               f"{floor / graph:8.2f}")
     # Where the cascade's time goes: each level alone (graph), the merge is the rest.
     for i, name in ((0, "  level 0 alone: the prefix, one group"), (1, "  level 1 alone: own pages, 64 groups")):
-        t = time_cuda(graph_of(lambda: cascade._level_run(i, q, kv)))
+        t = median_s(graph_of(lambda: cascade._level_run(i, q, kv)))
         print(f"{name:<44s} {'':>9s} {t * 1e6:9.1f}")
     return 0 if err < 2e-2 else 1
 

@@ -25,7 +25,6 @@ import functools
 import json
 import math
 import os
-import statistics
 import sys
 import time
 import traceback
@@ -33,6 +32,7 @@ import traceback
 print = functools.partial(print, flush=True)  # noqa: A001 - PYTHONUNBUFFERED semantics
 
 import torch  # noqa: E402
+from torch_timing import median_s  # noqa: E402
 
 BATCH, LEN, HEADS, D_QK, D_VO, PAGE = 4, 4096, 128, 192, 128, 64
 SM_SCALE = 1.0 / math.sqrt(D_QK)
@@ -61,21 +61,6 @@ def workspace():
     if _WS is None:
         _WS = torch.empty(WS_BYTES, dtype=torch.uint8, device=DEV)
     return _WS
-
-
-def time_cuda(fn, warmup=WARMUP, iters=ITERS):
-    """Median seconds of fn() measured with CUDA events around each call (flashinfer_peer.py's)."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    for i in range(iters):
-        starts[i].record()
-        fn()
-        ends[i].record()
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) / 1e3
 
 
 def row(name, fn):
@@ -208,7 +193,7 @@ def main():
     for kind in kinds:
         for backend in backends:
             def bench(kind=kind, backend=backend):
-                t = time_cuda(PLANNED[kind](backend, BATCH, LEN))
+                t = median_s(PLANNED[kind](backend, BATCH, LEN), WARMUP, ITERS)
                 tf = FLOPS / t / 1e12
                 mine = ours.get(OURS_KIND[kind])
                 ratio = f"  (aotinfer / this: {mine[1] / tf:5.2f}x)" if mine else ""
