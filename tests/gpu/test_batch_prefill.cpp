@@ -41,16 +41,15 @@ namespace {
 
 const char* mask_name(MaskMode m) { return m == MaskMode::causal ? "causal" : m == MaskMode::custom ? "custom" : "none"; }
 
-// The width of V and o rows (head_dim_vo 0 means head_dim), and whether it differs from q's and
+// Whether V and o rows (BatchPrefillConfig::vo_dim) are narrower than q's and
 // K's: the prefill of MLA models (head_dim 192, head_dim_vo 128).
-int vo_dim(const BatchPrefillConfig& c) { return c.head_dim_vo > 0 ? c.head_dim_vo : c.head_dim; }
-bool is_mla(const BatchPrefillConfig& c) { return vo_dim(c) != c.head_dim; }
+bool is_mla(const BatchPrefillConfig& c) { return c.vo_dim() != c.head_dim; }
 
 std::string describe(const BatchPrefillConfig& c) {
   std::ostringstream s;
   s << (c.kv_storage == KvStorage::paged ? "batch_prefill_paged" : "batch_prefill_ragged")
     << "{dtype_q=" << aotinfer::dtype_name(c.dtype_q) << ", head_dim=" << c.head_dim;
-  if (is_mla(c)) s << ", head_dim_vo=" << vo_dim(c);
+  if (is_mla(c)) s << ", head_dim_vo=" << c.vo_dim();
   s << ", mask=" << mask_name(c.mask) << ", dtype_kv=" << aotinfer::dtype_name(c.dtype_kv)
     << ", dtype_o=" << aotinfer::dtype_name(c.dtype_o) << ", pos_encoding=" << aotinfer::pos_encoding_name(c.pos_encoding)
     << "} heads " << c.num_qo_heads << "/" << c.num_kv_heads;
@@ -97,7 +96,7 @@ std::vector<BatchPrefillConfig> package_configs() {
 std::vector<BatchPrefillConfig> mla_configs(KvStorage storage) {
   std::vector<BatchPrefillConfig> out;
   for (const BatchPrefillConfig& v : package_configs())
-    if (v.kv_storage == storage && v.head_dim == 192 && vo_dim(v) == 128) out.push_back(v);
+    if (v.kv_storage == storage && v.head_dim == 192 && v.vo_dim() == 128) out.push_back(v);
   return out;
 }
 
@@ -231,7 +230,7 @@ void pack_masks(Problem& p) {
 
 Problem make_problem(std::mt19937_64& rng, const Case& c) {
   const BatchPrefillConfig& cfg = c.config;
-  const int H = cfg.num_qo_heads, KVH = cfg.num_kv_heads, d = cfg.head_dim, dv = vo_dim(cfg);
+  const int H = cfg.num_qo_heads, KVH = cfg.num_kv_heads, d = cfg.head_dim, dv = cfg.vo_dim();
   Problem p;
   p.c = c;
   const std::size_t batch = c.qo_lens.size();
@@ -312,7 +311,7 @@ Problem make_problem(std::mt19937_64& rng, const Case& c) {
 // Compares o/lse of the sampled rows with the reference; every o element must be finite.
 void check(std::mt19937_64& rng, const Problem& p, const std::vector<std::uint16_t>& o, const std::vector<float>& lse) {
   const BatchPrefillConfig& cfg = p.c.config;
-  const int H = cfg.num_qo_heads, d = cfg.head_dim, dv = vo_dim(cfg);
+  const int H = cfg.num_qo_heads, d = cfg.head_dim, dv = cfg.vo_dim();
   std::int64_t non_finite = 0;
   for (std::uint16_t bits : o) non_finite += !std::isfinite(from_bits(bits, cfg.dtype_o));
   REQUIRE(non_finite == 0);
@@ -474,7 +473,7 @@ aotinfer_tensor described(const void* data, aotinfer::DType dtype, std::initiali
 // NHD or [pages, KVH, page, .] HND), o [total_q, H, dv], lse, sinks and the metadata.
 aotinfer_batch_prefill_tensors describe_tensors(const Problem& p, const aotinfer::PrefillRunArgs& a) {
   const BatchPrefillConfig& cfg = p.c.config;
-  const std::int64_t H = cfg.num_qo_heads, KVH = cfg.num_kv_heads, d = cfg.head_dim, dv = vo_dim(cfg);
+  const std::int64_t H = cfg.num_qo_heads, KVH = cfg.num_kv_heads, d = cfg.head_dim, dv = cfg.vo_dim();
   const std::int64_t batch = std::int64_t(p.c.qo_lens.size()), esize = std::int64_t(aotinfer::dtype_size(cfg.dtype_kv));
   aotinfer_batch_prefill_tensors t{};
   t.q = described(a.q, cfg.dtype_q, {p.total_q, H, d}, a.q_stride);
@@ -523,7 +522,7 @@ Outcome run_case(std::mt19937_64& rng, const Case& c) {
   auto indices = on_device(p.indices), last = on_device(p.last_page_len);
   auto mask_bytes = on_device(p.mask_bytes);
   auto mask_indptr = on_device(p.mask_indptr);
-  DeviceBuffer<std::uint16_t> o(p.total_q * cfg.num_qo_heads * vo_dim(cfg));
+  DeviceBuffer<std::uint16_t> o(p.total_q * cfg.num_qo_heads * cfg.vo_dim());
   DeviceBuffer<float> lse(p.total_q * cfg.num_qo_heads);
   DeviceBuffer<float> sinks(c.sinks.size());
   if (!c.sinks.empty()) sinks.upload(c.sinks);
@@ -919,7 +918,7 @@ void check_graph_replays(std::mt19937_64& rng, BatchPrefillConfig config, int v_
   INFO(describe(config) << ", window_left " << config.window_left << ", cap " << cap << ", v_pad " << v_pad);
   std::optional<BatchPrefill> prefill = make_prefill(config);
   REQUIRE_SOME_RAN(prefill ? 1 : 0);
-  const int H = config.num_qo_heads, KVH = config.num_kv_heads, d = config.head_dim, dv = vo_dim(config);
+  const int H = config.num_qo_heads, KVH = config.num_kv_heads, d = config.head_dim, dv = config.vo_dim();
   constexpr std::int64_t kMaxKv = 40000;
   DeviceBuffer<std::uint16_t> q(config.max_total_q * H * d), k(kMaxKv * KVH * d), v(kMaxKv * (KVH * dv + v_pad)),
       o(config.max_total_q * H * dv);
@@ -1030,7 +1029,7 @@ TEST_CASE("batch_prefill at head_dim 192 / head_dim_vo 128 (MLA prefill) matches
     // V's padding beyond packed, between tokens (ragged) or pages (paged): a few 16-byte steps, or
     // as much again as the packed row or page (V beside an equally wide tensor).
     auto v_pad = [&](const BatchPrefillConfig& c) {
-      const int packed = (storage == KvStorage::paged ? c.page_size : 1) * c.num_kv_heads * vo_dim(c);
+      const int packed = (storage == KvStorage::paged ? c.page_size : 1) * c.num_kv_heads * c.vo_dim();
       return pick<int>(rng, {8, 64, packed});
     };
     // Random shapes: causal and none, ungrouped and a GQA group of 2-4, the three plan kinds in
