@@ -790,12 +790,12 @@ TEST_CASE("batch_decode with a sliding window and attention sinks: split and uns
       ran += run_case(rng, windowed(lens, window_left), &plan);
       CHECK(plan.split);
     }
-    // A window of at most 32 keys (one KV tile: 32 keys at head_dim 256, 64 below) leaves every
-    // request one item, beginning at its window unless the request is shorter.
+    // A window of at most 16 keys (one KV tile: 16 keys at head_dim 512, 32 at 256, 64 below)
+    // leaves every request one item, beginning at its window unless the request is shorter.
     {
       std::vector<std::int32_t> lens = random_lens(rng, uniform(rng, 1, 16), 6000, shape.page_size);
       lens.push_back(uniform(rng, 3000, 8000));
-      ran += run_case(rng, windowed(lens, uniform(rng, 0, 1) ? 0 : uniform(rng, 1, 31)), &plan);
+      ran += run_case(rng, windowed(lens, uniform(rng, 0, 1) ? 0 : uniform(rng, 1, 15)), &plan);
       CHECK_FALSE(plan.split);
     }
   }
