@@ -92,16 +92,26 @@ struct PrefillSm90 {
   static constexpr int kRawTileBytes = kFp8 ? kKv * head_dim : 0;  // fp8 K or V rows as they land
   // A tile's key offsets (bytes from K's base), and V's after them where its strides differ.
   static constexpr int kOffsetsPerTile = kSplitVo ? 2 * kKv : kKv;
+  // Slots of key offsets: the producer publishes a tile's offsets while the copies of the tile
+  // before may still read theirs, and load_kv's V copies lag a tile behind K's (three slots);
+  // load_kv_fp8 copies a tile's K and V together (two).
+  static constexpr int kOffsetSlots = kFp8 ? 2 : 3;
   // Shared memory from a 1024-aligned base (the swizzle atoms must be; see run()): q slots, K
-  // stages, V stages, fp8's raw K and V rows, mbarriers, key offsets, announced pairs, RoPE
-  // frequencies. Two q slots
-  // where they fit (not head_dim 256), so that the producer loads the next pair's q while the
-  // consumers still use this one's.
-  static constexpr int smem_bytes(int q_slots) {
-    return q_slots * kQBytes + kStages * (kTileBytes + kVTileBytes) + 2 * kRawTileBytes + 8 * (8 + 4 * kStages) +
-           3 * kOffsetsPerTile * 8 + 4 * 4 + (kRope ? head_dim / 2 * 4 : 0);
+  // stages, V stages, fp8's raw tiles, mbarriers, key offsets, announced pairs, RoPE
+  // frequencies.
+  static constexpr int smem_bytes(int q_slots, int raw_slots) {
+    return q_slots * kQBytes + kStages * (kTileBytes + kVTileBytes) + raw_slots * kRawTileBytes + 8 * (8 + 4 * kStages) +
+           kOffsetSlots * kOffsetsPerTile * 8 + 4 * 4 + (kRope ? head_dim / 2 * 4 : 0);
   }
-  static constexpr int kQSlots = smem_bytes(2) <= kSmemPerCta ? 2 : 1;
+  // Two q slots where they fit (not head_dim 256), so that the producer loads the next pair's q
+  // while the consumers still use this one's; fp8 counts its two raw tiles (K's and V's) first.
+  static constexpr int kQSlots = smem_bytes(2, kFp8 ? 2 : 0) <= kSmemPerCta ? 2 : 1;
+  // fp8: as many raw tiles as fit beside them, up to four (load_kv_fp8: the more, the further
+  // ahead of their widening the copies go out).
+  static constexpr int kRawSlots = !kFp8                                 ? 0
+                                   : smem_bytes(kQSlots, 4) <= kSmemPerCta ? 4
+                                   : smem_bytes(kQSlots, 3) <= kSmemPerCta ? 3
+                                                                           : 2;
   // With two q slots, a consumer keeps its 64 q rows past its last score product and stages its
   // output rows there, so that they go out as whole 16-byte chunks of consecutive row bytes; the
   // producer needs the slot only for the pair after next. Not with RoPE, where the staging made
@@ -110,23 +120,24 @@ struct PrefillSm90 {
   static constexpr int kKOffset = kQSlots * kQBytes;
   static constexpr int kVOffset = kKOffset + kStages * kTileBytes;
   static constexpr int kRawOffset = kVOffset + kStages * kVTileBytes;
-  static constexpr int kBarOffset = kRawOffset + 2 * kRawTileBytes;
+  static constexpr int kBarOffset = kRawOffset + kRawSlots * kRawTileBytes;
   static constexpr int kNumBars = 8 + 4 * kStages;
-  static constexpr int kOffsetsOffset = kBarOffset + 8 * kNumBars;  // key offsets, three tiles
-  static constexpr int kPairOffset = kOffsetsOffset + 3 * kOffsetsPerTile * 8;  // the announced pairs, 4 slots
+  static constexpr int kOffsetsOffset = kBarOffset + 8 * kNumBars;  // key offsets, kOffsetSlots tiles
+  static constexpr int kPairOffset = kOffsetsOffset + kOffsetSlots * kOffsetsPerTile * 8;  // the announced pairs, 4 slots
   static constexpr int kFreqOffset = kPairOffset + 4 * 4;
   static constexpr int kSmemBytes = kFreqOffset + (kRope ? head_dim / 2 * 4 : 0);
-  static_assert(kSmemBytes == smem_bytes(kQSlots), "the layout above is what smem_bytes counts");
+  static_assert(kSmemBytes == smem_bytes(kQSlots, kRawSlots), "the layout above is what smem_bytes counts");
   // Registers per thread after reallocation. A CTA owns what it launched with: kThreads times
   // the count `__launch_bounds__(kThreads, 1)` allows (65536 / kThreads, in steps of 8). The
   // consumers' setmaxnreg.inc waits until the producer's .dec has freed enough, so a split
   // asking for more than the CTA owns never finishes: the static_assert keeps it within.
   // The producer needs 48 to hold a pair's page-table state and the next pair's first lookup
   // without spilling, more where it rotates (RoPE) or copies 512-byte rows (head_dim 256), and
-  // 72 where it keeps V's key offsets beside K's (kSplitVo: 16 bytes spilled at 56); the
-  // consumers keep the rest (no spills at these counts, ptxas -v).
-  static constexpr int kProducerRegs = kSplitVo ? 72 : kRope || kFp8 || head_dim == 256 ? 56 : 48;
-  static constexpr int kConsumerRegs = kSplitVo ? 216 : 224;
+  // 72 where it keeps V's key offsets beside K's (kSplitVo: 16 bytes spilled at 56), 64 where
+  // it widens fp8 rows in batches (12 bytes spilled at 56); the consumers keep the rest (no
+  // spills at these counts, ptxas -v).
+  static constexpr int kProducerRegs = kSplitVo ? 72 : kFp8 ? 64 : kRope || head_dim == 256 ? 56 : 48;
+  static constexpr int kConsumerRegs = kSplitVo || kFp8 ? 216 : 224;
   static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
   static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= kThreads * kLaunchRegs,
                 "the register split must fit what the CTA launched with");
@@ -180,9 +191,9 @@ struct PrefillSm90 {
     char* q;  // slot i at q + i * kQBytes
     char* k;  // stage s at k + s * kTileBytes
     char* v;    // stage s at v + s * kVTileBytes
-    char* raw;  // fp8: K rows, then V rows, as they land
+    char* raw;  // fp8: kRawSlots tiles of K or V rows as they land
     uint64_t* bars;
-    int64_t* offsets;  // byte offsets of a tile's keys (K's, then V's where kSplitVo), slot n % 3 for the n-th tile of the CTA
+    int64_t* offsets;  // byte offsets of a tile's keys (K's, then V's where kSplitVo), slot n % kOffsetSlots for the n-th tile of the CTA
     int* pair;         // 4 slots: see announce()
     float* freq;
     __device__ __forceinline__ explicit Shared(char* base)
@@ -374,31 +385,45 @@ struct PrefillSm90 {
                                                 const Shared& sh, int n) {
     char* const q = sh.q_slot(n);
     const int c = threadIdx.x % kThreadsPerRow, row0 = threadIdx.x / kThreadsPerRow;
-    constexpr bool kQCopied = std::is_same_v<dtype_q, dtype> && !kRope;
+    const int passes = copies() ? kRows / kRowsPerPass : 0;
+    if constexpr (std::is_same_v<dtype_q, dtype> && !kRope) {
 #pragma unroll 1
-    for (int i = 0; i < (copies() ? kRows / kRowsPerPass : 0); ++i) {
-      const int row = row0 + i * kRowsPerPass;
-      const bool valid = row < cta.valid_rows;
-      const dtype_q* src = valid ? cta.template q_source<dtype_q>(p, row, head_dim) : static_cast<const dtype_q*>(p.q);
-      char* lo_dst = q + sm90::sw128_offset(kRows, row, c);
-      char* hi_dst = q + sm90::sw128_offset(kRows, row, c + kChunks / 2);
-      if constexpr (kQCopied) {
-        cp_async_16(lo_dst, src + c * 8, valid);
-        cp_async_16(hi_dst, src + (c + kChunks / 2) * 8, valid);
-      } else {
-        float lo[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f}, hi[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-        if (valid) {
-          load8(src + c * 8, lo);
-          load8(src + (c + kChunks / 2) * 8, hi);
-          if constexpr (kRope) rope_rotate8(lo, hi, sh.freq, c * 8, cta.q_offset + (cta.q_row + row) / cta.group);
-        }
-        store8(reinterpret_cast<dtype*>(lo_dst), lo);
-        store8(reinterpret_cast<dtype*>(hi_dst), hi);
+      for (int i = 0; i < passes; ++i) {
+        const int row = row0 + i * kRowsPerPass;
+        const bool valid = row < cta.valid_rows;
+        const dtype_q* src = valid ? cta.template q_source<dtype_q>(p, row, head_dim) : static_cast<const dtype_q*>(p.q);
+        cp_async_16(q + sm90::sw128_offset(kRows, row, c), src + c * 8, valid);
+        cp_async_16(q + sm90::sw128_offset(kRows, row, c + kChunks / 2), src + (c + kChunks / 2) * 8, valid);
       }
-    }
-    if constexpr (kQCopied) {
       sm90::cp_async_arrive(sh.q_full(n));
     } else {
+      // Converted (and rotated) through registers. fp8's producer (64 registers) converts two
+      // rows at a time so that their loads fly together: a row at a time, it waited a global
+      // round trip for each (ncu). The others' producers spilled with two (ptxas -v).
+      constexpr int kBatch = kFp8 ? 2 : 1;
+      static_assert(kRows / kRowsPerPass % kBatch == 0, "whole batches of rows");
+#pragma unroll 1
+      for (int i0 = 0; i0 < passes; i0 += kBatch) {
+        float lo[kBatch][8], hi[kBatch][8];
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+          const int row = row0 + (i0 + b) * kRowsPerPass;
+          const bool valid = row < cta.valid_rows;
+          const dtype_q* src = valid ? cta.template q_source<dtype_q>(p, row, head_dim) : static_cast<const dtype_q*>(p.q);
+          load8(src + c * 8, lo[b]);
+          load8(src + (c + kChunks / 2) * 8, hi[b]);
+        }
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+          const int row = row0 + (i0 + b) * kRowsPerPass;
+          const bool valid = row < cta.valid_rows;  // zeros beyond the valid rows
+#pragma unroll
+          for (int e = 0; e < 8; ++e) lo[b][e] = valid ? lo[b][e] : 0.f, hi[b][e] = valid ? hi[b][e] : 0.f;
+          if constexpr (kRope) rope_rotate8(lo[b], hi[b], sh.freq, c * 8, cta.q_offset + (cta.q_row + row) / cta.group);
+          store8(reinterpret_cast<dtype*>(q + sm90::sw128_offset(kRows, row, c)), lo[b]);
+          store8(reinterpret_cast<dtype*>(q + sm90::sw128_offset(kRows, row, c + kChunks / 2)), hi[b]);
+        }
+      }
       sm90::fence_async_shared();
       sm90::mbar_arrive(sh.q_full(n));
     }
@@ -512,85 +537,102 @@ struct PrefillSm90 {
     }
   }
 
-  // fp8 K/V: raw rows land by cp.async in one raw tile per tensor (unswizzled, head_dim bytes a
-  // row), and the producer widens them into the ring's f16 stages. A thread widens exactly the
-  // 16-byte chunks it copied, so its own cp.async.wait_group orders the two: no barrier between
-  // them. K and V alternate, so that one tensor's copies fly while the other is widened:
-  //   K(t) landed -> widen into K stage -> copy K(t + 1) raw -> V(t) landed -> widen -> copy V(t + 1).
+  // fp8 K/V: raw rows land by cp.async in a ring of kRawSlots raw tiles (unswizzled, head_dim
+  // bytes a row), and the producer widens them into the ring's f16 stages. A thread widens exactly
+  // the 16-byte chunks it copied, so its own cp.async.wait_group orders the two: no barrier
+  // between them. The pair's raw items alternate K(0), V(0), K(1), V(1), ...; item r + kRawSlots
+  // is copied into item r's raw tile as soon as r is widened, so kRawSlots - 1 items fly while
+  // one is widened (with one tile per tensor, the copies of a tile went out only one widening
+  // before they were needed, and the producer waited for them: fp8 ran at 0.58x bf16).
   static constexpr int kRawChunks = head_dim / 16;  // 16-byte chunks of an fp8 row
   static constexpr int kRawThreadsPerRow = kRawChunks <= 4 ? 4 : kRawChunks <= 8 ? 8 : 16;
   static constexpr int kRawRowsPerPass = 128 / kRawThreadsPerRow;
   static_assert(!kFp8 || kKv % kRawRowsPerPass == 0, "whole passes of rows");
 
+  // Both loops go in batches of four rows, each batch's shared-memory reads (key offsets, raw
+  // chunks) issued before their first use: one row at a time, the producer waited for each read
+  // (ncu: the producer was busy all the time, the consumers waited for stages).
+  static constexpr int kRawPasses = kKv / kRawRowsPerPass, kRawBatch = kRawPasses < 4 ? kRawPasses : 4;
+  static_assert(!kFp8 || kRawPasses % kRawBatch == 0, "whole batches of rows");
+
   static __device__ __forceinline__ void copy_raw(const char* src, const int64_t* offsets, char* raw, int valid_keys) {
     const int c = threadIdx.x % kRawThreadsPerRow, row0 = threadIdx.x / kRawThreadsPerRow;
     if (c >= kRawChunks) return;
 #pragma unroll
-    for (int i = 0; i < kKv / kRawRowsPerPass; ++i) {
-      const int key = row0 + i * kRawRowsPerPass;
-      cp_async_16(raw + key * head_dim + c * 16, src + offsets[key] + c * 16, key < valid_keys);
+    for (int i0 = 0; i0 < kRawPasses; i0 += kRawBatch) {
+      const char* from[kRawBatch];
+#pragma unroll
+      for (int i = 0; i < kRawBatch; ++i) from[i] = src + offsets[row0 + (i0 + i) * kRawRowsPerPass] + c * 16;
+#pragma unroll
+      for (int i = 0; i < kRawBatch; ++i) {
+        const int key = row0 + (i0 + i) * kRawRowsPerPass;
+        cp_async_16(raw + key * head_dim + c * 16, from[i], key < valid_keys);
+      }
     }
   }
 
   static __device__ __forceinline__ void widen_raw(const char* raw, char* tile) {
     const int c = threadIdx.x % kRawThreadsPerRow, row0 = threadIdx.x / kRawThreadsPerRow;
     if (c >= kRawChunks) return;
-#pragma unroll 2
-    for (int i = 0; i < kKv / kRawRowsPerPass; ++i) {
-      const int key = row0 + i * kRawRowsPerPass;
-      const uint4 r = *reinterpret_cast<const uint4*>(raw + key * head_dim + c * 16);
-      const uint4 lo = {widen_fp8x2<dtype_kv>(r.x), widen_fp8x2<dtype_kv>(r.x >> 16), widen_fp8x2<dtype_kv>(r.y),
-                        widen_fp8x2<dtype_kv>(r.y >> 16)};
-      const uint4 hi = {widen_fp8x2<dtype_kv>(r.z), widen_fp8x2<dtype_kv>(r.z >> 16), widen_fp8x2<dtype_kv>(r.w),
-                        widen_fp8x2<dtype_kv>(r.w >> 16)};
-      *reinterpret_cast<uint4*>(tile + sm90::sw128_offset(kKv, key, 2 * c)) = lo;
-      *reinterpret_cast<uint4*>(tile + sm90::sw128_offset(kKv, key, 2 * c + 1)) = hi;
+#pragma unroll
+    for (int i0 = 0; i0 < kRawPasses; i0 += kRawBatch) {
+      uint4 r[kRawBatch];
+#pragma unroll
+      for (int i = 0; i < kRawBatch; ++i)
+        r[i] = *reinterpret_cast<const uint4*>(raw + (row0 + (i0 + i) * kRawRowsPerPass) * head_dim + c * 16);
+#pragma unroll
+      for (int i = 0; i < kRawBatch; ++i) {
+        const int key = row0 + (i0 + i) * kRawRowsPerPass;
+        const uint4 lo = {widen_fp8x2<dtype_kv>(r[i].x), widen_fp8x2<dtype_kv>(r[i].x >> 16), widen_fp8x2<dtype_kv>(r[i].y),
+                          widen_fp8x2<dtype_kv>(r[i].y >> 16)};
+        const uint4 hi = {widen_fp8x2<dtype_kv>(r[i].z), widen_fp8x2<dtype_kv>(r[i].z >> 16), widen_fp8x2<dtype_kv>(r[i].w),
+                          widen_fp8x2<dtype_kv>(r[i].w >> 16)};
+        *reinterpret_cast<uint4*>(tile + sm90::sw128_offset(kKv, key, 2 * c)) = lo;
+        *reinterpret_cast<uint4*>(tile + sm90::sw128_offset(kKv, key, 2 * c + 1)) = hi;
+      }
     }
   }
 
-  // The pair's tiles from ring position `done` (load_kv's contract). Tile t + 1's key offsets
-  // go into their slot, (done + t + 1) % 3, behind the producer barrier of iteration t; that
-  // slot's last readers, the copies of tile t - 2, were issued before iteration t - 1's barrier.
+  // The pair's tiles from ring position `done` (load_kv's contract). Tile u's key offsets go
+  // into slot (done + u) % 2 behind the producer barrier just before K(u) is copied; that slot's
+  // last readers, the copies of tile u - 2, were issued before the barrier of tile u - 1.
   static __device__ __forceinline__ void load_kv_fp8(const aotinfer_batch_prefill_params& p, const Cta& cta,
                                                      const Shared& sh, int done, KeyOffset next_offset) {
     static_assert(!kSplitVo, "fp8 K/V have equal widths");
+    static_assert(kOffsetSlots == 2, "a tile's K and V copies go out before the next tile's offsets");
     if (cta.num_tiles == 0) return;
     const char* const k = reinterpret_cast<const char*>(cta.rows.k);
     const char* const v = reinterpret_cast<const char*>(cta.rows.v);
-    char* const k_raw = sh.raw;
-    char* const v_raw = sh.raw + kRawTileBytes;
-    auto publish = [&](int tile) {
-      int64_t* offsets = sh.offsets + ((done + tile) % 3) * kOffsetsPerTile;
-      put_offsets(offsets, next_offset);
-      sm90::named_barrier_sync<128>(kProducerBarrier);
-      next_offset = key_offset(p, cta, tile + 1);
-      return static_cast<const int64_t*>(offsets);
-    };
-    const int64_t* offsets = publish(0);
-    copy_raw(k, offsets, k_raw, cta.end - cta.begin);
-    cp_async_commit();
-    copy_raw(v, offsets, v_raw, cta.end - cta.begin);
-    cp_async_commit();
-#pragma unroll 1
-    for (int tile = 0; tile < cta.num_tiles; ++tile) {
-      const int ring = done + tile, s = ring % kStages, use = ring / kStages;
-      const bool more = tile + 1 < cta.num_tiles;
-      const int next_valid = cta.end - (cta.begin + (tile + 1) * kKv);
-      if (more) offsets = publish(tile + 1);
-      cp_async_wait<1>();  // K(t) landed; V(t) may still fly
-      if (use > 0) sm90::mbar_wait(sh.k_empty(s), (use - 1) & 1);
-      widen_raw(k_raw, sh.k + s * kTileBytes);
-      sm90::fence_async_shared();
-      sm90::mbar_arrive(sh.k_full(s));
-      if (more) copy_raw(k, offsets, k_raw, next_valid);
-      cp_async_commit();  // (empty after the last tile: the group count stays the same)
-      cp_async_wait<1>();  // V(t) landed; K(t + 1) may fly
-      if (use > 0) sm90::mbar_wait(sh.v_empty(s), (use - 1) & 1);
-      widen_raw(v_raw, sh.v + s * kVTileBytes);
-      sm90::fence_async_shared();
-      sm90::mbar_arrive(sh.v_full(s));
-      if (more) copy_raw(v, offsets, v_raw, next_valid);
+    const int items = 2 * cta.num_tiles;
+    const int64_t* offsets = sh.offsets;
+    // Item r's copies into its raw tile, then a commit (an empty group past the last item, so
+    // that every thread's group count stays that of the loop below).
+    auto copy_item = [&](int r) {
+      if (r < items) {
+        const int tile = r / 2;
+        if (r % 2 == 0) {
+          int64_t* slot = sh.offsets + ((done + tile) % kOffsetSlots) * kOffsetsPerTile;
+          put_offsets(slot, next_offset);
+          sm90::named_barrier_sync<128>(kProducerBarrier);
+          next_offset = key_offset(p, cta, tile + 1);
+          offsets = slot;
+        }
+        copy_raw(r % 2 ? v : k, offsets, sh.raw + (r % kRawSlots) * kRawTileBytes, cta.end - (cta.begin + tile * kKv));
+      }
       cp_async_commit();
+    };
+#pragma unroll 1
+    for (int r = 0; r < kRawSlots; ++r) copy_item(r);
+#pragma unroll 1
+    for (int r = 0; r < items; ++r) {
+      const int ring = done + r / 2, s = ring % kStages, use = ring / kStages;
+      const bool is_v = r % 2;
+      cp_async_wait<kRawSlots - 1>();  // item r landed; the kRawSlots - 1 after it may fly
+      if (use > 0) sm90::mbar_wait(is_v ? sh.v_empty(s) : sh.k_empty(s), (use - 1) & 1);
+      widen_raw(sh.raw + (r % kRawSlots) * kRawTileBytes, is_v ? sh.v + s * kVTileBytes : sh.k + s * kTileBytes);
+      sm90::fence_async_shared();
+      sm90::mbar_arrive(is_v ? sh.v_full(s) : sh.k_full(s));
+      copy_item(r + kRawSlots);
     }
   }
 

@@ -729,6 +729,38 @@ TEST_CASE("batch_prefill over GQA group sizes 1..8 and 16, page sizes 1 to 256 a
   REQUIRE_SOME_RAN(ran);
 }
 
+// fp8 caches stream through a ring of raw tiles that runs on from one (item, KV head) pair to the
+// next: enough short requests that every CTA of the persistent Hopper kernel takes several pairs,
+// beside long ones whose keys wrap the ring many times.
+TEST_CASE("batch_prefill over fp8 K/V: many pairs per CTA, long and short requests", "[gpu]") {
+  SEEDED_RNG(rng);
+  for (KvStorage storage : {KvStorage::paged, KvStorage::ragged}) {
+    std::vector<BatchPrefillConfig> fp8;
+    for (const BatchPrefillConfig& v : package_configs())
+      if (v.kv_storage == storage && aotinfer::dtype_size(v.dtype_kv) == 1 && v.pos_encoding == PosEncoding::none)
+        fp8.push_back(v);
+    if (fp8.empty()) {
+      WARN("skipped, not in the package: an fp8 K/V variant of " << (storage == KvStorage::paged ? "paged" : "ragged")
+                                                                << " prefill without RoPE");
+      continue;
+    }
+    Case c{pick(rng, fp8), {}, {}};
+    c.config.mask = pick<MaskMode>(rng, {MaskMode::causal, MaskMode::none});
+    c.config.num_kv_heads = 2, c.config.num_qo_heads = 8;
+    c.config.page_size = pick<int>(rng, {1, 16, 64});
+    if (storage == KvStorage::paged) c.config.layout = pick<KvLayout>(rng, {KvLayout::nhd, KvLayout::hnd});
+    for (int i = 0; i < 150; ++i) {
+      const std::int32_t qo = uniform(rng, 1, 40);
+      c.qo_lens.push_back(qo), c.kv_lens.push_back(qo + uniform(rng, 0, 1500));
+    }
+    c.qo_lens.push_back(300), c.kv_lens.push_back(uniform(rng, 6000, 9000));
+    c.qo_lens.push_back(64), c.kv_lens.push_back(uniform(rng, 16000, 20000));
+    c.sampled_tokens = 4;
+    c.k_scale = float(uniform(rng, 0.25, 2.0)), c.v_scale = float(uniform(rng, 0.25, 2.0));
+    CHECK(run_case(rng, c).ran);  // the package holds the variant
+  }
+}
+
 TEST_CASE("batch_prefill split and unsplit plans, large and small query tiles", "[gpu]") {
   SEEDED_RNG(rng);
   for (KvStorage storage : {KvStorage::paged, KvStorage::ragged}) {
