@@ -348,6 +348,17 @@ TEST_CASE("coverage: present, wrong arch, missing, unsupported, and unknown with
   CHECK(with_f32[1].reasons ==
         std::vector<std::string>{"dtype_kv f32: the batch_prefill_paged template takes f16, bf16, e4m3, e5m2"});
 
+  SECTION("a family recorded without an axis the need names: a package from older templates") {
+    for (auto& family : m.families)
+      if (family.name == "batch_prefill_paged")
+        std::erase_if(family.axes, [](const ManifestAxis& axis) { return axis.name == "head_dim_vo"; });
+    const auto old = check_needs(m, n.needs, sm_90);
+    CHECK(old[1].need.key.family == "batch_prefill_paged");
+    CHECK(old[1].status == S::unsupported);
+    CHECK(old[1].reasons == std::vector<std::string>{"the batch_prefill_paged template has no head_dim_vo axis: the package was "
+                                                     "built from older templates; rebuild it from its spec"});
+  }
+
   SECTION("a manifest without families: unknown, unless its variants show the template lacks an axis") {
     m.families.clear();
     CHECK(statuses(check_needs(m, n.needs, sm_86)) == std::vector<S>{S::present, S::wrong_arch, S::unknown, S::present, S::unknown});
@@ -355,7 +366,8 @@ TEST_CASE("coverage: present, wrong arch, missing, unsupported, and unknown with
     odd.key.axes.push_back({"sinks", "true"});
     const Finding f = check_needs(m, {odd}, sm_86).at(0);
     CHECK(f.status == S::unsupported);
-    CHECK(f.reasons == std::vector<std::string>{"the batch_decode template has no sinks axis"});
+    CHECK(f.reasons == std::vector<std::string>{"the batch_decode template has no sinks axis: the package was built from older "
+                                                 "templates; rebuild it from its spec"});
   }
 }
 

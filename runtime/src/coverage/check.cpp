@@ -18,6 +18,12 @@ bool contains(const std::vector<std::string>& items, const std::string& item) {
   return std::find(items.begin(), items.end(), item) != items.end();
 }
 
+// The needs name only axes of this release's templates, so a package without one was built from
+// older templates (its kernels are then refused at load too, by their kernel ABI).
+std::string missing_axis(const std::string& family, const std::string& axis) {
+  return "the " + family + " template has no " + axis + " axis: the package was built from older templates; rebuild it from its spec";
+}
+
 // Why the recorded templates cannot build `key`; empty when they can.
 std::vector<std::string> template_refusals(const Manifest& m, const VariantKey& key) {
   const ManifestFamily* family = m.family(key.family);
@@ -29,7 +35,7 @@ std::vector<std::string> template_refusals(const Manifest& m, const VariantKey& 
   std::vector<std::string> why;
   for (const auto& a : key.axes) {
     const ManifestAxis* axis = family->axis(a.name);
-    if (!axis) why.push_back("the " + key.family + " template has no " + a.name + " axis");
+    if (!axis) why.push_back(missing_axis(key.family, a.name));
     else if (!contains(axis->allowed, a.value))
       why.push_back(a.name + " " + a.value + ": the " + key.family + " template takes " + join(axis->allowed));
   }
@@ -47,7 +53,7 @@ std::vector<std::string> axis_refusals(const Manifest& m, const VariantKey& key)
   std::vector<std::string> why;
   if (axes.empty()) return why;
   for (const auto& a : key.axes)
-    if (!contains(axes, a.name)) why.push_back("the " + key.family + " template has no " + a.name + " axis");
+    if (!contains(axes, a.name)) why.push_back(missing_axis(key.family, a.name));
   return why;
 }
 
