@@ -29,8 +29,11 @@ constexpr int kQoHeads = 32, kKvHeads = 8, kHeadDim = 128, kPage = 16;
 
 struct Shape {
   int batch, q_len, min_len, max_len;  // KV lengths evenly spaced over [min_len, max_len]
+  int long_len = 0;                    // > 0: the last request has this many keys instead
+  int longest() const { return std::max(max_len, long_len); }
   std::string lengths() const {
-    return min_len == max_len ? std::to_string(min_len) : std::to_string(min_len) + "-" + std::to_string(max_len);
+    return (min_len == max_len ? std::to_string(min_len) : std::to_string(min_len) + "-" + std::to_string(max_len)) +
+           (long_len > 0 ? "+" + std::to_string(long_len) : "");
   }
 };
 
@@ -64,7 +67,9 @@ struct Problem {
     long keys = 0;
     for (int i = 0; i < s.batch; ++i) {
       // Evenly spaced, so that a peer script draws the same lengths without sharing a generator.
-      const int n = s.min_len + int(long(s.max_len - s.min_len) * i / std::max(1, s.batch - 1)), pages = (n + kPage - 1) / kPage;
+      const int n = s.long_len > 0 && i == s.batch - 1 ? s.long_len
+                                                      : s.min_len + int(long(s.max_len - s.min_len) * i / std::max(1, s.batch - 1));
+      const int pages = (n + kPage - 1) / kPage;
       lens.push_back(n);
       keys += n;
       kv_indptr.push_back(kv_indptr.back() + pages);
@@ -108,7 +113,7 @@ double run_decode(const aotinfer::Package& pkg, const Shape& s, Problem& p, bool
   cfg.q_len = s.q_len;
   if (chunk > 0) cfg.kv_split = {aotinfer::KvSplit::Mode::fixed, chunk};
   aotinfer::BatchDecode decode(pkg, cfg);
-  const aotinfer::WorkspaceSizes sizes = decode.workspace_sizes(s.batch, s.max_len);
+  const aotinfer::WorkspaceSizes sizes = decode.workspace_sizes(s.batch, s.longest());
   aotinfer::Workspace ws{device(sizes.float_bytes), sizes.float_bytes, device(sizes.int_bytes), sizes.int_bytes};
   decode.plan(p.kv_indptr, p.last, p.indices, p.num_pages, ws, nullptr);
   split = decode.work_plan().split;
@@ -131,7 +136,7 @@ double run_prefill(const aotinfer::Package& pkg, const Shape& s, Problem& p, boo
   cfg.mask = aotinfer::MaskMode::causal;
   aotinfer::BatchPrefill prefill(pkg, cfg);
   const long tokens = long(s.batch) * s.q_len;
-  const aotinfer::WorkspaceSizes sizes = prefill.workspace_sizes(tokens, s.batch, s.max_len);
+  const aotinfer::WorkspaceSizes sizes = prefill.workspace_sizes(tokens, s.batch, s.longest());
   aotinfer::Workspace ws{device(sizes.float_bytes), sizes.float_bytes, device(sizes.int_bytes), sizes.int_bytes};
   prefill.plan_paged(p.qo_indptr, p.kv_indptr, p.last, p.indices, p.num_pages, ws, nullptr);
   split = prefill.work_plan().split;
@@ -156,8 +161,11 @@ int main(int argc, char** argv) {
               kQoHeads, kKvHeads, kHeadDim, kPage);
   std::printf("%-12s %6s %6s %12s %6s %10s %10s %8s %8s\n", "path", "batch", "q_len", "kv_len", "split", "MB moved", "time us",
               "GB/s", "of copy");
+  // The last three are plain decode (one token) over skewed batches that fill a wave of CTAs by
+  // themselves: lengths evenly spaced, and one 128k-key request among 31 short ones.
   const std::vector<Shape> shapes = {{32, 4, 1024, 8192}, {32, 4, 4096, 4096}, {8, 8, 2048, 32768}, {64, 2, 4096, 4096},
-                                     {128, 4, 1024, 1024}, {16, 16, 4096, 4096}};
+                                     {128, 4, 1024, 1024}, {16, 16, 4096, 4096}, {32, 1, 1024, 8192}, {64, 1, 512, 16384},
+                                     {32, 1, 256, 1024, 131072}};
   aotinfer::BatchDecodeConfig decode_cfg;  // the variant both paths' tables need
   aotinfer::BatchPrefillConfig prefill_cfg;
   prefill_cfg.kv_storage = aotinfer::KvStorage::paged;
@@ -165,13 +173,16 @@ int main(int argc, char** argv) {
   const bool has_prefill = bench::has_variant<aotinfer::BatchPrefill>(run.pkg, prefill_cfg);
   const bench::OnlyRows only;
   for (const Shape& s : shapes) {
-    Problem p(s, size_t(run.prop.l2CacheSize));
     // Skewed batches also run with fixed chunks ("decode/2048": the fixed KV split).
     std::vector<std::string> paths = {"decode", "prefill"};
-    if (s.min_len != s.max_len) paths.insert(paths.begin() + 1, {"decode/2048", "decode/4096"});
+    if (s.min_len != s.max_len || s.long_len > 0) paths.insert(paths.begin() + 1, {"decode/2048", "decode/4096"});
+    auto name = [&](const std::string& path) {
+      return path + ":" + std::to_string(s.batch) + ":" + std::to_string(s.q_len) + ":" + s.lengths();
+    };
+    if (std::all_of(paths.begin(), paths.end(), [&](const std::string& path) { return only.skips(name(path)); })) continue;
+    Problem p(s, size_t(run.prop.l2CacheSize));  // (the pools take seconds to fill: only for rows that run)
     for (const std::string& path : paths) {
-      const std::string name = path + ":" + std::to_string(s.batch) + ":" + std::to_string(s.q_len) + ":" + s.lengths();
-      if (only.skips(name)) continue;
+      if (only.skips(name(path))) continue;
       const bool decode = path.rfind("decode", 0) == 0;
       if (!(decode ? has_decode : has_prefill)) {
         std::printf("%-12s %6d %6d %12s  (bf16/128 not in the package: skipped)\n", path.c_str(), s.batch, s.q_len,

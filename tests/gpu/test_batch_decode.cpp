@@ -815,6 +815,29 @@ TEST_CASE("batch_decode of one request with 1 to 131k keys", "[gpu]") {
   }
 }
 
+// Batches that fill a wave of CTAs by themselves (8 KV heads: 8 CTAs an item): one long request
+// among short ones is cut into chunks of a slot's share (split, merged), and skewed whole
+// requests go out longest first (unsplit).
+TEST_CASE("batch_decode of batches that fill a wave: a long request among short ones, and skewed lengths", "[gpu]") {
+  SEEDED_RNG(rng);
+  std::optional<BatchDecodeConfig> base = base_config();
+  REQUIRE_SOME_RAN(base ? 1 : 0);
+  const BatchDecodeConfig config = with_heads(random_shape(rng, *base, 0), uniform(rng, 1, 4), 8);
+  aotinfer::DecodeWorkPlan plan;
+  std::vector<std::int32_t> one_long(40);
+  for (auto& len : one_long) len = uniform(rng, 1, 600);
+  one_long[uniform(rng, 0, 39)] = uniform(rng, 40000, 60000);
+  // (No window: it would keep the long request's keys few.)
+  REQUIRE(run_case(rng, with_features(rng, random_case(rng, config, one_long, uniform(rng, 0, 1), true), false, uniform(rng, 0, 1)), &plan));
+  CHECK(plan.split);
+  std::vector<std::int32_t> skewed(48);
+  for (auto& len : skewed) len = uniform(rng, 0, 3000);
+  REQUIRE(run_case(rng, with_random_features(rng, random_case(rng, config, skewed, uniform(rng, 0, 1), true)), &plan));
+  if (!plan.split)
+    for (std::int32_t x = 1; x < plan.num_work; ++x)
+      CHECK(plan.kv_end[x] - plan.kv_begin[x] <= plan.kv_end[x - 1] - plan.kv_begin[x - 1]);
+}
+
 TEST_CASE("batch_decode of a 128k-token request among short ones", "[gpu][long]") {
   SEEDED_RNG(rng);
   BatchDecodeConfig bf16;

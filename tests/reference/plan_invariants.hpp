@@ -114,6 +114,10 @@ inline std::string decode_plan_problem(std::span<const std::int32_t> lens, const
     if (!p.merge_indptr.empty()) return why + "an unsplit plan has a merge_indptr";
   }
 
+  if (!p.split)  // whole requests, longest first (the longest CTAs start in the first wave)
+    for (std::int64_t x = 1; x < p.num_work; ++x)
+      if (p.kv_end[x] - p.kv_begin[x] > p.kv_end[x - 1] - p.kv_begin[x - 1])
+        return why + "an unsplit plan's item " + str(x) + " has more keys than the one before it (not longest first)";
   if (l.kv_split.invariant()) {
     // Batch-invariant: a request's items follow from its length alone, the fixed chunk's
     // multiples or the whole request.
@@ -124,8 +128,19 @@ inline std::string decode_plan_problem(std::span<const std::int32_t> lens, const
     if (!cut && p.num_work != batch) return why + "a request shorter than the fixed chunk has more than one item";
     return "";
   }
+  // A batch that fills a wave: whole requests, unless one has more than twice a wave slot's share
+  // of the batch's keys; then chunks of that share (a tile multiple), if shorter than the longest.
+  if (batch >= wave) {
+    std::int64_t total = 0;
+    for (std::int32_t len : lens) total += len - decode_first_key(len, l);
+    const std::int64_t share = plan_detail::ceil_div(total, wave);
+    const std::int64_t whole = std::max<std::int64_t>(1, plan_detail::ceil_div(most_keys, tile)) * tile;
+    const std::int64_t chunk = most_keys > 2 * share ? std::min(whole, std::max<std::int64_t>(1, plan_detail::ceil_div(share, tile)) * tile) : whole;
+    if (p.split != (chunk < whole || graph))
+      return why + "a batch that fills a wave splits exactly when a request exceeds twice the share of " + str(share) + " keys";
+    if (p.split && p.chunk_tokens != chunk) return why + "chunk_tokens is not the balanced chunk " + str(chunk);
+  }
   // The chunk: a tile multiple, the smallest whose item count fits one wave.
-  if (p.split && !graph && batch >= wave) return why + "split although the batch fills a wave";
   if (p.split) {
     if (p.chunk_tokens <= 0 || p.chunk_tokens % tile != 0) return why + "chunk_tokens is not a positive multiple of tile_tokens";
     if (decode_items_for(lens, l, p.chunk_tokens) != p.num_work) return why + "num_work differs from the recount for chunk_tokens";

@@ -64,90 +64,9 @@ std::string describe(const std::vector<std::int32_t>& lens) {
 }
 
 // Everything the header promises about a plan of `lens` under `l`; "" when all hold, else the
-// first broken promise.
+// first broken promise (tests/reference/plan_invariants.hpp).
 std::string plan_problem(const std::vector<std::int32_t>& lens, const DecodePlanLimits& l, const DecodeWorkPlan& p) {
-  std::ostringstream why;
-  const std::int64_t batch = std::int64_t(lens.size());
-  const std::int64_t wave = decode_wave_items(l);
-  const bool graph = l.graph_work > 0;
-  const std::int64_t tile = l.tile_tokens;
-  const std::int32_t longest = lens.empty() ? 0 : *std::max_element(lens.begin(), lens.end());
-  why << "plan {split " << p.split << ", num_work " << p.num_work << ", padded_work " << p.padded_work
-      << ", chunk_tokens " << p.chunk_tokens << "}, wave " << wave << ": ";
-
-  if (std::int64_t(p.request.size()) != p.padded_work || std::int64_t(p.kv_begin.size()) != p.padded_work ||
-      std::int64_t(p.kv_end.size()) != p.padded_work)
-    return why.str() + "request/kv_begin/kv_end do not hold padded_work entries";
-  if (p.num_work < batch) return why.str() + "fewer work items than requests";
-  if (p.num_work > decode_max_work(std::int32_t(std::max<std::int64_t>(batch, 1)), l))
-    return why.str() + "more work items than decode_max_work(batch)";
-  if (graph) {
-    if (!p.split) return why.str() + "a CUDA-graph plan is not split";
-    if (p.padded_work != l.graph_work) return why.str() + "padded_work differs from graph_work";
-    if (p.num_work > l.graph_work) return why.str() + "num_work exceeds graph_work";
-  } else if (p.padded_work != p.num_work) {
-    return why.str() + "padded_work differs from num_work outside CUDA-graph mode";
-  }
-  for (std::int64_t x = p.num_work; x < p.padded_work; ++x)
-    if (p.request[x] != 0 || p.kv_begin[x] != p.kv_end[x])
-      return why.str() + "padding item " + std::to_string(x) + " is not (request 0, empty range)";
-
-  // Every request's items, in the order they appear, tile [0, len) without gap or overlap.
-  std::vector<std::int64_t> covered(batch, 0), items(batch, 0);
-  for (std::int64_t x = 0; x < p.num_work; ++x) {
-    const std::int64_t r = p.request[x];
-    if (r < 0 || r >= batch) return why.str() + "item " + std::to_string(x) + " names request " + std::to_string(r);
-    if (p.kv_begin[x] != covered[r])
-      return why.str() + "item " + std::to_string(x) + " of request " + std::to_string(r) + " begins at " +
-             std::to_string(p.kv_begin[x]) + ", not at " + std::to_string(covered[r]);
-    if (p.kv_end[x] > lens[r] || (lens[r] > 0 && p.kv_end[x] <= p.kv_begin[x]))
-      return why.str() + "item " + std::to_string(x) + " has range [" + std::to_string(p.kv_begin[x]) + ", " +
-             std::to_string(p.kv_end[x]) + ") for a request of " + std::to_string(lens[r]) + " tokens";
-    if (p.split && p.chunk_tokens > 0 &&
-        (p.kv_begin[x] % p.chunk_tokens != 0 || p.kv_end[x] != std::min<std::int64_t>(std::int64_t(p.kv_begin[x]) + p.chunk_tokens, lens[r])))
-      return why.str() + "item " + std::to_string(x) + " is not a chunk [k*chunk, min((k+1)*chunk, len))";
-    covered[r] = p.kv_end[x];
-    ++items[r];
-  }
-  for (std::int64_t r = 0; r < batch; ++r) {
-    if (covered[r] != lens[r]) return why.str() + "request " + std::to_string(r) + " is covered up to " + std::to_string(covered[r]);
-    if (lens[r] == 0 && items[r] != 1) return why.str() + "zero-length request " + std::to_string(r) + " has " + std::to_string(items[r]) + " items";
-    if (!p.split && items[r] != 1) return why.str() + "unsplit plan has " + std::to_string(items[r]) + " items for request " + std::to_string(r);
-  }
-
-  if (p.split) {
-    if (std::int64_t(p.merge_indptr.size()) != batch + 1) return why.str() + "merge_indptr does not hold batch + 1 entries";
-    if (p.merge_indptr[0] != 0 || p.merge_indptr[batch] != p.num_work) return why.str() + "merge_indptr does not span [0, num_work]";
-    for (std::int64_t r = 0; r < batch; ++r) {
-      if (p.merge_indptr[r + 1] - p.merge_indptr[r] != items[r])
-        return why.str() + "merge_indptr gives request " + std::to_string(r) + " a wrong item count";
-      for (std::int64_t x = p.merge_indptr[r]; x < p.merge_indptr[r + 1]; ++x)
-        if (p.request[x] != r) return why.str() + "merge_indptr row " + std::to_string(r) + " holds item " + std::to_string(x) + " of another request";
-    }
-  } else if (p.chunk_tokens != 0) {
-    return why.str() + "an unsplit plan has chunk_tokens != 0";
-  }
-
-  // The chunk: a tile multiple, the smallest whose item count fits one wave (brute-force recount).
-  if (p.split && !graph && batch >= wave) return why.str() + "split although the batch fills a wave";
-  if (p.split && p.chunk_tokens > 0) {
-    if (p.chunk_tokens % tile != 0) return why.str() + "chunk_tokens is not a multiple of tile_tokens";
-    if (items_for(lens, p.chunk_tokens) != p.num_work) return why.str() + "num_work differs from the recount for chunk_tokens";
-    if (batch < wave) {
-      if (p.num_work > wave) return why.str() + "more items than one wave";
-      if (p.chunk_tokens > tile && items_for(lens, p.chunk_tokens - tile) <= wave)
-        return why.str() + "chunk_tokens - tile_tokens would fit one wave too (" +
-               std::to_string(items_for(lens, p.chunk_tokens - tile)) + " items)";
-    }
-  }
-  if (!p.split && !graph && batch < wave) {
-    // Left unsplit with room on the GPU: only right when no chunk shorter than the longest
-    // request fits a wave.
-    const std::int64_t shorter = (std::int64_t(longest) - 1) / tile * tile;
-    if (shorter > 0 && items_for(lens, shorter) <= wave)
-      return why.str() + "not split, but chunks of " + std::to_string(shorter) + " tokens fit one wave";
-  }
-  return "";
+  return aotinfer::reference::decode_plan_problem(lens, l, p);
 }
 
 // CSR metadata of requests with the given lengths (pages in order; ids do not matter here).
@@ -282,20 +201,41 @@ TEST_CASE("plan_decode_work refuses a request longer than the largest int32 tile
   }
 }
 
-TEST_CASE("plan_decode_work: a batch that fills a wave runs whole requests, unsplit", "[decode_plan]") {
+TEST_CASE("plan_decode_work: a batch that fills a wave runs whole requests, longest first", "[decode_plan]") {
   const DecodePlanLimits l = limits(4, 2, 1, 16);  // wave of 8 items
   REQUIRE(decode_wave_items(l) == 8);
-  for (std::vector<std::int32_t> lens : {std::vector<std::int32_t>{1000, 2000, 1, 0, 5000, 7, 100000, 16},
-                                         std::vector<std::int32_t>(20, 3000)}) {
-    INFO(describe(lens));
-    DecodeWorkPlan plan;
-    plan_decode_work(lens, l, plan);
-    CHECK_FALSE(plan.split);
-    CHECK(plan.num_work == std::int32_t(lens.size()));
-    CHECK(plan.padded_work == plan.num_work);
-    CHECK(plan.chunk_tokens == 0);
-    CHECK(plan_problem(lens, l, plan) == "");
-  }
+  // 24000 keys: a slot's share is 3000, and no request has more than twice that.
+  const std::vector<std::int32_t> lens = {3000, 1000, 5000, 2000, 4000, 6000, 500, 2500, 0};
+  DecodeWorkPlan plan;
+  plan_decode_work(lens, l, plan);
+  CHECK_FALSE(plan.split);
+  CHECK(plan.num_work == std::int32_t(lens.size()));
+  CHECK(plan.padded_work == plan.num_work);
+  CHECK(plan.chunk_tokens == 0);
+  CHECK(plan.request == std::vector<std::int32_t>{5, 2, 4, 0, 7, 3, 1, 6, 8});
+  CHECK(plan_problem(lens, l, plan) == "");
+  const std::vector<std::int32_t> even(20, 3000);
+  plan_decode_work(even, l, plan);
+  CHECK_FALSE(plan.split);
+  CHECK(plan.num_work == 20);
+  CHECK(plan_problem(even, l, plan) == "");
+}
+
+TEST_CASE("plan_decode_work: a request longer than twice a wave slot's share is cut even when the batch fills a wave",
+          "[decode_plan]") {
+  const DecodePlanLimits l = limits(4, 2, 1, 16);  // wave of 8 items
+  // 108024 keys: a slot's share is 13503, the 100000-key request more than twice it. Left whole,
+  // its CTAs would run alone long after the others; in 13504-key chunks (the share, rounded up to
+  // the tile) the items even out: 7 short ones and 8 chunks, at most batch + wave.
+  const std::vector<std::int32_t> lens = {1000, 2000, 1, 0, 5000, 7, 100000, 16};
+  DecodeWorkPlan plan;
+  plan_decode_work(lens, l, plan);
+  CHECK(plan.split);
+  CHECK(plan.chunk_tokens == 13504);
+  CHECK(plan.num_work == 15);
+  CHECK(plan.num_work <= decode_max_work(std::int32_t(lens.size()), l));
+  CHECK(plan.merge_indptr == std::vector<std::int32_t>{0, 1, 2, 3, 4, 5, 6, 14, 15});
+  CHECK(plan_problem(lens, l, plan) == "");
 }
 
 TEST_CASE("plan_decode_work: small batches of long requests split into tile-multiple chunks filling a wave",

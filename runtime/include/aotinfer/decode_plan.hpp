@@ -4,7 +4,9 @@
 // one KV head. When the batch alone cannot fill the GPU, long requests are split into chunks
 // (split-KV) whose partial states a merge kernel combines. The chunk size is the smallest
 // multiple of the KV tile for which the work items fit in one wave of CTAs, found by binary
-// search (the item count falls monotonically as the chunk grows). Batch-invariant plans
+// search (the item count falls monotonically as the chunk grows). A batch that fills a wave
+// runs whole requests, longest first, unless one request is longer than twice a wave slot's
+// share of the batch's keys: then chunks of that share even the waves out. Batch-invariant plans
 // (KvSplit fixed or none) instead cut every request by its own length alone. Under a sliding
 // window a request's items cover only the keys the window keeps, and chunks count from the
 // window's first key.

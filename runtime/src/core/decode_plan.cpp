@@ -16,6 +16,17 @@ std::int64_t items_for_chunk(std::span<const std::int32_t> lengths, const Decode
   return items;
 }
 
+// A batch of at least a wave of requests: whole requests fill the GPU, but a request longer than
+// twice a wave slot's fair share of the keys (the batch's keys / wave) would keep its CTAs
+// running long after the others finished (one 128k-key request among short ones: its own
+// length, not the batch's, sets the time). Then every request is cut into chunks of that
+// share, at most batch + wave items (decode_max_work). Otherwise whole requests (max tiles).
+std::int64_t balanced_chunk_tiles(std::int64_t longest, std::int64_t total, std::int32_t wave, std::int32_t tile) {
+  const std::int64_t share = (total + wave - 1) / wave;
+  if (longest <= 2 * share) return INT64_MAX;
+  return std::max<std::int64_t>(1, (share + tile - 1) / tile);
+}
+
 void check_limits(const DecodePlanLimits& l) {
   if (l.num_sms < 1 || l.ctas_per_sm < 1 || l.ctas_per_item < 1 || l.tile_tokens < 1)
     invalid("decode plan limits must be positive (num_sms " + std::to_string(l.num_sms) + ", ctas_per_sm " +
@@ -35,8 +46,8 @@ std::int32_t decode_wave_items(const DecodePlanLimits& l) {
 std::int32_t decode_max_work(std::int32_t max_batch, const DecodePlanLimits& l, std::int64_t max_kv_len) {
   const std::int32_t wave = decode_wave_items(l);  // checks the limits
   switch (l.kv_split.mode) {
-    case KvSplit::Mode::adaptive:  // a split plan has at most one wave of items, an unsplit one one per request
-      return std::max(max_batch, wave);
+    case KvSplit::Mode::adaptive:  // one wave of chunks below a wave of requests; up to batch + wave above (balanced_chunk_tiles)
+      return max_batch >= wave ? max_batch + wave : wave;
     case KvSplit::Mode::none:
       return max_batch;
     case KvSplit::Mode::fixed: break;
@@ -85,11 +96,15 @@ void plan_decode_work(std::span<const std::int32_t> lengths, const DecodePlanLim
     invalid("a CUDA-graph plan holds at most " + std::to_string(l.graph_work) + " work items; got a batch of " +
             std::to_string(batch) + " (raise max_batch)");
 
-  // The smallest tile-multiple chunk whose item count fits in one wave; no split when even
-  // whole requests exceed a wave (the batch fills the GPU by itself). Lengths count the keys a
-  // request attends to (its window's).
+  // The smallest tile-multiple chunk whose item count fits in one wave. A batch that fills a
+  // wave by itself runs whole requests, unless one request would run on alone after the others
+  // (balanced_chunk_tiles). Lengths count the keys a request attends to (its window's).
   std::int32_t longest = 0;
-  for (std::int32_t len : lengths) longest = std::max(longest, len - l.first_key(len));
+  std::int64_t total = 0;
+  for (std::int32_t len : lengths) {
+    longest = std::max(longest, len - l.first_key(len));
+    total += len - l.first_key(len);
+  }
   const std::int64_t max_tiles = std::max<std::int64_t>(1, (std::int64_t(longest) + l.tile_tokens - 1) / l.tile_tokens);
   // chunk_tokens is an int32 tile multiple that may span a whole request.
   if (max_tiles * l.tile_tokens > INT32_MAX)
@@ -109,16 +124,28 @@ void plan_decode_work(std::span<const std::int32_t> lengths, const DecodePlanLim
       else lo = mid + 1;
     }
     chunk_tiles = lo;
+  } else if (l.kv_split.mode == KvSplit::Mode::adaptive) {
+    chunk_tiles = std::min(max_tiles, balanced_chunk_tiles(longest, total, wave, l.tile_tokens));
   }
   const std::int64_t chunk = chunk_tiles * l.tile_tokens;
   plan.split = graph || chunk_tiles < max_tiles;
   plan.chunk_tokens = plan.split ? std::int32_t(chunk) : 0;
 
+  // Whole requests go out longest first, so that the longest CTAs start in the first wave
+  // instead of trailing the last one; split plans keep request order, which merge_indptr's rows
+  // follow.
+  std::vector<std::int32_t> order(batch);
+  for (std::int32_t i = 0; i < batch; ++i) order[i] = i;
+  if (!plan.split) {
+    auto keys = [&](std::int32_t i) { return lengths[i] - l.first_key(lengths[i]); };
+    std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) { return keys(a) > keys(b); });
+  }
+
   plan.request.clear();
   plan.kv_begin.clear();
   plan.kv_end.clear();
   plan.merge_indptr.assign(1, 0);
-  for (std::int32_t i = 0; i < batch; ++i) {
+  for (std::int32_t i : order) {
     const std::int32_t len = lengths[i], first = l.first_key(len);
     const std::int64_t step = plan.split ? chunk : std::max<std::int64_t>(len - first, 1);
     std::int64_t begin = first;
