@@ -289,7 +289,8 @@ void Cascade::run(const aotinfer_cascade_tensors& t, const aotinfer_attention_sc
   CascadeRunArgs a;
   for (int l = 0; l < s.config.num_levels; ++l) {
     const aotinfer_batch_prefill_tensors level{t.q, t.k_pages, t.v_pages, t.qo_indptr[l], t.kv_indptr[l], t.kv_indices[l],
-                                               t.kv_last_page_len[l], t.o, t.lse, t.sinks};
+                                               t.kv_last_page_len[l], t.o, t.lse, t.sinks,
+                                               /*custom_mask=*/{}, /*mask_indptr=*/{}};  // the cascade takes no custom mask
     const PrefillRunArgs p = checked_level(s.levels[std::size_t(l)].config(), s.shapes[std::size_t(l)], level, scalars, l);
     arrays[std::size_t(l)] = {p.qo_indptr, p.kv_indptr, p.kv_indices, p.kv_last_page_len};
     if (l == 0) {
