@@ -542,8 +542,8 @@ struct PrefillSm90 {
   // the 16-byte chunks it copied, so its own cp.async.wait_group orders the two: no barrier
   // between them. The pair's raw items alternate K(0), V(0), K(1), V(1), ...; item r + kRawSlots
   // is copied into item r's raw tile as soon as r is widened, so kRawSlots - 1 items fly while
-  // one is widened (with one tile per tensor, the copies of a tile went out only one widening
-  // before they were needed, and the producer waited for them: fp8 ran at 0.58x bf16).
+  // one is widened. (More raw tiles than two barely changed the speed: the widening itself, not
+  // the copies' latency, bounds this path; docs/PERF.md.)
   static constexpr int kRawChunks = head_dim / 16;  // 16-byte chunks of an fp8 row
   static constexpr int kRawThreadsPerRow = kRawChunks <= 4 ? 4 : kRawChunks <= 8 ? 8 : 16;
   static constexpr int kRawRowsPerPass = 128 / kRawThreadsPerRow;

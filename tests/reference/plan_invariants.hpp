@@ -114,10 +114,14 @@ inline std::string decode_plan_problem(std::span<const std::int32_t> lens, const
     if (!p.merge_indptr.empty()) return why + "an unsplit plan has a merge_indptr";
   }
 
-  if (!p.split)  // whole requests, longest first (the longest CTAs start in the first wave)
-    for (std::int64_t x = 1; x < p.num_work; ++x)
-      if (p.kv_end[x] - p.kv_begin[x] > p.kv_end[x - 1] - p.kv_begin[x - 1])
-        return why + "an unsplit plan's item " + str(x) + " has more keys than the one before it (not longest first)";
+  // Whole requests over more than a wave: longest first (the longest CTAs start in the first
+  // wave), equal ones in request order; otherwise request order.
+  for (std::int64_t x = 1; x < p.num_work; ++x) {
+    const std::int64_t keys = p.kv_end[x] - p.kv_begin[x], before = p.kv_end[x - 1] - p.kv_begin[x - 1];
+    const bool in_order = p.request[x] > p.request[x - 1];
+    if (!p.split && batch > wave ? keys > before || (keys == before && !in_order) : !in_order && p.request[x] != p.request[x - 1])
+      return why + "item " + str(x) + " is out of order (whole requests over more than a wave: longest first; else request order)";
+  }
   if (l.kv_split.invariant()) {
     // Batch-invariant: a request's items follow from its length alone, the fixed chunk's
     // multiples or the whole request.
