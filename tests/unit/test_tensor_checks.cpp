@@ -34,6 +34,19 @@ aotinfer_tensor tensor(aotinfer_dtype dtype, std::vector<std::int64_t> shape, st
   return t;
 }
 
+// Ragged prefill tensors of the default config (bf16, head_dim 128, 32 query / 8 KV heads):
+// q and o of q_rows tokens, K and V of kv_rows, indptrs for `batch` requests.
+aotinfer_batch_prefill_tensors ragged_tensors(std::int64_t q_rows, std::int64_t kv_rows, std::int64_t batch) {
+  aotinfer_batch_prefill_tensors t{};
+  t.q = tensor(AOTINFER_BF16, {q_rows, 32, 128});
+  t.o = tensor(AOTINFER_BF16, {q_rows, 32, 128});
+  t.k = tensor(AOTINFER_BF16, {kv_rows, 8, 128});
+  t.v = tensor(AOTINFER_BF16, {kv_rows, 8, 128});
+  t.qo_indptr = tensor(AOTINFER_I32, {batch + 1});
+  t.kv_indptr = tensor(AOTINFER_I32, {batch + 1});
+  return t;
+}
+
 int device_zero() { return 0; }
 int no_device_expected() {
   FAIL("the current device was asked for although no GPU tensor needed it");
@@ -238,15 +251,10 @@ TEST_CASE("prefill tensors: ragged K/V may be views of a fused tensor, q and o n
   BatchPrefillConfig config;
   config.kv_storage = KvStorage::ragged;
   const detail::PlannedShape plan{2, 100, 300, 0, 0};
-  aotinfer_batch_prefill_tensors t{};
-  t.q = tensor(AOTINFER_BF16, {128, 32, 128});
-  t.o = tensor(AOTINFER_BF16, {128, 32, 128});
+  aotinfer_batch_prefill_tensors t = ragged_tensors(128, 300, 2);
   // k and v: slices of a [300, 32 + 8 + 8, 128] fused QKV tensor.
-  t.k = tensor(AOTINFER_BF16, {300, 8, 128});
   t.v = tensor(AOTINFER_BF16, {300, 8, 128}, 0x7f0000000000 + 8 * 128 * 2);
   t.k.strides[0] = t.v.strides[0] = 48 * 128;
-  t.qo_indptr = tensor(AOTINFER_I32, {3});
-  t.kv_indptr = tensor(AOTINFER_I32, {3});
   const aotinfer_attention_scalars scalars{};
   PrefillRunArgs a = detail::prefill_run_args(config, plan, t, scalars);
   CHECK(a.kv_stride == 48 * 128);
@@ -363,13 +371,7 @@ TEST_CASE("prefill at equal widths takes one stride for K and V, which the kerne
   config.kv_storage = KvStorage::ragged;
   config.head_dim_vo = 128;  // spelled out: the same as 0
   const detail::PlannedShape plan{1, 20, 300, 0, 0};
-  aotinfer_batch_prefill_tensors t{};
-  t.q = tensor(AOTINFER_BF16, {20, 32, 128});
-  t.o = tensor(AOTINFER_BF16, {20, 32, 128});
-  t.k = tensor(AOTINFER_BF16, {300, 8, 128});
-  t.v = tensor(AOTINFER_BF16, {300, 8, 128});
-  t.qo_indptr = tensor(AOTINFER_I32, {2});
-  t.kv_indptr = tensor(AOTINFER_I32, {2});
+  aotinfer_batch_prefill_tensors t = ragged_tensors(20, 300, 1);
   const aotinfer_attention_scalars scalars{};
   t.k.strides[0] = t.v.strides[0] = 16 * 128;
   const PrefillRunArgs a = detail::prefill_run_args(config, plan, t, scalars);
@@ -385,13 +387,7 @@ TEST_CASE("prefill under a custom mask needs its bits (rounded up to 4 bytes) an
   config.kv_storage = KvStorage::ragged;
   detail::PlannedShape plan{2, 100, 300, 0, 0};
   plan.mask_bytes = 10;  // the kernels read words: 12 bytes must be there
-  aotinfer_batch_prefill_tensors t{};
-  t.q = tensor(AOTINFER_BF16, {100, 32, 128});
-  t.o = tensor(AOTINFER_BF16, {100, 32, 128});
-  t.k = tensor(AOTINFER_BF16, {300, 8, 128});
-  t.v = tensor(AOTINFER_BF16, {300, 8, 128});
-  t.qo_indptr = tensor(AOTINFER_I32, {3});
-  t.kv_indptr = tensor(AOTINFER_I32, {3});
+  aotinfer_batch_prefill_tensors t = ragged_tensors(100, 300, 2);
   const aotinfer_attention_scalars scalars{};
   t.custom_mask = tensor(AOTINFER_U8, {12}, 0x7f0000200000);
   t.mask_indptr = tensor(AOTINFER_I32, {3}, 0x7f0000300000);
