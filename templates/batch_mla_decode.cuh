@@ -9,6 +9,9 @@
 // (aotinfer/mla_decode_mma.cuh). Each cubin exports its own launch info (rows and keys a CTA
 // tile), which the runtime plans with. Long requests split over several work items, as decode's
 // do; merge_state's merge_varlen (head_dim 512) combines their states.
+//
+// dtype is the queries' and the output's type; dtype_kv the cache's: dtype itself, or e4m3 with
+// per-tensor scales (both kernels then widen the cache to f16 in shared memory).
 #pragma once
 #include <type_traits>
 
@@ -20,10 +23,13 @@
 
 namespace aotinfer {
 
-template <typename dtype>
+template <typename dtype, typename dtype_kv = dtype>
 struct AOTINFER_FAMILY("batch_mla_decode")
-    AOTINFER_VALUES("dtype", "f16", "bf16") batch_mla_decode {
-  using Kernel = std::conditional_t<kSm90Pass, MlaDecodeSm90<dtype>, MlaDecodeMma<dtype>>;
+    AOTINFER_VALUES("dtype", "f16", "bf16")
+    AOTINFER_VALUES("dtype_kv", "f16", "bf16", "e4m3") batch_mla_decode {
+  static_assert(std::is_same_v<dtype_kv, dtype> || sizeof(dtype_kv) == 1,
+                "a 16-bit cache has the queries' type (exclude the other pairs in the spec)");
+  using Kernel = std::conditional_t<kSm90Pass, MlaDecodeSm90<dtype, dtype_kv>, MlaDecodeMma<dtype, dtype_kv>>;
   static constexpr aotinfer_launch_info decode_launch = Kernel::launch;
 
   AOTINFER_ENTRY static __device__ void decode(const aotinfer_batch_mla_decode_params& p) { Kernel::run(p); }

@@ -17,8 +17,9 @@
  * window_left); 3: prefill params carry v_scale (fp8 K/V in prefill); 4: the prefill mask is a run-time value
  * (mask_mode, custom masks; no variant axis); 5: decode params carry q_len and q_causal (several
  * query tokens per request); 6: prefill params carry alibi_scale (ALiBi at run time); 7: prefill
- * params carry V's strides (head_dim_vo != head_dim) */
-#define AOTINFER_ABI_VERSION 7u
+ * params carry V's strides (head_dim_vo != head_dim); 8: MLA decode params carry ckv_scale and
+ * kpe_scale (fp8 latent caches) */
+#define AOTINFER_ABI_VERSION 8u
 
 typedef struct aotinfer_launch_info {
   uint32_t abi_version;        /* AOTINFER_ABI_VERSION of the kernel's build */

@@ -35,6 +35,12 @@ __device__ __forceinline__ uint32_t widen_fp8x2(uint32_t pair) {
   return uint32_t(h.x) | (uint32_t(h.y) << 16);
 }
 
+// Eight fp8 values (two 32-bit words, lowest byte first) widened to eight f16 values, exactly.
+template <typename fp8>
+__device__ __forceinline__ uint4 widen_fp8x8(uint32_t lo, uint32_t hi) {
+  return {widen_fp8x2<fp8>(lo), widen_fp8x2<fp8>(lo >> 16), widen_fp8x2<fp8>(hi), widen_fp8x2<fp8>(hi >> 16)};
+}
+
 // Sixteen bytes of T, moved with one 128-bit load or store.
 template <typename T>
 struct alignas(16) Pack16 {

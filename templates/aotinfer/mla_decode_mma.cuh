@@ -28,10 +28,17 @@
 // line so that ldmatrix's 8 rows fall in 8 bank groups. Chips with 227 KiB per CTA take 64 rows,
 // 8 warps and 3 stages; the 99 KiB ones (the sm_80 pass, which also serves 8.6 and 8.9) 16 rows,
 // 4 warps and 2 stages.
+//
+// An fp8 (e4m3) cache: q is converted to f16 once (q_pe times kpe_scale / ckv_scale, so that
+// ckv_scale alone scales the scores and the output); the stages hold raw rows (576 bytes), and
+// after the iteration's barrier every thread widens a share of the tile's into one f16 stage,
+// which a second barrier publishes.
 #pragma once
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
+
+#include <type_traits>
 
 #include "aotinfer/abi.h"
 #include "aotinfer/attention.cuh"
@@ -43,8 +50,10 @@
 
 namespace aotinfer {
 
-template <typename dtype>
+template <typename dtype, typename dtype_kv = dtype>
 struct MlaDecodeMma {
+  static constexpr bool kFp8 = sizeof(dtype_kv) == 1;
+  using op = std::conditional_t<kFp8, __half, dtype>;  // the mma operand type
   static constexpr int kCkv = AOTINFER_MLA_CKV_DIM, kKpe = AOTINFER_MLA_KPE_DIM, kDim = kCkv + kKpe;
   static constexpr bool kLargeSmem = kSmemPerCta >= 160 * 1024;
   static constexpr int kRows = kLargeSmem ? 64 : 16;
@@ -63,15 +72,23 @@ struct MlaDecodeMma {
   static constexpr int kKSteps = kDim / 16;
   static constexpr int kQBytes = kRows * kRowBytes;
   static constexpr int kStageBytes = kKv * kRowBytes;
+  // fp8: the stages hold raw rows (kDim bytes), widened into one f16 stage behind them.
+  static constexpr int kRawRowBytes = kDim;
+  static constexpr int kLandBytes = kFp8 ? kKv * kRawRowBytes : kStageBytes;
+  static constexpr int kWideOffset = kQBytes + kStages * kLandBytes;
   static constexpr int kPRowBytes = kKv * 2;
   static constexpr int kStagesOffset = kQBytes;
-  static constexpr int kPOffset = kStagesOffset + kStages * kStageBytes;
+  static constexpr int kPOffset = kWideOffset + (kFp8 ? kStageBytes : 0);
   static constexpr int kMaxOffset = kPOffset + kRows * kPRowBytes;
   static constexpr int kSumOffset = kMaxOffset + kColGroups * kRows * 4;
   static constexpr int kSmemBytes = kSumOffset + kColGroups * kRows * 4;
   static constexpr int kThreadsPerKey = kThreads / kKv;
   static constexpr int kChunksPerThread = kChunks / kThreadsPerKey;
   static constexpr int kCkvChunksPerThread = kCkv / 8 / kThreadsPerKey;
+  static constexpr int kRawChunks = kDim / 16, kRawCkvChunks = kCkv / 16;  // 16-byte chunks of a raw row
+  static constexpr int kRawChunksPerThread = (kRawChunks + kThreadsPerKey - 1) / kThreadsPerKey;
+  static constexpr int kWideUnits = kKv * kChunks;  // 8 raw bytes -> one 16-byte f16 chunk
+  static_assert(kWideUnits % kThreads == 0, "whole widening units a thread");
   static_assert(kSmemBytes <= kSmemPerCta, "shared memory budget");
   static_assert(kWarpKeys == 8 || kWarpKeys == 16, "8 or 16 keys a warp");
   static_assert(kChunks % kThreadsPerKey == 0 && (kCkv / 8) % kThreadsPerKey == 0, "whole chunks a thread");
@@ -95,25 +112,81 @@ struct MlaDecodeMma {
     }
   }
 
-  // Keys [start, start + kKv) of the item's request into a stage (keys >= end: zeros).
+  // Keys [start, start + kKv) of the item's request into a stage (keys >= end: zeros): swizzled
+  // 16-bit rows, or an fp8 cache's raw rows.
   static __device__ __forceinline__ void load_kv(const aotinfer_batch_mla_decode_params& p, char* stage,
                                                  const int32_t* pages, int start, int end) {
     const int key = int(threadIdx.x) / kThreadsPerKey, part = int(threadIdx.x) % kThreadsPerKey;
     const int pos = start + key;
     const bool valid = pos < end;
-    const dtype* ckv = static_cast<const dtype*>(p.ckv);
-    const dtype* kpe = static_cast<const dtype*>(p.kpe);
+    const dtype_kv* ckv = static_cast<const dtype_kv*>(p.ckv);
+    const dtype_kv* kpe = static_cast<const dtype_kv*>(p.kpe);
     if (valid) {
       const int page = pages[pos / p.page_size], slot = pos % p.page_size;
       ckv += int64_t(page) * p.ckv_stride_page + int64_t(slot) * kCkv;
       kpe += int64_t(page) * p.kpe_stride_page + int64_t(slot) * kKpe;
     }
-    char* row = stage + key * kRowBytes;
+    if constexpr (kFp8) {
+      char* row = stage + key * kRawRowBytes;
 #pragma unroll
-    for (int i = 0; i < kChunksPerThread; ++i) {
-      const int chunk = part + i * kThreadsPerKey;
-      const dtype* src = i < kCkvChunksPerThread ? ckv + chunk * 8 : kpe + (chunk - kCkv / 8) * 8;
-      cp_async_16(row + ((chunk ^ (key & 7)) << 4), src, valid);
+      for (int i = 0; i < kRawChunksPerThread; ++i) {
+        const int chunk = part + i * kThreadsPerKey;
+        if (chunk >= kRawChunks) break;
+        const dtype_kv* src = chunk < kRawCkvChunks ? ckv + chunk * 16 : kpe + (chunk - kRawCkvChunks) * 16;
+        cp_async_16(row + chunk * 16, src, valid);
+      }
+    } else {
+      char* row = stage + key * kRowBytes;
+#pragma unroll
+      for (int i = 0; i < kChunksPerThread; ++i) {
+        const int chunk = part + i * kThreadsPerKey;
+        const dtype* src = i < kCkvChunksPerThread ? ckv + chunk * 8 : kpe + (chunk - kCkv / 8) * 8;
+        cp_async_16(row + ((chunk ^ (key & 7)) << 4), src, valid);
+      }
+    }
+  }
+
+  // fp8: a landed stage's raw rows widened into the f16 stage, 8 bytes into a chunk a unit
+  // (consecutive threads take consecutive units, so a warp reads 256 contiguous bytes).
+  static __device__ __forceinline__ void widen_kv(const char* raw, char* wide) {
+#pragma unroll
+    for (int i = 0; i < kWideUnits / kThreads; ++i) {
+      const int u = i * kThreads + int(threadIdx.x), key = u / kChunks, chunk = u % kChunks;
+      const uint2 r = *reinterpret_cast<const uint2*>(raw + u * 8);
+      *reinterpret_cast<uint4*>(wide + swizzle(key, chunk)) = widen_fp8x8<dtype_kv>(r.x, r.y);
+    }
+  }
+
+  // q rows (zeros past the request's rows): copied, or (fp8 cache) converted to f16 with q_pe
+  // times kpe_scale / ckv_scale.
+  static __device__ __forceinline__ void load_q(const aotinfer_batch_mla_decode_params& p, char* q_s, int row_base,
+                                                int64_t first_token) {
+    const int heads = p.num_heads, rows = p.q_len * heads;
+    const float pe_factor = kFp8 ? p.kpe_scale / p.ckv_scale : 1.f;
+    for (int u = threadIdx.x; u < kRows * kChunks; u += kThreads) {
+      const int row = u / kChunks, chunk = u % kChunks, n = row_base + row;
+      const bool valid = n < rows;
+      const int t = valid ? n / heads : 0, h = valid ? n % heads : 0;
+      const dtype* src = chunk < kCkv / 8
+                             ? static_cast<const dtype*>(p.q_nope) + (first_token + t) * p.q_nope_stride_token +
+                                   int64_t(h) * kCkv + chunk * 8
+                             : static_cast<const dtype*>(p.q_pe) + (first_token + t) * p.q_pe_stride_token +
+                                   int64_t(h) * kKpe + (chunk - kCkv / 8) * 8;
+      if constexpr (kFp8) {
+        float x[8];
+        if (valid) {
+          load8(src, x);
+        } else {
+#pragma unroll
+          for (int e = 0; e < 8; ++e) x[e] = 0.f;
+        }
+        const float factor = chunk < kCkv / 8 ? 1.f : pe_factor;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) x[e] *= factor;
+        store8(reinterpret_cast<__half*>(q_s + swizzle(row, chunk)), x);
+      } else {
+        cp_async_16(q_s + swizzle(row, chunk), src, valid);
+      }
     }
   }
 
@@ -137,25 +210,16 @@ struct MlaDecodeMma {
     const int64_t first_token = int64_t(request) * q_len;
     const int num_tiles = (end - begin + kKv - 1) / kKv;
 
-    // Q rows (zeros past the request's rows), then the first stages.
-    for (int u = threadIdx.x; u < kRows * kChunks; u += kThreads) {
-      const int row = u / kChunks, chunk = u % kChunks, n = row_base + row;
-      const bool valid = n < rows;
-      const int t = valid ? n / heads : 0, h = valid ? n % heads : 0;
-      const dtype* src = chunk < kCkv / 8
-                             ? static_cast<const dtype*>(p.q_nope) + (first_token + t) * p.q_nope_stride_token +
-                                   int64_t(h) * kCkv + chunk * 8
-                             : static_cast<const dtype*>(p.q_pe) + (first_token + t) * p.q_pe_stride_token +
-                                   int64_t(h) * kKpe + (chunk - kCkv / 8) * 8;
-      cp_async_16(q_s + swizzle(row, chunk), src, valid);
-    }
+    // Q rows, then the first stages.
+    load_q(p, q_s, row_base, first_token);
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
-      if (s < num_tiles) load_kv(p, smem + kStagesOffset + s * kStageBytes, pages, begin + s * kKv, end);
+      if (s < num_tiles) load_kv(p, smem + kStagesOffset + s * kLandBytes, pages, begin + s * kKv, end);
       cp_async_commit();
     }
 
-    const float scale = p.sm_scale * kLog2e;
+    // An fp8 cache's ckv_scale scales every score (and, in the epilogue, the output).
+    const float scale = p.sm_scale * (kFp8 ? p.ckv_scale : 1.f) * kLog2e;
     float row_m[2] = {-INFINITY, -INFINITY}, row_l[2] = {0.f, 0.f};
     float o[kOutTiles][4];
 #pragma unroll
@@ -175,10 +239,15 @@ struct MlaDecodeMma {
       __syncthreads();  // this stage (and q) landed; every warp is done with the iteration before
       {
         const int next = tile + kStages - 1;
-        if (next < num_tiles) load_kv(p, smem + kStagesOffset + (next % kStages) * kStageBytes, pages, begin + next * kKv, end);
+        if (next < num_tiles) load_kv(p, smem + kStagesOffset + (next % kStages) * kLandBytes, pages, begin + next * kKv, end);
         cp_async_commit();
       }
-      const char* kv_s = smem + kStagesOffset + (tile % kStages) * kStageBytes;
+      const char* kv_s = smem + kStagesOffset + (tile % kStages) * kLandBytes;
+      if constexpr (kFp8) {
+        widen_kv(kv_s, smem + kWideOffset);
+        __syncthreads();  // the widened stage is whole (its readers of the tile before passed the first barrier)
+        kv_s = smem + kWideOffset;
+      }
       const int start = begin + tile * kKv;
 
       // S = Q K^T for this warp's rows and keys.
@@ -191,8 +260,8 @@ struct MlaDecodeMma {
           uint32_t a[4], b[4];
           ldmatrix_x4(a, q_s + swizzle(q_row, 2 * kk + lane / 16));
           ldmatrix_x4(b, kv_s + swizzle(key0 + (lane / 16) * 8 + lane % 8, 2 * kk + (lane / 8) % 2));
-          mma_16816<dtype>(s[0], a, b[0], b[1]);
-          mma_16816<dtype>(s[1], a, b[2], b[3]);
+          mma_16816<op>(s[0], a, b[0], b[1]);
+          mma_16816<op>(s[1], a, b[2], b[3]);
         }
       } else {
 #pragma unroll 4
@@ -201,8 +270,8 @@ struct MlaDecodeMma {
           ldmatrix_x4(a0, q_s + swizzle(q_row, 2 * kk + lane / 16));
           ldmatrix_x4(a1, q_s + swizzle(q_row, 2 * kk + 2 + lane / 16));
           ldmatrix_x4(b, kv_s + swizzle(key0 + lane % 8, 2 * kk + lane / 8));
-          mma_16816<dtype>(s[0], a0, b[0], b[1]);
-          mma_16816<dtype>(s[0], a1, b[2], b[3]);
+          mma_16816<op>(s[0], a0, b[0], b[1]);
+          mma_16816<op>(s[0], a1, b[2], b[3]);
         }
       }
 
@@ -263,7 +332,7 @@ struct MlaDecodeMma {
         for (int h = 0; h < 2; ++h) {
           const int row = g * 16 + lane / 4 + 8 * h, key = key0 + 8 * j + 2 * (lane % 4);
           *reinterpret_cast<uint32_t*>(p_s + p_swizzle(row, key / 8) + (key % 8) * 2) =
-              pack2<dtype>(s[j][2 * h], s[j][2 * h + 1]);
+              pack2<op>(s[j][2 * h], s[j][2 * h + 1]);
         }
       row_group_sync(g);
 
@@ -277,8 +346,8 @@ struct MlaDecodeMma {
         for (int j = 0; j < kOutTiles; j += 2) {
           uint32_t b[4];
           ldmatrix_x4_trans(b, kv_s + swizzle(v_key, c * (kOutDims / 8) + j + lane / 16));
-          mma_16816<dtype>(o[j], a, b[0], b[1]);
-          mma_16816<dtype>(o[j + 1], a, b[2], b[3]);
+          mma_16816<op>(o[j], a, b[0], b[1]);
+          mma_16816<op>(o[j + 1], a, b[2], b[3]);
         }
       }
     }
@@ -301,7 +370,7 @@ struct MlaDecodeMma {
       float l = 0.f;
 #pragma unroll
       for (int other = 0; other < kColGroups; ++other) l += sum_x[other * kRows + row];
-      const float inv = l > 0.f ? 1.f / l : 0.f;
+      const float inv = l > 0.f ? (kFp8 ? p.ckv_scale : 1.f) / l : 0.f;
       const float lse = l > 0.f ? (row_m[h] * scale + log2f(l)) * kLn2 : -INFINITY;
       if (n >= rows) continue;
       const int64_t out_row = split ? int64_t(item) * rows + n : first_token * heads + n;

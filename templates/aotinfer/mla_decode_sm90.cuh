@@ -25,10 +25,18 @@
 // they may be overwritten); inv_full (the rows' 1 / l are in shared memory, for the value
 // consumer's epilogue). The score consumer issues O of tile t - 1 and then S of tile t, so that
 // a stage is released as soon as its output products are done (see consume_scores).
+//
+// An fp8 (e4m3) cache runs the same pipeline on f16 operands: the producer converts q to f16
+// once (q_pe times kpe_scale / ckv_scale, so that one factor, ckv_scale, scales the whole score
+// and the output), and widens each tile into its stage itself. The ring has no room for separate
+// raw tiles (q and two stages fill shared memory), so a tile's raw bytes land in the upper half
+// of its own stage and are widened in place, front to back (see produce_fp8).
 #pragma once
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
+
+#include <type_traits>
 
 #include "aotinfer/abi.h"
 #include "aotinfer/attention.cuh"
@@ -41,9 +49,11 @@
 
 namespace aotinfer {
 
-template <typename dtype>
+template <typename dtype, typename dtype_kv = dtype>
 struct MlaDecodeSm90 {
   using Params = aotinfer_batch_mla_decode_params;
+  static constexpr bool kFp8 = sizeof(dtype_kv) == 1;
+  using op = std::conditional_t<kFp8, __half, dtype>;  // the wgmma operand type
   static constexpr int kCkv = AOTINFER_MLA_CKV_DIM, kKpe = AOTINFER_MLA_KPE_DIM, kDim = kCkv + kKpe;
   static constexpr int kRows = 64;  // packed query rows: one wgmma M tile
   static constexpr int kThreads = 3 * 128;
@@ -80,6 +90,15 @@ struct MlaDecodeSm90 {
   // instruction of 8 threads reads 128 consecutive bytes.
   static constexpr int kRowsPerPass = 128 / 8;
   static constexpr int kKeysPerThread = kKv / kRowsPerPass;
+  // fp8: a tile's raw rows land in the upper half of its stage, block-major (raw block b: bytes
+  // 64 b .. 64 b + 63 of every row, 64 bytes a row); 4 threads a row, thread c copying chunk c of
+  // each raw block.
+  static constexpr int kRawOffset = kStageBytes / 2, kRawBlockBytes = kKv * 64;
+  static constexpr int kRawRowsPerPass = 128 / 4, kRawKeysPerThread = kKv / kRawRowsPerPass;
+  static constexpr int kWideBlockBytes = kKv * 128;
+  static constexpr int kQBatch = 5;  // q chunks converted together (fp8)
+  static_assert(kRawOffset + kBlocks * kRawBlockBytes == kStageBytes, "the raw tile fills the upper half");
+  static constexpr int kProducerBarrier = 1;  // named barrier of the producer warpgroup (fp8)
 
   static constexpr aotinfer_launch_info launch = make_launch_info<Params>(kThreads, kSmemBytes, kRows, kKv, kCkv);
 
@@ -145,7 +164,11 @@ struct MlaDecodeSm90 {
     const int role = threadIdx.x / 128;
     if (role == 0) {
       sm90::shrink_registers<kProducerRegs>();
-      produce(p, sh, it);
+      if constexpr (kFp8) {
+        produce_fp8(p, sh, it);
+      } else {
+        produce(p, sh, it);
+      }
     } else if (role == 1) {
       sm90::grow_registers<kScoreRegs>();
       consume_scores(p, sh, it);
@@ -218,10 +241,108 @@ struct MlaDecodeSm90 {
     cp_async_wait<0>();  // nothing in flight when the producer's threads exit
   }
 
+  // fp8 cache: q converted to f16 (q_pe by kpe_scale / ckv_scale) through registers, then
+  // every tile copied raw into the upper half of its stage and widened in place. Widening goes
+  // block by block, 64 rows x 4 raw chunks a block, two chunks a thread (a quarter-warp reads
+  // 128 contiguous bytes); wide block b overwrites raw blocks 2 b - 9 and 2 b - 8, which every
+  // thread has read once all have passed the producer barrier after reading raw block b.
+  static __device__ void produce_fp8(const Params& p, const Shared& sh, const Item& it) {
+    {
+      const int c = int(threadIdx.x) % 8, row0 = int(threadIdx.x) / 8;
+      const float pe_factor = p.kpe_scale / p.ckv_scale;
+#pragma unroll 1
+      for (int i = 0; i < kRows / kRowsPerPass; ++i) {
+        const int n = it.row_base + row0 + i * kRowsPerPass;
+        const bool valid = n < it.rows;
+        const int t = valid ? n / p.num_heads : 0, h = valid ? n - t * p.num_heads : 0;
+        const dtype* nope = static_cast<const dtype*>(p.q_nope) + (it.first_token + t) * p.q_nope_stride_token +
+                            int64_t(h) * kCkv + c * 8;
+        const dtype* pe = static_cast<const dtype*>(p.q_pe) + (it.first_token + t) * p.q_pe_stride_token +
+                          int64_t(h) * kKpe + c * 8;
+        char* const dst = sh.q + (row0 + i * kRowsPerPass) * 128 + ((c ^ (row0 & 7)) << 4);
+        // A row's chunks in two batches whose loads fly together (all nine spilled at 56 registers).
+#pragma unroll
+        for (int b0 = 0; b0 < kBlocks; b0 += kQBatch) {
+          uint4 raw[kQBatch];
+#pragma unroll
+          for (int k = 0; k < kQBatch && b0 + k < kBlocks; ++k) {
+            const int b = b0 + k;
+            raw[k] = valid ? *reinterpret_cast<const uint4*>(b < kBlocks - 1 ? nope + b * 64 : pe) : make_uint4(0, 0, 0, 0);
+          }
+#pragma unroll
+          for (int k = 0; k < kQBatch && b0 + k < kBlocks; ++k) {
+            const int b = b0 + k;
+            float x[8];
+            load8(reinterpret_cast<const dtype*>(&raw[k]), x);
+            const float factor = b == kBlocks - 1 ? pe_factor : 1.f;
+#pragma unroll
+            for (int e = 0; e < 8; ++e) x[e] *= factor;
+            store8(reinterpret_cast<__half*>(dst + b * kRows * 128), x);
+          }
+        }
+      }
+      sm90::fence_async_shared();
+      sm90::mbar_arrive(sh.q_full());
+    }
+
+    const int c = int(threadIdx.x) % 4, row0 = int(threadIdx.x) / 4;
+    const FastDiv by_page(uint32_t(p.page_size));
+    const char* const ckv = static_cast<const char*>(p.ckv) + c * 16;
+    const char* const kpe = static_cast<const char*>(p.kpe) + c * 16;
+#pragma unroll 1
+    for (int t = 0; t < it.num_tiles; ++t) {
+      const int start = it.begin + t * kKv;
+      const char* nope[kRawKeysPerThread];
+      const char* pe[kRawKeysPerThread];
+      bool valid[kRawKeysPerThread];
+#pragma unroll
+      for (int i = 0; i < kRawKeysPerThread; ++i) {
+        const int pos = start + row0 + i * kRawRowsPerPass;
+        const int index = int(by_page(uint32_t(pos))), slot = pos - index * p.page_size;
+        valid[i] = pos < it.end;
+        const int64_t page = valid[i] ? it.pages[index] : 0;
+        nope[i] = ckv + page * p.ckv_stride_page + slot * kCkv;
+        pe[i] = kpe + page * p.kpe_stride_page + slot * kKpe;
+      }
+      if (t >= kStages) sm90::mbar_wait(sh.k_empty(t), Shared::parity(t) ^ 1);
+      char* const stage = sh.stage(t);
+      char* const raw = stage + kRawOffset + c * 16;
+#pragma unroll
+      for (int i = 0; i < kRawKeysPerThread; ++i) {
+        char* const row = raw + (row0 + i * kRawRowsPerPass) * 64;
+#pragma unroll
+        for (int b = 0; b < kBlocks - 1; ++b) cp_async_16(row + b * kRawBlockBytes, nope[i] + b * 64, valid[i]);
+        cp_async_16(row + (kBlocks - 1) * kRawBlockBytes, pe[i], valid[i]);
+      }
+      cp_async_commit();
+      cp_async_wait<0>();
+      sm90::named_barrier_sync<128>(kProducerBarrier);  // every thread's raw bytes landed
+#pragma unroll 1  // (unrolled, the blocks' reads were hoisted together and spilled at 56 registers)
+      for (int b = 0; b < kBlocks; ++b) {
+        uint4 r[2];
+#pragma unroll
+        for (int u = 0; u < 2; ++u)
+          r[u] = *reinterpret_cast<const uint4*>(stage + kRawOffset + b * kRawBlockBytes + (int(threadIdx.x) + 128 * u) * 16);
+        // A wide block reaching into the raw half overwrites raw blocks every thread must have
+        // read first (2 b - 9 and 2 b - 8, at most b).
+        if ((b + 1) * kWideBlockBytes > kRawOffset) sm90::named_barrier_sync<128>(kProducerBarrier);
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          const int unit = int(threadIdx.x) + 128 * u, key = unit / 4, chunk = 8 * b + 2 * (unit % 4);
+          *reinterpret_cast<uint4*>(stage + sm90::sw128_offset(kKv, key, chunk)) = widen_fp8x8<dtype_kv>(r[u].x, r[u].y);
+          *reinterpret_cast<uint4*>(stage + sm90::sw128_offset(kKv, key, chunk + 1)) = widen_fp8x8<dtype_kv>(r[u].z, r[u].w);
+        }
+      }
+      sm90::fence_async_shared();  // the widened tile is read by wgmma (async proxy)
+      sm90::mbar_arrive(sh.k_full(t));
+    }
+  }
+
   // Warpgroup 1: the scores, the softmax, and output columns 0 .. kHalf - 1.
   static __device__ void consume_scores(const Params& p, const Shared& sh, const Item& it) {
     const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
-    const float scale = p.sm_scale * kLog2e;  // softmax in log2 units (score_fragment.cuh)
+    // Softmax in log2 units (score_fragment.cuh); an fp8 cache's ckv_scale scales every score.
+    const float scale = p.sm_scale * (kFp8 ? p.ckv_scale : 1.f) * kLog2e;
     float row_m[2] = {-INFINITY, -INFINITY}, row_l[2] = {0.f, 0.f}, alpha[2] = {1.f, 1.f};
     float o[kHalf / 8][4], s[kKv / 8][4];
 #pragma unroll
@@ -247,7 +368,7 @@ struct MlaDecodeSm90 {
       const uint64_t k_desc = sm90::sw128_desc(sm90::smem_u32(sh.stage(t)));
 #pragma unroll
       for (int kk = 0; kk < kDim / 16; ++kk)
-        sm90::wgmma_ss<dtype>(s_flat, sm90::desc_advance(q_desc, (kk / 4) * kRows * 128 + (kk % 4) * 32),
+        sm90::wgmma_ss<op>(s_flat, sm90::desc_advance(q_desc, (kk / 4) * kRows * 128 + (kk % 4) * 32),
                               sm90::desc_advance(k_desc, (kk / 4) * kKv * 128 + (kk % 4) * 32), kk > 0);
       sm90::wgmma_commit();
     };
@@ -256,7 +377,7 @@ struct MlaDecodeSm90 {
     auto issue_output = [&](int t) {
       const uint64_t v_desc = sm90::sw128_desc(sm90::smem_u32(sh.stage(t)), kKv * 128);
 #pragma unroll
-      for (int jj = 0; jj < kKv / 16; ++jj) sm90::wgmma_rs<dtype>(o_flat, p_frag[jj], sm90::desc_advance(v_desc, jj * 2048));
+      for (int jj = 0; jj < kKv / 16; ++jj) sm90::wgmma_rs<op>(o_flat, p_frag[jj], sm90::desc_advance(v_desc, jj * 2048));
       sm90::wgmma_commit();
     };
     auto softmax_scores = [&](int t) {
@@ -275,13 +396,13 @@ struct MlaDecodeSm90 {
 #pragma unroll
         for (int j = 0; j < kKv / 8; ++j)
           *reinterpret_cast<uint32_t*>(sh.p + row * 128 + ((j ^ (row & 7)) << 4) + (lane % 4) * 4) =
-              pack2<dtype>(s[j][2 * h], s[j][2 * h + 1]);
+              pack2<op>(s[j][2 * h], s[j][2 * h + 1]);
         if (lane % 4 == 0) sh.alpha[row] = alpha[h];
       }
       sm90::fence_async_shared();  // P is read by the value consumer's wgmma (async proxy)
       sm90::mbar_arrive(sh.p_full());
 #pragma unroll
-      for (int jj = 0; jj < kKv / 16; ++jj) weights_fragment<dtype>(p_frag[jj], s, jj);
+      for (int jj = 0; jj < kKv / 16; ++jj) weights_fragment<op>(p_frag[jj], s, jj);
     };
     auto rescale_output = [&]() {
       if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) rescale_rows(o, alpha);
@@ -363,7 +484,7 @@ struct MlaDecodeSm90 {
       sm90::wgmma_fence();
 #pragma unroll
       for (int jj = 0; jj < kKv / 16; ++jj)
-        sm90::wgmma_ss<dtype, /*kBMnMajor=*/true>(o_flat, sm90::desc_advance(p_desc, jj * 32),
+        sm90::wgmma_ss<op, /*kBMnMajor=*/true>(o_flat, sm90::desc_advance(p_desc, jj * 32),
                                                   sm90::desc_advance(v_desc, jj * 2048), true);
       sm90::wgmma_commit();
       sm90::wgmma_wait<0>();
@@ -376,12 +497,15 @@ struct MlaDecodeSm90 {
     write_output(p, it, o, inv, nullptr, 1);
   }
 
-  // This consumer's columns (half `half`) of its rows, normalised: o and lse, or a split item's
-  // float state. The score consumer passes the rows' lse.
+  // This consumer's columns (half `half`) of its rows, normalised (and, from an fp8 cache,
+  // dequantised): o and lse, or a split item's float state. The score consumer passes the rows'
+  // lse.
   static __device__ __forceinline__ void write_output(const Params& p, const Item& it, const float (&o)[kHalf / 8][4],
-                                                      const float (&inv)[2], const float* lse, int half) {
+                                                      const float (&row_inv)[2], const float* lse, int half) {
     const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
     const bool split = p.partial_o != nullptr;
+    const float v_scale = kFp8 ? p.ckv_scale : 1.f;
+    const float inv[2] = {row_inv[0] * v_scale, row_inv[1] * v_scale};
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int n = it.row_base + 16 * warp + lane / 4 + 8 * h;

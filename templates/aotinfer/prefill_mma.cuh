@@ -155,13 +155,9 @@ struct PrefillMma {
       const int u = i * kThreads + int(threadIdx.x);
       const int tensor = u / (kKv * kRawChunks), key = u / kRawChunks % kKv, chunk = u % kRawChunks;
       const uint4 raw = *reinterpret_cast<const uint4*>(land + tensor * kRawTileBytes + key * head_dim + chunk * 16);
-      const uint4 lo = {widen_fp8x2<dtype_kv>(raw.x), widen_fp8x2<dtype_kv>(raw.x >> 16), widen_fp8x2<dtype_kv>(raw.y),
-                        widen_fp8x2<dtype_kv>(raw.y >> 16)};
-      const uint4 hi = {widen_fp8x2<dtype_kv>(raw.z), widen_fp8x2<dtype_kv>(raw.z >> 16), widen_fp8x2<dtype_kv>(raw.w),
-                        widen_fp8x2<dtype_kv>(raw.w >> 16)};
       char* tile = wide + tensor * kTileBytes;
-      *reinterpret_cast<uint4*>(tile + swizzle(key, 2 * chunk)) = lo;
-      *reinterpret_cast<uint4*>(tile + swizzle(key, 2 * chunk + 1)) = hi;
+      *reinterpret_cast<uint4*>(tile + swizzle(key, 2 * chunk)) = widen_fp8x8<dtype_kv>(raw.x, raw.y);
+      *reinterpret_cast<uint4*>(tile + swizzle(key, 2 * chunk + 1)) = widen_fp8x8<dtype_kv>(raw.z, raw.w);
     }
   }
 

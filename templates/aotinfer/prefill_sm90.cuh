@@ -583,12 +583,8 @@ struct PrefillSm90 {
 #pragma unroll
       for (int i = 0; i < kRawBatch; ++i) {
         const int key = row0 + (i0 + i) * kRawRowsPerPass;
-        const uint4 lo = {widen_fp8x2<dtype_kv>(r[i].x), widen_fp8x2<dtype_kv>(r[i].x >> 16), widen_fp8x2<dtype_kv>(r[i].y),
-                          widen_fp8x2<dtype_kv>(r[i].y >> 16)};
-        const uint4 hi = {widen_fp8x2<dtype_kv>(r[i].z), widen_fp8x2<dtype_kv>(r[i].z >> 16), widen_fp8x2<dtype_kv>(r[i].w),
-                          widen_fp8x2<dtype_kv>(r[i].w >> 16)};
-        *reinterpret_cast<uint4*>(tile + sm90::sw128_offset(kKv, key, 2 * c)) = lo;
-        *reinterpret_cast<uint4*>(tile + sm90::sw128_offset(kKv, key, 2 * c + 1)) = hi;
+        *reinterpret_cast<uint4*>(tile + sm90::sw128_offset(kKv, key, 2 * c)) = widen_fp8x8<dtype_kv>(r[i].x, r[i].y);
+        *reinterpret_cast<uint4*>(tile + sm90::sw128_offset(kKv, key, 2 * c + 1)) = widen_fp8x8<dtype_kv>(r[i].z, r[i].w);
       }
     }
   }

@@ -1,11 +1,14 @@
 // batch_mla_decode on the GPU through its front-end (aotinfer::BatchMlaDecode), from the package
 // under test, against the fp64 CPU reference (tests/reference/mla_reference.hpp) on freshly drawn
 // shapes and values: batch 1-256, lengths 0-64k, page sizes 1/16/64, 1-128 heads, 1-4 query
-// tokens, split and unsplit plans, and CUDA-graph replay. The seed is printed with every failure; AOTINFER_TEST_SEED
+// tokens, split and unsplit plans, CUDA-graph replay, 16-bit caches and e4m3 caches with random
+// per-tensor scales (the reference sees the dequantised values). The seed is printed with every failure; AOTINFER_TEST_SEED
 // replays it. The cache is a random permutation of physical pages; spare pages, unwritten slots
 // and the outputs start as NaN bytes (0xff), so a read past a request or a row left unwritten
 // fails the comparison.
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <numeric>
 #include <optional>
 #include <set>
@@ -14,6 +17,7 @@
 #include "aotinfer/batch_mla_decode.hpp"
 #include "catch.hpp"
 #include "gpu_test_util.hpp"
+#include "random_values.hpp"
 #include "reference/mla_reference.hpp"
 
 using namespace gpu_test;
@@ -31,8 +35,8 @@ std::optional<BatchMlaDecode> make_mla(const BatchMlaDecodeConfig& c) {
   } catch (const aotinfer::Error& e) {
     if (e.code() != ErrorCode::not_found) throw;
     static std::set<std::string> warned;
-    if (warned.insert(std::string(aotinfer::dtype_name(c.dtype))).second)
-      WARN("skipped, not in the package: batch_mla_decode{dtype=" << aotinfer::dtype_name(c.dtype) << "} or merge_state head_dim 512");
+    const std::string name = BatchMlaDecode::variant_key(c).uri();
+    if (warned.insert(name).second) WARN("skipped, not in the package: " << name << " or merge_state head_dim 512");
     return std::nullopt;
   }
 }
@@ -44,6 +48,19 @@ struct Shape {
   int heads = 16, q_len = 1, page_size = 64;
   std::vector<int> kv_lens;
 };
+
+// The queries' (and output's) type and the cache's.
+struct Types {
+  DType q, kv;
+};
+const std::vector<Types> kTypes = {{DType::bf16, DType::bf16}, {DType::f16, DType::f16}, {DType::bf16, DType::e4m3},
+                                   {DType::f16, DType::e4m3}};
+
+BatchMlaDecodeConfig config_for(Types t) {
+  BatchMlaDecodeConfig c;
+  c.dtype = t.q, c.dtype_kv = t.kv;
+  return c;
+}
 
 // 16-bit values in [-1, 1], as stored, and their fp64 values.
 struct Values {
@@ -60,17 +77,20 @@ struct Outcome {
 };
 
 // One shape's data on the host: the cache (written slots random, spare pages and unwritten slots
-// NaN bytes), the queries, and the fp64 reference's o and lse.
+// NaN bytes; fp8 with random scales), the queries, and the fp64 reference's o and lse.
 struct Problem {
   int batch = 0, q_len = 1, heads = 16, num_pages = 0;
   std::size_t rows = 0;  // batch * q_len * heads
   ref::MlaCache cache;
-  std::vector<std::uint16_t> ckv_bits, kpe_bits;
+  std::vector<std::uint8_t> ckv_bytes, kpe_bytes;
+  float ckv_scale = 1, kpe_scale = 1;
   std::optional<Values> q_nope, q_pe;
   std::vector<double> want, want_lse;
 };
 
-Problem make_problem(DType dtype, const Shape& sh, std::mt19937_64& rng) {
+// An fp8 cache's scales are drawn unless given (scale > 0).
+Problem make_problem(Types types, const Shape& sh, std::mt19937_64& rng, float ckv_scale = 0, float kpe_scale = 0) {
+  const DType dtype = types.q;
   Problem p;
   p.batch = int(sh.kv_lens.size()), p.heads = sh.heads, p.q_len = sh.q_len;
   const int page = sh.page_size;
@@ -91,21 +111,27 @@ Problem make_problem(DType dtype, const Shape& sh, std::mt19937_64& rng) {
   std::shuffle(physical.begin(), physical.end(), rng);
   cache.indices.assign(physical.begin(), physical.begin() + used);
 
-  const std::size_t slots = std::size_t(p.num_pages) * page;
-  p.ckv_bits.assign(slots * ref::kMlaCkv, 0xffff), p.kpe_bits.assign(slots * ref::kMlaKpe, 0xffff);
-  cache.ckv.assign(p.ckv_bits.size(), 0.0), cache.kpe.assign(p.kpe_bits.size(), 0.0);
-  std::uniform_real_distribution<double> u(-1.0, 1.0);
+  const std::size_t slots = std::size_t(p.num_pages) * page, size = aotinfer::dtype_size(types.kv);
+  p.ckv_bytes.assign(slots * ref::kMlaCkv * size, 0xff), p.kpe_bytes.assign(slots * ref::kMlaKpe * size, 0xff);
+  cache.ckv.assign(slots * ref::kMlaCkv, 0.0), cache.kpe.assign(slots * ref::kMlaKpe, 0.0);
+  // Stored values: uniform in [-1, 1] (16-bit), or in [-16, 16] (e4m3, whose steps then run
+  // from subnormals to 1) with real values scale * stored, the scales putting them near [-1, 1].
+  const double range = is_fp8(types.kv) ? 16.0 : 1.0;
+  if (is_fp8(types.kv)) {
+    std::uniform_real_distribution<double> scale(0.25 / range, 4.0 / range);
+    p.ckv_scale = ckv_scale > 0 ? ckv_scale : float(scale(rng));
+    p.kpe_scale = kpe_scale > 0 ? kpe_scale : float(scale(rng));
+  }
+  std::uniform_real_distribution<double> u(-range, range);
+  auto store = [&](std::vector<std::uint8_t>& bytes, std::vector<double>& real, std::size_t at, float scale) {
+    encode(u(rng), types.kv, &bytes[at * size]);
+    real[at] = decode_element(&bytes[at * size], types.kv) * scale;
+  };
   for (int b = 0; b < p.batch; ++b)
     for (int j = 0; j < sh.kv_lens[b]; ++j) {
       const std::size_t row = cache.row(b, j);
-      for (int d = 0; d < ref::kMlaCkv; ++d) {
-        const std::size_t at = row * ref::kMlaCkv + d;
-        p.ckv_bits[at] = to_bits(u(rng), dtype), cache.ckv[at] = from_bits(p.ckv_bits[at], dtype);
-      }
-      for (int d = 0; d < ref::kMlaKpe; ++d) {
-        const std::size_t at = row * ref::kMlaKpe + d;
-        p.kpe_bits[at] = to_bits(u(rng), dtype), cache.kpe[at] = from_bits(p.kpe_bits[at], dtype);
-      }
+      for (int d = 0; d < ref::kMlaCkv; ++d) store(p.ckv_bytes, cache.ckv, row * ref::kMlaCkv + d, p.ckv_scale);
+      for (int d = 0; d < ref::kMlaKpe; ++d) store(p.kpe_bytes, cache.kpe, row * ref::kMlaKpe + d, p.kpe_scale);
     }
   p.rows = std::size_t(p.batch) * p.q_len * p.heads;
   p.q_nope.emplace(p.rows * ref::kMlaCkv, dtype, rng), p.q_pe.emplace(p.rows * ref::kMlaKpe, dtype, rng);
@@ -146,11 +172,12 @@ void check(const Problem& p, DType dtype, const std::vector<std::uint16_t>& o_bi
 }
 
 // Plans and runs one shape; compares o and lse with the reference.
-Outcome run_case(BatchMlaDecode& mla, DType dtype, const Shape& sh, std::mt19937_64& rng) {
+Outcome run_case(BatchMlaDecode& mla, Types types, const Shape& sh, std::mt19937_64& rng) {
   INFO("batch " << sh.kv_lens.size() << ", heads " << sh.heads << ", q_len " << sh.q_len << ", page " << sh.page_size
                 << ", longest " << *std::max_element(sh.kv_lens.begin(), sh.kv_lens.end()));
-  const Problem p = make_problem(dtype, sh, rng);
-  auto d_ckv = on_device(p.ckv_bits), d_kpe = on_device(p.kpe_bits);
+  const Problem p = make_problem(types, sh, rng);
+  INFO("ckv_scale " << p.ckv_scale << ", kpe_scale " << p.kpe_scale);
+  auto d_ckv = on_device(p.ckv_bytes), d_kpe = on_device(p.kpe_bytes);
   auto d_qn = on_device(p.q_nope->bits), d_qp = on_device(p.q_pe->bits);
   auto d_indices = on_device(p.cache.indices);
   DeviceBuffer<std::uint16_t> d_o(p.rows * ref::kMlaCkv);
@@ -165,9 +192,10 @@ Outcome run_case(BatchMlaDecode& mla, DType dtype, const Shape& sh, std::mt19937
   a.kv_indices = d_indices.ptr;
   a.o = d_o.ptr, a.lse = d_lse.ptr;
   a.sm_scale = float(kSmScale);
+  a.ckv_scale = p.ckv_scale, a.kpe_scale = p.kpe_scale;
   mla.run(a, nullptr);
   CUDA_CHECK(cudaDeviceSynchronize());
-  check(p, dtype, d_o.download(), d_lse.download());
+  check(p, types.q, d_o.download(), d_lse.download());
   return {mla.work_plan().split};
 }
 
@@ -181,15 +209,13 @@ std::vector<int> draw_lengths(std::mt19937_64& rng, int batch, int q_len, int lo
   return out;
 }
 
-const std::vector<DType> kDtypes = {DType::bf16, DType::f16};
-
 }  // namespace
 
 TEST_CASE("batch_mla_decode matches the fp64 reference on random shapes", "[gpu][mla]") {
   SEEDED_RNG(rng);
   int ran = 0;
   bool saw_split = false, saw_unsplit = false;
-  for (DType dtype : kDtypes) {
+  for (Types types : kTypes) {
     const int head_choices[] = {16, 32, 64, 128};
     for (int round = 0; round < 10; ++round) {
       Shape sh;
@@ -209,12 +235,12 @@ TEST_CASE("batch_mla_decode matches the fp64 reference on random shapes", "[gpu]
         const int longest = std::max(sh.q_len, int(std::min<std::int64_t>(8192, 3000000 / (std::int64_t(batch) * rows))));
         sh.kv_lens = draw_lengths(rng, batch, sh.q_len, longest);
       }
-      BatchMlaDecodeConfig c;
-      c.dtype = dtype, c.num_heads = sh.heads, c.page_size = sh.page_size;
+      BatchMlaDecodeConfig c = config_for(types);
+      c.num_heads = sh.heads, c.page_size = sh.page_size;
       auto mla = make_mla(c);
       if (!mla) break;
-      INFO(aotinfer::dtype_name(dtype) << " round " << round);
-      const Outcome out = run_case(*mla, dtype, sh, rng);
+      INFO(BatchMlaDecode::variant_key(c).uri() << " round " << round);
+      const Outcome out = run_case(*mla, types, sh, rng);
       (out.split ? saw_split : saw_unsplit) = true;
       ++ran;
     }
@@ -226,13 +252,15 @@ TEST_CASE("batch_mla_decode matches the fp64 reference on random shapes", "[gpu]
 
 TEST_CASE("batch_mla_decode serves a 64k-token request", "[gpu][mla][long]") {
   SEEDED_RNG(rng);
-  BatchMlaDecodeConfig c;
-  c.dtype = DType::bf16, c.num_heads = 16, c.page_size = 64;
-  auto mla = make_mla(c);
-  if (!mla) FAIL("the package holds no bf16 batch_mla_decode variant");
-  Shape sh;
-  sh.heads = 16, sh.q_len = 2, sh.page_size = 64, sh.kv_lens = {65536};
-  CHECK(run_case(*mla, DType::bf16, sh, rng).split);
+  for (Types types : {Types{DType::bf16, DType::bf16}, Types{DType::bf16, DType::e4m3}}) {
+    BatchMlaDecodeConfig c = config_for(types);
+    c.num_heads = 16, c.page_size = 64;
+    auto mla = make_mla(c);
+    if (!mla) FAIL("the package lacks " << BatchMlaDecode::variant_key(c).uri());
+    Shape sh;
+    sh.heads = 16, sh.q_len = 2, sh.page_size = 64, sh.kv_lens = {65536};
+    CHECK(run_case(*mla, types, sh, rng).split);
+  }
 }
 
 // CUDA-graph mode: one run captured after the first plan replays every later plan of up to
@@ -240,20 +268,23 @@ TEST_CASE("batch_mla_decode serves a 64k-token request", "[gpu][mla][long]") {
 // the same buffers and its page ids into the same kv_indices.
 TEST_CASE("batch_mla_decode in CUDA-graph mode: one captured graph replays later plans", "[gpu][mla]") {
   SEEDED_RNG(rng);
-  BatchMlaDecodeConfig c;
-  c.dtype = DType::bf16, c.cuda_graph = true, c.max_batch = 24;
+  const Types types = std::uniform_int_distribution<int>(0, 1)(rng) ? Types{DType::bf16, DType::e4m3}
+                                                                     : Types{DType::bf16, DType::bf16};
+  BatchMlaDecodeConfig c = config_for(types);
+  c.cuda_graph = true, c.max_batch = 24;
   c.q_len = std::uniform_int_distribution<int>(1, 4)(rng);
   c.num_heads = std::vector<int>{16, 32, 128}[std::uniform_int_distribution<int>(0, 2)(rng)];
   c.page_size = std::vector<int>{1, 16, 64}[std::uniform_int_distribution<int>(0, 2)(rng)];
-  INFO("heads " << c.num_heads << ", q_len " << c.q_len << ", page " << c.page_size);
+  INFO(BatchMlaDecode::variant_key(c).uri() << ", heads " << c.num_heads << ", q_len " << c.q_len << ", page " << c.page_size);
   auto mla = make_mla(c);
-  if (!mla) FAIL("the package holds no bf16 batch_mla_decode variant");
+  if (!mla) FAIL("the package lacks " << BatchMlaDecode::variant_key(c).uri());
   constexpr int kLongest = 6000;
   const int max_pages = c.max_batch * ((kLongest + c.page_size - 1) / c.page_size) + 3;
   const std::size_t max_rows = std::size_t(c.max_batch) * c.q_len * c.num_heads;
-  DeviceBuffer<std::uint16_t> ckv(std::size_t(max_pages) * c.page_size * ref::kMlaCkv),
-      kpe(std::size_t(max_pages) * c.page_size * ref::kMlaKpe), qn(max_rows * ref::kMlaCkv), qp(max_rows * ref::kMlaKpe),
-      o(max_rows * ref::kMlaCkv);
+  const std::size_t kv_size = aotinfer::dtype_size(types.kv);
+  DeviceBuffer<std::uint8_t> ckv(std::size_t(max_pages) * c.page_size * ref::kMlaCkv * kv_size),
+      kpe(std::size_t(max_pages) * c.page_size * ref::kMlaKpe * kv_size);
+  DeviceBuffer<std::uint16_t> qn(max_rows * ref::kMlaCkv), qp(max_rows * ref::kMlaKpe), o(max_rows * ref::kMlaCkv);
   DeviceBuffer<float> lse(max_rows);
   DeviceBuffer<std::int32_t> indices(max_pages);
   Workspace ws(mla->workspace_sizes(c.max_batch, c.q_len));
@@ -262,6 +293,8 @@ TEST_CASE("batch_mla_decode in CUDA-graph mode: one captured graph replays later
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   bool saw_split = false, saw_unsplit = false;
+  // The captured run's scales (an fp8 cache's, drawn by the first step): the graph froze them.
+  float ckv_scale = 0, kpe_scale = 0;
   for (int step = 0; step < 5; ++step) {
     Shape sh;
     sh.heads = c.num_heads, sh.q_len = c.q_len, sh.page_size = c.page_size;
@@ -272,11 +305,12 @@ TEST_CASE("batch_mla_decode in CUDA-graph mode: one captured graph replays later
     sh.kv_lens = draw_lengths(rng, batch, c.q_len, longest);
     if (step == 0) sh.kv_lens.assign(batch, longest);
     INFO("step " << step << ": batch " << batch << ", longest " << *std::max_element(sh.kv_lens.begin(), sh.kv_lens.end()));
-    const Problem p = make_problem(DType::bf16, sh, rng);
+    const Problem p = make_problem(types, sh, rng, ckv_scale, kpe_scale);
+    if (step == 0) ckv_scale = p.ckv_scale, kpe_scale = p.kpe_scale;
     REQUIRE(p.num_pages <= max_pages);
     ckv.poison(), kpe.poison(), o.poison(), lse.poison();
-    CUDA_CHECK(cudaMemcpy(ckv.ptr, p.ckv_bits.data(), p.ckv_bits.size() * 2, cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(kpe.ptr, p.kpe_bits.data(), p.kpe_bits.size() * 2, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(ckv.ptr, p.ckv_bytes.data(), p.ckv_bytes.size(), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(kpe.ptr, p.kpe_bytes.data(), p.kpe_bytes.size(), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(qn.ptr, p.q_nope->bits.data(), p.q_nope->bits.size() * 2, cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaMemcpy(qp.ptr, p.q_pe->bits.data(), p.q_pe->bits.size() * 2, cudaMemcpyHostToDevice));
     if (!p.cache.indices.empty())
@@ -288,6 +322,7 @@ TEST_CASE("batch_mla_decode in CUDA-graph mode: one captured graph replays later
       a.batch = p.batch;
       a.q_nope = qn.ptr, a.q_pe = qp.ptr, a.ckv = ckv.ptr, a.kpe = kpe.ptr, a.kv_indices = indices.ptr;
       a.o = o.ptr, a.lse = lse.ptr, a.sm_scale = float(kSmScale);
+      a.ckv_scale = ckv_scale, a.kpe_scale = kpe_scale;
       CUDA_CHECK(cudaStreamSynchronize(stream));
       CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
       mla->run(a, aotinfer::Stream(stream));
@@ -296,7 +331,7 @@ TEST_CASE("batch_mla_decode in CUDA-graph mode: one captured graph replays later
     }
     CUDA_CHECK(cudaGraphLaunch(exec, stream));
     CUDA_CHECK(cudaStreamSynchronize(stream));
-    check(p, DType::bf16, o.download(), lse.download());
+    check(p, types.q, o.download(), lse.download());
   }
   CHECK(saw_split);  // graph plans always split: every item writes states the merge combines
   CHECK_FALSE(saw_unsplit);
@@ -355,6 +390,19 @@ TEST_CASE("batch_mla_decode refuses bad plans and runs with their reasons", "[gp
   DeviceBuffer<std::int32_t> ids(2);
   a.q_nope = a.q_pe = a.ckv = a.kpe = buf.ptr, a.o = buf.ptr, a.kv_indices = ids.ptr;
   refused([&] { mla->run(a, nullptr); }, "sm_scale");
-  a.sm_scale = 0.07f, a.batch = 3;
+  a.sm_scale = 0.07f, a.ckv_scale = 2;
+  refused([&] { mla->run(a, nullptr); }, "ckv_scale must be 1 for a 16-bit cache");
+  a.ckv_scale = 1, a.batch = 3;
   refused([&] { mla->run(a, nullptr); }, "plan again");
+
+  // An fp8 cache's scales must be finite and positive.
+  c.dtype_kv = DType::e4m3;
+  auto fp8 = make_mla(c);
+  if (!fp8) FAIL("the package lacks " << BatchMlaDecode::variant_key(c).uri());
+  fp8->plan(indptr, last, indices, 2, 2, ws.ws, nullptr);
+  a.batch = 2;
+  for (float bad : {0.f, -1.f, std::numeric_limits<float>::infinity(), std::nanf("")}) {
+    a.kpe_scale = bad;
+    refused([&] { fp8->run(a, nullptr); }, "kpe_scale must be finite and > 0");
+  }
 }

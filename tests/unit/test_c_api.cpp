@@ -408,7 +408,7 @@ TEST_CASE("C API: create calls check the config and out before the driver", "[c_
   // MLA decode: the config's checks come before the package is asked for the variant (the fake
   // package holds none).
   aotinfer_batch_mla_decode* mla = nullptr;
-  const aotinfer_batch_mla_decode_config mgood{"bf16", 16, 64, 0, 0, 0};
+  const aotinfer_batch_mla_decode_config mgood{"bf16", 16, 64, 0, 0, 0, nullptr};
   auto mwith = [&](auto change) {
     aotinfer_batch_mla_decode_config c = mgood;
     change(c);
@@ -416,6 +416,10 @@ TEST_CASE("C API: create calls check the config and out before the driver", "[c_
   };
   refused(mwith([](auto& c) { c.num_heads = 0; }), {"aotinfer_batch_mla_decode_create: config->num_heads: expected >= 1, got 0"});
   refused(mwith([](auto& c) { c.dtype = "e4m3"; }), {"batch_mla_decode: dtype must be f16 or bf16, got e4m3"});
+  refused(mwith([](auto& c) { c.dtype_kv = "e5m2"; }), {"dtype_kv (the cache) must be dtype (bf16) or e4m3, got e5m2"});
+  refused(mwith([](auto& c) { c.dtype_kv = "f16"; }), {"dtype_kv (the cache) must be dtype (bf16) or e4m3, got f16"});
+  refused(mwith([](auto& c) { c.dtype_kv = "fp8"; }), {"dtype_kv"});
+  CHECK(mwith([](auto& c) { c.dtype_kv = "e4m3"; }) == AOTINFER_NOT_FOUND);  // valid: only the fake package lacks it
   refused(mwith([](auto& c) { c.cuda_graph = 1; }), {"config->max_batch (CUDA-graph mode): expected >= 1, got 0"});
   refused(mwith([](auto& c) { c.cuda_graph = 1, c.max_batch = 8; }), {"config->q_len (CUDA-graph mode): expected >= 1, got 0"});
   refused(mwith([](auto& c) { c.cuda_graph = 1, c.max_batch = 8, c.q_len = 5; }),

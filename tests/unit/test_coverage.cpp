@@ -386,7 +386,7 @@ TEST_CASE("coverage: multi-head latent attention needs batch_mla_decode, prefill
   CHECK(deepseek.head_dim == 192);  // queries and keys; hidden_size / num_attention_heads is 56
   const Needs n = model_needs(deepseek, {});
   CHECK(uris(n) == std::vector<std::string>{
-                       "batch_mla_decode.dtype-bf16", "merge_state.dtype-bf16.head_dim-512",
+                       "batch_mla_decode.dtype-bf16.dtype_kv-bf16", "merge_state.dtype-bf16.head_dim-512",
                        "batch_prefill_paged.dtype_q-bf16.head_dim-192.dtype_kv-bf16.dtype_o-bf16.pos_encoding-none.head_dim_vo-128",
                        "batch_prefill_ragged.dtype_q-bf16.head_dim-192.dtype_kv-bf16.dtype_o-bf16.pos_encoding-none.head_dim_vo-128",
                        "append_paged_kv.dtype-bf16.head_dim-512", "merge_state.dtype-bf16.head_dim-128"});
@@ -476,7 +476,13 @@ TEST_CASE("coverage: multi-head latent attention needs batch_mla_decode, prefill
     Options fp8;
     fp8.kv_dtype = DType::e4m3;
     const Needs cached = model_needs(deepseek, fp8);
-    CHECK_THAT(cached.needs[0].refusals.at(0), Contains("the latent cache in e4m3: batch_mla_decode reads it in the activation dtype (bf16)"));
+    // The latent cache in e4m3 is served (per-tensor scales at run time); in e5m2 it is not.
+    CHECK(cached.needs[0].refusals.empty());
+    CHECK(*cached.needs[0].key.find("dtype_kv") == "e4m3");
+    Options e5m2;
+    e5m2.kv_dtype = DType::e5m2;
+    CHECK_THAT(model_needs(deepseek, e5m2).needs[0].refusals.at(0),
+               Contains("dtype_kv (the cache) must be dtype (bf16) or e4m3, got e5m2"));
     // Paged prefill reads the cache, which the kernels take in 16 bits at these widths; ragged
     // prefill reads the step's own K and V.
     CHECK(*need_of(cached, Op::prefill_paged).key.find("dtype_kv") == "e4m3");

@@ -129,15 +129,17 @@ TEST_CASE("MLA decode tensors: latent views of one cache pass, each bad one is r
   t.kpe = tensor(AOTINFER_BF16, {9, 64, 64}, 0x7f0001000000 + 512 * 2);
   t.ckv.strides[0] = t.kpe.strides[0] = 64 * 576;
   t.kv_indices = tensor(AOTINFER_I32, {7});
-  auto error = [&] { return std::string(error_of([&] { detail::mla_decode_run_args(config, plan, t, 0.07f); }).what()); };
+  const aotinfer_mla_scalars scalars{0.07f, 0, 0};  // cache scales 0: 1
+  auto error = [&] { return std::string(error_of([&] { detail::mla_decode_run_args(config, plan, t, scalars); }).what()); };
 
-  MlaDecodeRunArgs a = detail::mla_decode_run_args(config, plan, t, 0.07f);
+  MlaDecodeRunArgs a = detail::mla_decode_run_args(config, plan, t, scalars);
   CHECK(a.batch == 2);
   CHECK(a.ckv_stride_page == 64 * 576);
   CHECK(a.kpe_stride_page == 64 * 576);
   CHECK(a.q_nope_stride == 16 * 512);  // dense rows, said explicitly
   CHECK(a.lse == nullptr);
   CHECK(a.sm_scale == 0.07f);
+  CHECK((a.ckv_scale == 1.f && a.kpe_scale == 1.f));
 
   SECTION("q_pe of another dtype") {
     t.q_pe.dtype = AOTINFER_F16;
@@ -158,6 +160,16 @@ TEST_CASE("MLA decode tensors: latent views of one cache pass, each bad one is r
   SECTION("an lse of the wrong rows") {
     t.lse = tensor(AOTINFER_F32, {2, 16});
     CHECK_THAT(error(), Contains("lse: expected shape [4, 16] (batch * q_len, num_heads)"));
+  }
+  SECTION("an e4m3 cache: the pools in e4m3 with their scales, q and o in bf16") {
+    config.dtype_kv = DType::e4m3;
+    CHECK_THAT(error(), Contains("ckv: expected dtype e4m3, got bf16"));
+    t.ckv.dtype = t.kpe.dtype = AOTINFER_E4M3;
+    t.kpe.data = reinterpret_cast<void*>(0x7f0001000000 + 512);  // a byte per element
+    const MlaDecodeRunArgs fp8 = detail::mla_decode_run_args(config, plan, t, {0.07f, 0.5f, 0.25f});
+    CHECK((fp8.ckv_scale == 0.5f && fp8.kpe_scale == 0.25f));
+    t.q_nope.dtype = AOTINFER_E4M3;
+    CHECK_THAT(error(), Contains("q_nope: expected dtype bf16, got e4m3"));
   }
 }
 

@@ -546,14 +546,20 @@ class BatchMlaDecode:
     (q_nope . ckv + q_pe . kpe) * sm_scale, values the ckv rows. Each request brings q_len (1..4)
     new tokens, the last of its cache, causal among themselves (multi-token prediction).
 
+    dtype is the queries' and the output's type; dtype_kv the cache's: None (dtype) or "e4m3", an
+    fp8 cache whose run() takes per-tensor ckv_scale and kpe_scale.
+
     cuda_graph=True fixes the grids for graph capture: every plan has at most max_batch requests of
     q_len tokens, and a graph captured once replays later plans (their page ids in the same
     kv_indices buffer)."""
 
-    def __init__(self, package, num_heads, page_size=64, dtype="bf16", cuda_graph=False, max_batch=0, q_len=0):
+    def __init__(self, package, num_heads, page_size=64, dtype="bf16", cuda_graph=False, max_batch=0, q_len=0,
+                 dtype_kv=None):
         self.package, self.num_heads, self.page_size, self.dtype = package, num_heads, page_size, dtype
+        self.dtype_kv = dtype if dtype_kv is None else dtype_kv
         config = _capi.MlaDecodeConfig(_text(dtype, "dtype", _DTYPES[:2]), num_heads, page_size, int(cuda_graph),
-                                       max_batch, q_len)
+                                       max_batch, q_len, None if dtype_kv is None else _text(dtype_kv, "dtype_kv",
+                                                                                             _DTYPES[:3]))
         handle = ctypes.c_void_p()
         _check(_capi.lib.aotinfer_batch_mla_decode_create(package._handle, ctypes.byref(config), ctypes.byref(handle)))
         self._handle, self._q_len = handle, None
@@ -595,16 +601,20 @@ class BatchMlaDecode:
         del keep_indptr, keep_last, keep_indices  # read by the call above: the plan holds its own copy
         self._q_len, self._workspaces = q_len, (float_workspace, int_workspace)
 
-    def run(self, q_nope, q_pe, ckv, kpe, kv_indices, o, lse=None, sm_scale=0.0, stream=None):
+    def run(self, q_nope, q_pe, ckv, kpe, kv_indices, o, lse=None, sm_scale=0.0, stream=None, ckv_scale=1.0,
+            kpe_scale=1.0):
         """Runs the last plan. q_nope [batch * q_len, num_heads, 512] and q_pe [batch * q_len,
         num_heads, 64] (token rows may be strided); ckv [pages, page_size, 512] and kpe [pages,
         page_size, 64] (pages may be strided: views of one [pages, page_size, 576] tensor);
         kv_indices the int32 device copy of the page ids plan saw; o [batch * q_len, num_heads,
         512]; lse float32 [batch * q_len, num_heads] (natural log) or None. sm_scale > 0 is
-        required: MLA scales by the head_dim before absorption (1 / sqrt(192) for DeepSeek-V3)."""
+        required: MLA scales by the head_dim before absorption (1 / sqrt(192) for DeepSeek-V3).
+        ckv_scale and kpe_scale dequantise an e4m3 cache (real values scale * stored); a 16-bit
+        cache takes 1."""
         where = "batch_mla_decode.run"
         tensors = _capi.MlaDecodeTensors(*[_described(x, name, where) for x, name in (
             (q_nope, "q_nope"), (q_pe, "q_pe"), (ckv, "ckv"), (kpe, "kpe"), (kv_indices, "kv_indices"), (o, "o"),
             (lse, "lse"))])
-        _check(_capi.lib.aotinfer_batch_mla_decode_tensors_run(self._handle, ctypes.byref(tensors), float(sm_scale),
+        scalars = _capi.MlaScalars(float(sm_scale), float(ckv_scale), float(kpe_scale))
+        _check(_capi.lib.aotinfer_batch_mla_decode_tensors_run(self._handle, ctypes.byref(tensors), ctypes.byref(scalars),
                                                                _stream(stream, o)))

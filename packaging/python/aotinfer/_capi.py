@@ -105,23 +105,27 @@ _declare("aotinfer_cascade_tensors_run", _status, c_void, ctypes.POINTER(Cascade
 
 class MlaDecodeConfig(ctypes.Structure):
     _fields_ = [("dtype", c_char), ("num_heads", c_int32), ("page_size", c_int32), ("cuda_graph", c_int32),
-                ("max_batch", c_int32), ("q_len", c_int32)]
+                ("max_batch", c_int32), ("q_len", c_int32), ("dtype_kv", c_char)]
 
 
 class MlaDecodeTensors(ctypes.Structure):
     _fields_ = [(name, Tensor) for name in ("q_nope", "q_pe", "ckv", "kpe", "kv_indices", "o", "lse")]
 
 
+class MlaScalars(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_float) for name in ("sm_scale", "ckv_scale", "kpe_scale")]
+
+
 MIRRORS.update({"aotinfer_batch_mla_decode_config": MlaDecodeConfig,
-                "aotinfer_batch_mla_decode_tensors": MlaDecodeTensors})
+                "aotinfer_batch_mla_decode_tensors": MlaDecodeTensors, "aotinfer_mla_scalars": MlaScalars})
 _declare("aotinfer_batch_mla_decode_create", _status, c_void, ctypes.POINTER(MlaDecodeConfig), ctypes.POINTER(c_void))
 _declare("aotinfer_batch_mla_decode_destroy", None, c_void)
 _declare("aotinfer_batch_mla_decode_workspace_sizes", _status, c_void, c_int32, c_int32, ctypes.POINTER(c_size),
          ctypes.POINTER(c_size))
 _declare("aotinfer_batch_mla_decode_plan", _status, c_void, c_int32_p, c_int32, c_int32_p, c_int32_p, c_int32, c_int32,
          c_int32, c_void, c_size, c_void, c_size, c_void)
-_declare("aotinfer_batch_mla_decode_tensors_run", _status, c_void, ctypes.POINTER(MlaDecodeTensors), ctypes.c_float,
-         c_void)
+_declare("aotinfer_batch_mla_decode_tensors_run", _status, c_void, ctypes.POINTER(MlaDecodeTensors),
+         ctypes.POINTER(MlaScalars), c_void)
 
 
 def entry_address(name):

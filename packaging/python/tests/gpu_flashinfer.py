@@ -910,8 +910,8 @@ def mla_reference(d, q_len):
     ref_o, ref_lse = [], []
     for b, n in enumerate(d["lens"]):
         rows = d["indices"][d["kv_indptr"][b]:d["kv_indptr"][b + 1]].long()
-        k_nope = d["ckv"][rows].reshape(-1, 512)[:n].double()
-        k_pe = d["kpe"][rows].reshape(-1, 64)[:n].double()
+        k_nope = d["ckv"][rows].reshape(-1, 512)[:n].double() * d.get("ckv_scale", 1.0)
+        k_pe = d["kpe"][rows].reshape(-1, 64)[:n].double() * d.get("kpe_scale", 1.0)
         qn = d["q_nope"][b * q_len:(b + 1) * q_len].double()
         qp = d["q_pe"][b * q_len:(b + 1) * q_len].double()
         s = (torch.einsum("thd,nd->thn", qn, k_nope) + torch.einsum("thd,nd->thn", qp, k_pe)) * MLA_SCALE
@@ -923,17 +923,32 @@ def mla_reference(d, q_len):
     return torch.cat(ref_o), torch.cat(ref_lse)
 
 
-def mla_case(q_len, page, heads, batch, dtype, latent_view):
-    """BatchMLAPagedAttentionWrapper (absorbed MLA) against a float64 reference."""
+def mla_quantised(d):
+    """mla_data's cache quantised to e4m3 with per-tensor scales (amax / 448), as engines store
+    DeepSeek's latent cache; the reference reads the dequantised values."""
+    out = dict(d)
+    for name in ("ckv", "kpe"):
+        scale = d[name].float().abs().amax().item() / 448
+        out[name] = (d[name].float() / scale).to(torch.float8_e4m3fn)
+        out[name + "_scale"] = scale
+    return out
+
+
+def mla_case(q_len, page, heads, batch, dtype, latent_view, fp8=False):
+    """BatchMLAPagedAttentionWrapper (absorbed MLA) against a float64 reference; fp8: over an
+    e4m3 cache with per-tensor scales."""
     d = mla_data(q_len, page, heads, [random.randint(q_len, 3000) for _ in range(batch)], dtype, latent_view)
+    if fp8:
+        d = mla_quantised(d)
     wrapper = flashinfer.BatchMLAPagedAttentionWrapper(WORKSPACE)
     wrapper.plan(d["qo_indptr"], d["kv_indptr"], d["indices"], torch.tensor(d["lens"], dtype=torch.int32), heads,
-                 512, 64, page, True, MLA_SCALE, DTYPES[dtype], DTYPES[dtype])
-    o, lse = wrapper.run(d["q_nope"], d["q_pe"], d["ckv"], d["kpe"], return_lse=True)
+                 512, 64, page, True, MLA_SCALE, DTYPES[dtype], torch.float8_e4m3fn if fp8 else DTYPES[dtype])
+    scales = dict(ckv_scale=d["ckv_scale"], kpe_scale=d["kpe_scale"]) if fp8 else {}
+    o, lse = wrapper.run(d["q_nope"], d["q_pe"], d["ckv"], d["kpe"], return_lse=True, **scales)
     ref_o, ref_lse = mla_reference(d, q_len)
     torch.cuda.synchronize()
-    label = (f"MLA {dtype} heads {heads} q_len {q_len} page {page} batch {batch} max_kv {max(d['lens'])}"
-             f"{' (views of one latent cache)' if latent_view else ''}")
+    label = (f"MLA {dtype} {'e4m3 cache ' if fp8 else ''}heads {heads} q_len {q_len} page {page} batch {batch} "
+             f"max_kv {max(d['lens'])}{' (views of one latent cache)' if latent_view else ''}")
     check(label + " o", o, ref_o, 1e-2)
     check(label + " lse", lse, ref_lse, 1e-3)
 
@@ -983,6 +998,8 @@ def mla_cases():
     guarded("MLA decode f16 page 1", lambda: mla_case(1, 1, 128, random.randint(1, 8), "f16", True))
     guarded("MLA MTP", lambda: mla_case(random.choice([2, 3, 4]), 16, random.choice([16, 64, 128]),
                                         random.randint(1, 20), "bf16", False))
+    guarded("MLA decode e4m3 cache", lambda: mla_case(random.choice([1, 2]), random.choice([1, 16, 64]),
+                                                     random.choice([16, 128]), random.randint(1, 30), "bf16", False, True))
     guarded("MLA CUDA graph", lambda: mla_graph_case(random.choice([1, 2]), random.choice([1, 64]),
                                                      random.choice([16, 128])))
 

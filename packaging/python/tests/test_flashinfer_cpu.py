@@ -866,13 +866,16 @@ class MlaTest(unittest.TestCase):
         self.refused(lambda: w.plan(*a, q_data_type=DType("float8_e4m3fn")), "q_data_type")
         self.refused(lambda: w.plan(*a, q_data_type=DType("bfloat16"), kv_data_type=DType("float16")), "kv_data_type")
         self.refused(lambda: w.plan(*a, query_layout="packed"), "query_layout='packed'")
+        self.refused(lambda: w.plan(*a, q_data_type=DType("bfloat16"), kv_data_type=DType("float8_e5m2")), "kv_data_type")
+        self.refused(lambda: w.plan(*a, scale_mode="kv-per-tensor"), "scale_mode='kv-per-tensor'")
+        self.refused(lambda: w.plan(*a, kv_data_type=DType("float8_e4m3fn"), scale_mode="bmm-scalar"), "scale_mode")
         self.refused(lambda: w.plan(*a, use_sinks=True), "use_sinks")
         self.refused(lambda: w.plan(metadata=Stand()), "metadata")
 
     def test_run_refusals_and_order(self):
         w = flashinfer.BatchMLAPagedAttentionWrapper(Stand())
         self.refused(lambda: w.run(query=Stand(), kv_cache=Stand()), "query")
-        self.refused(lambda: w.run(Stand(), Stand(), Stand(), Stand(), ckv_scale=0.5), "ckv_scale")
+        self.refused(lambda: w.run(Stand(), Stand(), Stand(), Stand(), ckv_scale_arr=Stand()), "ckv_scale_arr")
         with self.assertRaises(RuntimeError) as e:
             w.run(Stand(), Stand(), Stand(), Stand())
         self.assertIn("call plan() first", str(e.exception))

@@ -155,12 +155,13 @@ aotinfer_status aotinfer_batch_decode_tensors_run(const aotinfer_batch_decode* d
 typedef struct aotinfer_batch_mla_decode aotinfer_batch_mla_decode;
 
 typedef struct aotinfer_batch_mla_decode_config {
-  const char* dtype;  /* "f16" | "bf16": q, the cache and o */
+  const char* dtype;  /* "f16" | "bf16": q and o */
   int32_t num_heads;
   int32_t page_size;
   int32_t cuda_graph; /* bool */
   int32_t max_batch;  /* CUDA-graph mode */
   int32_t q_len;      /* CUDA-graph mode: every plan's new tokens per request (1..4) */
+  const char* dtype_kv; /* the cache: NULL or dtype, or "e4m3" (fp8, scaled at run time) */
 } aotinfer_batch_mla_decode_config;
 
 typedef struct aotinfer_batch_mla_decode_run_args {
@@ -177,6 +178,8 @@ typedef struct aotinfer_batch_mla_decode_run_args {
   void* o;                     /* [batch * q_len, num_heads, 512] */
   float* lse;                  /* may be NULL */
   float sm_scale;              /* > 0 (MLA scales by the head_dim before absorption) */
+  float ckv_scale;             /* e4m3 cache: real values are ckv_scale * ckv; 0: 1 */
+  float kpe_scale;             /* and kpe_scale * kpe; 0: 1 */
 } aotinfer_batch_mla_decode_run_args;
 
 aotinfer_status aotinfer_batch_mla_decode_create(const aotinfer_package* package,
@@ -193,11 +196,10 @@ aotinfer_status aotinfer_batch_mla_decode_plan(aotinfer_batch_mla_decode* mla, c
                                                size_t int_bytes, void* stream);
 aotinfer_status aotinfer_batch_mla_decode_run(const aotinfer_batch_mla_decode* mla,
                                               const aotinfer_batch_mla_decode_run_args* args, void* stream);
-/* Described tensors, each checked against the config and the last plan before any launch;
- * sm_scale > 0. */
+/* Described tensors, each checked against the config and the last plan before any launch. */
 aotinfer_status aotinfer_batch_mla_decode_tensors_run(const aotinfer_batch_mla_decode* mla,
-                                                      const aotinfer_batch_mla_decode_tensors* tensors, float sm_scale,
-                                                      void* stream);
+                                                      const aotinfer_batch_mla_decode_tensors* tensors,
+                                                      const aotinfer_mla_scalars* scalars, void* stream);
 
 /* Batch prefill over a paged or ragged KV cache (see aotinfer/batch_prefill.hpp for the plan/run
  * contract, aotinfer/params/batch_prefill.h for the semantics: query token t of a request sits at

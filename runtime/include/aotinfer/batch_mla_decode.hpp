@@ -9,7 +9,9 @@
 // The cache holds per token one latent row ckv (512 wide) and one RoPE key row kpe (64), shared
 // by every head; the queries come absorbed (q_nope, 512 wide, and q_pe, 64 wide, per head). Every
 // request has the same q_len (1..4) new tokens, causal among themselves: the decoded token and
-// the speculative ones of multi-token prediction. Contract of the kernel:
+// the speculative ones of multi-token prediction. The cache is 16-bit (the queries' type) or fp8
+// e4m3 with per-tensor scales (config dtype_kv; run args ckv_scale and kpe_scale), as engines
+// quantise DeepSeek's latent cache. Contract of the kernel:
 // templates/aotinfer/params/batch_mla_decode.h.
 //
 // plan() partitions the keys with the decode planner (decode_plan.hpp: one KV head, the rows of
@@ -22,6 +24,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 
 #include "aotinfer/attention.hpp"
@@ -33,12 +36,13 @@
 namespace aotinfer {
 
 struct BatchMlaDecodeConfig {
-  DType dtype = DType::bf16;  // q, the cache and o
+  DType dtype = DType::bf16;  // q and o (and the cache, unless dtype_kv says otherwise)
   int num_heads = 16;         // query heads (1..128 in the models; any count >= 1 is served)
   int page_size = 64;
   bool cuda_graph = false;    // fixed grids for graph capture; needs max_batch and q_len
   std::int32_t max_batch = 0;  // CUDA-graph mode: the most requests a plan may have
   std::int32_t q_len = 0;      // CUDA-graph mode: the new tokens of every request of every plan (1..4)
+  std::optional<DType> dtype_kv;  // the cache: unset or dtype, or e4m3 (fp8, with run-time scales)
 };
 
 struct MlaDecodeRunArgs {
@@ -55,7 +59,12 @@ struct MlaDecodeRunArgs {
   void* o = nullptr;                          // [batch * q_len, num_heads, 512]
   float* lse = nullptr;                       // [batch * q_len, num_heads] or nullptr
   float sm_scale = 0;                         // required: MLA scales by the pre-absorption head_dim
+  float ckv_scale = 1;                        // fp8 cache: real values are ckv_scale * ckv ...
+  float kpe_scale = 1;                        // ... and kpe_scale * kpe (1 for a 16-bit cache)
 };
+
+// The cache's type of a config: dtype_kv, or dtype when unset.
+inline DType mla_cache_dtype(const BatchMlaDecodeConfig& c) { return c.dtype_kv.value_or(c.dtype); }
 
 class BatchMlaDecode {
  public:
@@ -80,13 +89,14 @@ class BatchMlaDecode {
             const Workspace& workspace, Stream stream);
 
   // Launches for the last plan. Throws Error(invalid_argument) without launching when no plan
-  // was made, args.batch differs from it, a required pointer is null or not 16-byte aligned, or
-  // sm_scale is not positive.
+  // was made, args.batch differs from it, a required pointer is null or not 16-byte aligned,
+  // sm_scale is not positive, or a cache scale is not finite and positive (or not 1 with a
+  // 16-bit cache).
   void run(const MlaDecodeRunArgs& args, Stream stream) const;
 
   // The same from described tensors (aotinfer/tensor.h): each is checked against the config and
   // the last plan (device, dtype, shape, strides, alignment) before anything is launched.
-  void run(const aotinfer_batch_mla_decode_tensors& tensors, float sm_scale, Stream stream) const;
+  void run(const aotinfer_batch_mla_decode_tensors& tensors, const aotinfer_mla_scalars& scalars, Stream stream) const;
 
   const DecodeWorkPlan& work_plan() const;
   const BatchMlaDecodeConfig& config() const;

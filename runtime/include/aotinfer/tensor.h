@@ -53,11 +53,12 @@ typedef struct aotinfer_batch_decode_tensors {
 } aotinfer_batch_decode_tensors;
 
 /* The tensors of one batch_mla_decode run (aotinfer/params/batch_mla_decode.h), in the config's
- * dtype but kv_indices (int32 [kv_indptr[batch]]) and lse (float32 [batch * q_len, num_heads],
- * may be absent): q_nope [batch * q_len, num_heads, 512] and q_pe [batch * q_len, num_heads, 64],
- * whose token rows may be strided (slices of one projection); the paged cache's ckv [pages,
- * page_size, 512] and kpe [pages, page_size, 64], whose pages may be strided (views of one
- * [pages, page_size, 576] tensor); o [batch * q_len, num_heads, 512], dense. */
+ * dtype but the cache (ckv and kpe: its dtype_kv), kv_indices (int32 [kv_indptr[batch]]) and
+ * lse (float32 [batch * q_len, num_heads], may be absent): q_nope [batch * q_len, num_heads,
+ * 512] and q_pe [batch * q_len, num_heads, 64], whose token rows may be strided (slices of one
+ * projection); the paged cache's ckv [pages, page_size, 512] and kpe [pages, page_size, 64],
+ * whose pages may be strided (views of one [pages, page_size, 576] tensor); o [batch * q_len,
+ * num_heads, 512], dense. */
 typedef struct aotinfer_batch_mla_decode_tensors {
   aotinfer_tensor q_nope, q_pe, ckv, kpe, kv_indices, o, lse;
 } aotinfer_batch_mla_decode_tensors;
@@ -72,6 +73,14 @@ typedef struct aotinfer_attention_scalars {
   float k_scale;
   float v_scale;
 } aotinfer_attention_scalars;
+
+/* Scalars of a batch_mla_decode run: sm_scale (required, > 0) and an fp8 cache's dequantisation
+ * scales (0 means 1; a 16-bit cache takes 1). */
+typedef struct aotinfer_mla_scalars {
+  float sm_scale;
+  float ckv_scale;
+  float kpe_scale;
+} aotinfer_mla_scalars;
 
 /* The tensors of one batch_prefill run (aotinfer/params/batch_prefill.h). Paged: k and v are
  * the pools (as for decode) and kv_indices, kv_last_page_len are given; ragged: k and v are

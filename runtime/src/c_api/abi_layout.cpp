@@ -53,7 +53,12 @@ std::string mla_decode_tensors() {
 std::string mla_decode_config() {
   using T = aotinfer_batch_mla_decode_config;
   return AOTINFER_STRUCT(aotinfer_batch_mla_decode_config, F(dtype), F(num_heads), F(page_size), F(cuda_graph),
-                         F(max_batch), F(q_len));
+                         F(max_batch), F(q_len), F(dtype_kv));
+}
+
+std::string mla_scalars() {
+  using T = aotinfer_mla_scalars;
+  return AOTINFER_STRUCT(aotinfer_mla_scalars, F(sm_scale), F(ckv_scale), F(kpe_scale));
 }
 
 std::string merge_tensors() {
@@ -147,7 +152,7 @@ extern "C" const char* aotinfer_abi_layout(void) {
         "{" + join({tensor(), scalars(), decode_tensors(), prefill_tensors(), merge_tensors(), append_tensors(),
                     decode_config(), prefill_config(), decode_run_args(), prefill_run_args(), merge_params(), paged_kv(),
                     append_params(), cascade_config(), cascade_run_args(), cascade_tensors(), mla_decode_tensors(),
-                    mla_decode_config()}) +
+                    mla_decode_config(), mla_scalars()}) +
         "}";
     return layout.c_str();
   } catch (...) {

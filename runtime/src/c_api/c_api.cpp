@@ -589,6 +589,7 @@ aotinfer_status aotinfer_batch_mla_decode_create(const aotinfer_package* package
     }
     aotinfer::BatchMlaDecodeConfig config;
     config.dtype = dtype_arg(c->dtype, "dtype");
+    if (c->dtype_kv) config.dtype_kv = dtype_arg(c->dtype_kv, "dtype_kv");
     config.num_heads = c->num_heads;
     config.page_size = c->page_size;
     config.cuda_graph = c->cuda_graph != 0;
@@ -657,18 +658,21 @@ aotinfer_status aotinfer_batch_mla_decode_run(const aotinfer_batch_mla_decode* m
     args.o = in->o;
     args.lse = in->lse;
     args.sm_scale = in->sm_scale;
+    args.ckv_scale = in->ckv_scale != 0 ? in->ckv_scale : 1.f;
+    args.kpe_scale = in->kpe_scale != 0 ? in->kpe_scale : 1.f;
     mla->mla.run(args, static_cast<aotinfer::Stream>(stream));
   });
 }
 
 aotinfer_status aotinfer_batch_mla_decode_tensors_run(const aotinfer_batch_mla_decode* mla,
-                                                      const aotinfer_batch_mla_decode_tensors* tensors, float sm_scale,
-                                                      void* stream) {
+                                                      const aotinfer_batch_mla_decode_tensors* tensors,
+                                                      const aotinfer_mla_scalars* scalars, void* stream) {
   return guarded([&] {
     const Args a{"aotinfer_batch_mla_decode_tensors_run"};
     a.pointer(tensors, "tensors", "an aotinfer_batch_mla_decode_tensors");
+    a.pointer(scalars, "scalars", "an aotinfer_mla_scalars");
     a.handle(mla, "mla", kMlaDecodeTag, kMlaDecodeMaker);
-    mla->mla.run(*tensors, sm_scale, static_cast<aotinfer::Stream>(stream));
+    mla->mla.run(*tensors, *scalars, static_cast<aotinfer::Stream>(stream));
   });
 }
 

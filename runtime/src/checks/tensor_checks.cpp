@@ -204,7 +204,7 @@ DecodeRunArgs decode_run_args(const BatchDecodeConfig& c, const PlannedShape& pl
 }
 
 MlaDecodeRunArgs mla_decode_run_args(const BatchMlaDecodeConfig& c, const PlannedShape& plan,
-                                     const aotinfer_batch_mla_decode_tensors& t, float sm_scale) {
+                                     const aotinfer_batch_mla_decode_tensors& t, const aotinfer_mla_scalars& s) {
   const Checker check("batch_mla_decode.run", plan.device);
   const Dim tokens{plan.q_rows, "batch * q_len"}, heads{c.num_heads, "num_heads"};
   const Dim ckv{AOTINFER_MLA_CKV_DIM, "kv_lora_rank 512"}, kpe{AOTINFER_MLA_KPE_DIM, "qk_rope_head_dim 64"};
@@ -215,8 +215,8 @@ MlaDecodeRunArgs mla_decode_run_args(const BatchMlaDecodeConfig& c, const Planne
   check.optional(t.lse, "lse", DType::f32, {tokens, heads});
   // The pools may be page-strided views (of one [pages, page_size, 576] tensor).
   const Dim pages{std::max<std::int64_t>(plan.num_pages, 1), "pages", true}, page{c.page_size, "page_size"};
-  check.tensor(t.ckv, "ckv", c.dtype, {pages, page, ckv}, Packing::rows_strided);
-  check.tensor(t.kpe, "kpe", c.dtype, {pages, page, kpe}, Packing::rows_strided);
+  check.tensor(t.ckv, "ckv", mla_cache_dtype(c), {pages, page, ckv}, Packing::rows_strided);
+  check.tensor(t.kpe, "kpe", mla_cache_dtype(c), {pages, page, kpe}, Packing::rows_strided);
   check.tensor(t.kv_indices, "kv_indices", DType::i32, {{plan.kv_entries, "kv_indptr[batch]", true}}, Packing::contiguous, 4);
 
   MlaDecodeRunArgs a;
@@ -232,7 +232,9 @@ MlaDecodeRunArgs mla_decode_run_args(const BatchMlaDecodeConfig& c, const Planne
   a.kv_indices = static_cast<const std::int32_t*>(t.kv_indices.data);
   a.o = t.o.data;
   a.lse = static_cast<float*>(t.lse.data);
-  a.sm_scale = sm_scale;
+  a.sm_scale = s.sm_scale;
+  a.ckv_scale = s.ckv_scale != 0 ? s.ckv_scale : 1.f;
+  a.kpe_scale = s.kpe_scale != 0 ? s.kpe_scale : 1.f;
   return a;
 }
 

@@ -33,7 +33,7 @@ DecodeRunArgs decode_run_args(const BatchDecodeConfig& config, const PlannedShap
                               const aotinfer_batch_decode_tensors& t, const aotinfer_attention_scalars& s);
 // q_len: the plan's query tokens per request (plan.q_rows = batch * q_len).
 MlaDecodeRunArgs mla_decode_run_args(const BatchMlaDecodeConfig& config, const PlannedShape& plan,
-                                     const aotinfer_batch_mla_decode_tensors& t, float sm_scale);
+                                     const aotinfer_batch_mla_decode_tensors& t, const aotinfer_mla_scalars& scalars);
 // q and k are head_dim wide, v and o head_dim_vo wide; kv_stride comes from k, v_stride from v
 // (which must agree where the widths are equal: the kernels then step V with K's strides).
 PrefillRunArgs prefill_run_args(const BatchPrefillConfig& config, const PlannedShape& plan,

@@ -141,11 +141,8 @@ void add_latent_needs(const ModelConfig& m, const Options& o, const std::vector<
   if (m.latent_rank != AOTINFER_MLA_CKV_DIM || m.latent_rope_dim != AOTINFER_MLA_KPE_DIM)
     decode.push_back(m.latent_attention + ": batch_mla_decode is built for kv_lora_rank " + std::to_string(AOTINFER_MLA_CKV_DIM) +
                      " and qk_rope_head_dim " + std::to_string(AOTINFER_MLA_KPE_DIM));
-  if (n.kv_cache != n.activation)
-    decode.push_back("the latent cache in " + std::string(dtype_name(n.kv_cache)) + ": batch_mla_decode reads it in the activation dtype (" +
-                     std::string(dtype_name(n.activation)) + ")");
   BatchMlaDecodeConfig d;
-  d.dtype = n.activation, d.num_heads = m.num_qo_heads, d.page_size = o.page_size;
+  d.dtype = n.activation, d.dtype_kv = n.kv_cache, d.num_heads = m.num_qo_heads, d.page_size = o.page_size;
   for (auto& why : refusal_of([&] { BatchMlaDecode::check_config(d); })) decode.push_back(why);
   n.needs.push_back({Op::latent_decode, BatchMlaDecode::variant_key(d), std::move(decode)});
   n.needs.push_back({Op::merge, MergeState::variant_key(n.activation, AOTINFER_MLA_CKV_DIM), {}});

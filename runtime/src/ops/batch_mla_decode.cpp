@@ -1,6 +1,7 @@
 #include "aotinfer/batch_mla_decode.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "aotinfer/merge_state.hpp"
@@ -52,6 +53,9 @@ struct BatchMlaDecode::Impl {
 void BatchMlaDecode::check_config(const BatchMlaDecodeConfig& c) {
   if (c.dtype != DType::f16 && c.dtype != DType::bf16)
     invalid("dtype must be f16 or bf16, got " + std::string(dtype_name(c.dtype)));
+  if (const DType kv = mla_cache_dtype(c); kv != c.dtype && kv != DType::e4m3)
+    invalid("dtype_kv (the cache) must be dtype (" + std::string(dtype_name(c.dtype)) + ") or e4m3, got " +
+            std::string(dtype_name(kv)));
   if (c.num_heads < 1) invalid("num_heads must be >= 1, got " + std::to_string(c.num_heads));
   if (c.page_size < 1) invalid("page_size must be >= 1, got " + std::to_string(c.page_size));
   if (c.cuda_graph && c.max_batch < 1) invalid("CUDA-graph mode needs max_batch >= 1, got " + std::to_string(c.max_batch));
@@ -61,7 +65,8 @@ void BatchMlaDecode::check_config(const BatchMlaDecodeConfig& c) {
 }
 
 VariantKey BatchMlaDecode::variant_key(const BatchMlaDecodeConfig& c) {
-  return VariantKey{"batch_mla_decode", {{"dtype", std::string(dtype_name(c.dtype))}}};
+  return VariantKey{"batch_mla_decode",
+                    {{"dtype", std::string(dtype_name(c.dtype))}, {"dtype_kv", std::string(dtype_name(mla_cache_dtype(c)))}}};
 }
 
 BatchMlaDecode::BatchMlaDecode(const Package& package, const BatchMlaDecodeConfig& c) : impl_(std::make_unique<Impl>()) {
@@ -162,9 +167,10 @@ void BatchMlaDecode::plan(std::span<const std::int32_t> kv_indptr, std::span<con
   s.planned = true;
 }
 
-void BatchMlaDecode::run(const aotinfer_batch_mla_decode_tensors& t, float sm_scale, Stream stream) const {
+void BatchMlaDecode::run(const aotinfer_batch_mla_decode_tensors& t, const aotinfer_mla_scalars& scalars,
+                         Stream stream) const {
   if (!impl_->planned) invalid("run() needs a successful plan() first");
-  run(detail::mla_decode_run_args(impl_->config, impl_->shape, t, sm_scale), stream);
+  run(detail::mla_decode_run_args(impl_->config, impl_->shape, t, scalars), stream);
 }
 
 void BatchMlaDecode::run(const MlaDecodeRunArgs& a, Stream stream) const {
@@ -178,6 +184,14 @@ void BatchMlaDecode::run(const MlaDecodeRunArgs& a, Stream stream) const {
   for (auto [name, ptr] : {std::pair{"q_nope", a.q_nope}, {"q_pe", a.q_pe}, {"ckv", a.ckv}, {"kpe", a.kpe}, {"o", static_cast<const void*>(a.o)}})
     if (reinterpret_cast<std::uintptr_t>(ptr) % 16 != 0) invalid(std::string(name) + " must be 16-byte aligned (the kernel moves 16-byte vectors)");
   if (!(a.sm_scale > 0)) invalid("sm_scale must be > 0 (MLA scales by the head_dim before absorption, e.g. 1 / sqrt(192))");
+  const bool fp8 = mla_cache_dtype(c) == DType::e4m3;
+  for (auto [name, scale] : {std::pair{"ckv_scale", a.ckv_scale}, {"kpe_scale", a.kpe_scale}}) {
+    if (fp8 && !(std::isfinite(scale) && scale > 0))
+      invalid(std::string(name) + " must be finite and > 0 (the fp8 cache's dequantisation scale), got " + std::to_string(scale));
+    if (!fp8 && scale != 1)
+      invalid(std::string(name) + " must be 1 for a 16-bit cache (scales dequantise an e4m3 cache), got " + std::to_string(scale));
+  }
+  const std::int64_t kv_align = 16 / std::int64_t(dtype_size(mla_cache_dtype(c)));  // elements a 16-byte vector
   const std::int64_t nope_row = std::int64_t(c.num_heads) * kCkv, pe_row = std::int64_t(c.num_heads) * AOTINFER_MLA_KPE_DIM;
   for (auto [name, stride, least] : {std::tuple{"q_nope_stride", a.q_nope_stride, nope_row}, {"q_pe_stride", a.q_pe_stride, pe_row}})
     if (stride != 0 && (stride < least || stride % 8 != 0))
@@ -185,9 +199,9 @@ void BatchMlaDecode::run(const MlaDecodeRunArgs& a, Stream stream) const {
               ", got " + std::to_string(stride));
   const std::int64_t ckv_page = std::int64_t(c.page_size) * kCkv, kpe_page = std::int64_t(c.page_size) * AOTINFER_MLA_KPE_DIM;
   for (auto [name, stride, least] : {std::tuple{"ckv_stride_page", a.ckv_stride_page, ckv_page}, {"kpe_stride_page", a.kpe_stride_page, kpe_page}})
-    if (stride != 0 && (stride < least || stride % 8 != 0))
-      invalid(std::string(name) + " must be 0 (dense) or a multiple of 8 elements of at least " + std::to_string(least) +
-              ", got " + std::to_string(stride));
+    if (stride != 0 && (stride < least || stride % kv_align != 0))
+      invalid(std::string(name) + " must be 0 (dense) or a multiple of " + std::to_string(kv_align) +
+              " elements (16 bytes) of at least " + std::to_string(least) + ", got " + std::to_string(stride));
   if (s.batch == 0) return;
 
   const char* ints = static_cast<const char*>(s.workspace.int_buffer);
@@ -216,6 +230,8 @@ void BatchMlaDecode::run(const MlaDecodeRunArgs& a, Stream stream) const {
   p.num_heads = c.num_heads;
   p.q_len = s.q_len;
   p.sm_scale = a.sm_scale;
+  p.ckv_scale = a.ckv_scale;
+  p.kpe_scale = a.kpe_scale;
   s.decode.launch(Grid{unsigned(s.work.padded_work), unsigned(s.row_groups)}, p, stream);
   if (!s.work.split) return;
 

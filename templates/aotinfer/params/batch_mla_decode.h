@@ -6,8 +6,8 @@
  *
  *   q_nope [tokens, num_heads, 512]  dtype, token row stride q_nope_stride_token, head stride 512
  *   q_pe   [tokens, num_heads, 64]   dtype, likewise q_pe_stride_token
- *   ckv    [pages, page_size, 512]   dtype, page stride ckv_stride_page, token stride 512
- *   kpe    [pages, page_size, 64]    dtype, page stride kpe_stride_page, token stride 64
+ *   ckv    [pages, page_size, 512]   dtype_kv, page stride ckv_stride_page, token stride 512
+ *   kpe    [pages, page_size, 64]    dtype_kv, page stride kpe_stride_page, token stride 64
  *   o      [tokens, num_heads, 512]  dtype (dense)
  *   lse    [tokens, num_heads]       float, natural log; may be NULL
  *
@@ -15,6 +15,10 @@
  * of multi-token prediction), its tokens i * q_len ... in q and o. Token t of a request with
  * kv_len keys sees keys 0 .. kv_len - q_len + t (causal among the new tokens, whose keys are the
  * last q_len of the cache). Scores s = (q_nope . ckv + q_pe . kpe) * sm_scale.
+ *
+ * dtype_kv is dtype (16-bit cache) or e4m3 (an fp8 cache, per-tensor scales): the cache's real
+ * values are ckv_scale * ckv and kpe_scale * kpe, so s = (ckv_scale q_nope . ckv + kpe_scale
+ * q_pe . kpe) * sm_scale and o = ckv_scale * sum p ckv. 16-bit caches ignore the scales.
  *
  * Pages: request i owns kv_indices[kv_indptr[i] .. kv_indptr[i + 1]), the last page holding
  * kv_last_page_len[i] tokens; a request with no page has no keys (o = 0, lse = -inf).
@@ -65,6 +69,8 @@ typedef struct aotinfer_batch_mla_decode_params {
   int32_t num_heads;
   int32_t q_len;
   float sm_scale;
+  float ckv_scale; /* fp8 caches: the dequantisation scales */
+  float kpe_scale;
 } aotinfer_batch_mla_decode_params;
 
 #endif

@@ -1,10 +1,12 @@
 """FlashInfer's BatchMLAPagedAttentionWrapper (multi-head latent attention, DeepSeek-V3/R1 and Kimi
 K2, in the absorbed form) over aotinfer.BatchMlaDecode: the flat CSR plan (qo_indptr, kv_indptr,
 kv_indices, kv_len_arr) and the split run (q_nope, q_pe, ckv_cache, kpe_cache), as engines call
-them. Served: f16/bf16 q and cache, head_dim_ckv 512 and head_dim_kpe 64, the same 1..4 query
-tokens in every request (decode and multi-token prediction), causal among them, eagerly or in
+them. Served: f16/bf16 q and cache, or an fp8 e4m3 cache with per-tensor ckv_scale and kpe_scale
+(scale_mode "kv-per-tensor"), head_dim_ckv 512 and head_dim_kpe 64, the same 1..4 query tokens
+in every request (decode and multi-token prediction), causal among them, eagerly or in
 CUDA-graph mode."""
 import functools
+import math
 
 from .. import BatchMlaDecode
 from . import _args, _base
@@ -54,7 +56,6 @@ class BatchMLAPagedAttentionWrapper(_base.Wrapper):
             ("seq_lens", seq_lens, None, "the flat CSR form"),
             ("use_profiler", use_profiler, False, "no profiler"),
             ("output_scale", output_scale, "none", "unscaled outputs"),
-            ("scale_mode", scale_mode, "default", "16-bit caches, unscaled"),
             ("skip_softmax", skip_softmax, False, "every key's softmax"),
             ("use_sinks", use_sinks, False, "no attention sinks in MLA"),
         ])
@@ -72,9 +73,14 @@ class BatchMLAPagedAttentionWrapper(_base.Wrapper):
             _args.refuse(_PLAN, "head_dim_ckv, head_dim_kpe", (head_dim_ckv, head_dim_kpe),
                          "512 and 64 (DeepSeek-V3/R1, Kimi K2: kv_lora_rank 512, qk_rope_head_dim 64)")
         q_type = _args.dtype(_PLAN, "q_data_type", q_data_type or "bfloat16", ("f16", "bf16"))
-        kv_type = q_type if kv_data_type is None else _args.dtype(_PLAN, "kv_data_type", kv_data_type, ("f16", "bf16"))
-        if kv_type != q_type:
-            _args.refuse(_PLAN, "kv_data_type", kv_data_type, f"the queries' type ({q_type})")
+        kv_type = q_type if kv_data_type is None else _args.dtype(_PLAN, "kv_data_type", kv_data_type,
+                                                                  ("f16", "bf16", "e4m3"))
+        if kv_type not in (q_type, "e4m3"):
+            _args.refuse(_PLAN, "kv_data_type", kv_data_type, f"the queries' type ({q_type}) or torch.float8_e4m3fn")
+        # As FlashInfer's: an fp8 cache takes per-tensor scales at run time ("default" means so).
+        fp8 = kv_type == "e4m3"
+        if scale_mode not in ("default", "kv-per-tensor") or (scale_mode == "kv-per-tensor" and not fp8):
+            _args.refuse(_PLAN, "scale_mode", scale_mode, "'default', or 'kv-per-tensor' with an fp8 e4m3 cache")
         if output_dtype is not None and _args.dtype(_PLAN, "output_dtype", output_dtype, ("f16", "bf16")) != q_type:
             _args.refuse(_PLAN, "output_dtype", output_dtype, f"the queries' type ({q_type})")
         _base.need_torch()
@@ -97,7 +103,7 @@ class BatchMLAPagedAttentionWrapper(_base.Wrapper):
                 raise ValueError(f"aotinfer.flashinfer {_PLAN}: request {i} has {n} keys in {b - a} pages of {page}")
             last.append(n - (b - a - 1) * page if n else 0)  # the runtime's CSR view: keys of the last page
         indices = _base.device_int32(kv_indices, self.device, True)
-        config = dict(num_heads=int(num_heads), page_size=page, dtype=q_type)
+        config = dict(num_heads=int(num_heads), page_size=page, dtype=q_type, dtype_kv=kv_type)
         if self._use_cuda_graph:
             config.update(cuda_graph=True, max_batch=self._graph_capacity(batch, indices), q_len=self._graph_q_len or q_len)
             if q_len != config["q_len"]:
@@ -111,7 +117,7 @@ class BatchMLAPagedAttentionWrapper(_base.Wrapper):
             indices = self._fill_graph_buffers(qo_indptr, kv_indptr, indices, kv_len_arr)
             self._graph_q_len = q_len
         # lse_mode is FlashInfer's promise about run(): the flat plan lets run() ask for either base.
-        self._mla = (core, batch, q_len, indices, float(sm_scale), getattr(_base.torch, _args.TORCH_NAMES[q_type]))
+        self._mla = (core, batch, q_len, indices, float(sm_scale), getattr(_base.torch, _args.TORCH_NAMES[q_type]), fp8)
 
     begin_forward = plan
 
@@ -155,8 +161,8 @@ class BatchMLAPagedAttentionWrapper(_base.Wrapper):
             ("query", query, None, "q_nope and q_pe"), ("kv_cache", kv_cache, None, "ckv_cache and kpe_cache"),
             ("profiler_buffer", profiler_buffer, None, "no profiler"),
             ("kv_len", kv_len, None, "the plan's kv_len_arr"), ("page_table", page_table, None, "the plan's kv_indices"),
-            ("o_scale", o_scale, None, "unscaled outputs"), ("ckv_scale", ckv_scale, None, "16-bit caches"),
-            ("ckv_scale_arr", ckv_scale_arr, None, "16-bit caches"), ("kpe_scale", kpe_scale, None, "16-bit caches"),
+            ("o_scale", o_scale, None, "unscaled outputs"),
+            ("ckv_scale_arr", ckv_scale_arr, None, "per-tensor scales (ckv_scale) for an fp8 cache"),
             ("sinks", sinks, None, "no attention sinks in MLA"),
             ("skip_softmax_threshold_scale_factor", skip_softmax_threshold_scale_factor, None, "every key's softmax"),
             ("bmm1_scale", bmm1_scale, None, "the plan's sm_scale"), ("bmm2_scale", bmm2_scale, None, "unscaled"),
@@ -166,7 +172,15 @@ class BatchMLAPagedAttentionWrapper(_base.Wrapper):
         for name, value in (("q_nope", q_nope), ("q_pe", q_pe), ("ckv_cache", ckv_cache), ("kpe_cache", kpe_cache)):
             if value is None:
                 raise TypeError(f"aotinfer.flashinfer {_RUN}: {name} is required")
-        core, batch, q_len, indices, sm_scale, o_dtype = self._mla
+        core, batch, q_len, indices, sm_scale, o_dtype, fp8 = self._mla
+        if fp8 and (ckv_scale is None or kpe_scale is None):
+            raise ValueError(f"aotinfer.flashinfer {_RUN}: ckv_scale and kpe_scale are required when kv_data_type is FP8")
+        if not fp8 and (ckv_scale is not None or kpe_scale is not None):
+            raise ValueError(f"aotinfer.flashinfer {_RUN}: ckv_scale and kpe_scale are only valid when kv_data_type is FP8")
+        scales = (float(ckv_scale), float(kpe_scale)) if fp8 else (1.0, 1.0)
+        if not all(math.isfinite(x) and x > 0 for x in scales):
+            raise ValueError(f"aotinfer.flashinfer {_RUN}: ckv_scale and kpe_scale must be finite and positive, got "
+                             f"{scales[0]} and {scales[1]}")
         torch = _base.torch
         o = out if out is not None and out.is_contiguous() else torch.empty(q_nope.shape, dtype=o_dtype,
                                                                             device=q_nope.device)
@@ -179,7 +193,8 @@ class BatchMLAPagedAttentionWrapper(_base.Wrapper):
                              f"{batch} requests of {q_len} need {batch * q_len}")
         # A cache stored as [pages, page_size, heads 1, dim] (a KV-head axis of one) is read as is.
         ckv, kpe = (x.squeeze(2) if x.dim() == 4 and x.shape[2] == 1 else x for x in (ckv_cache, kpe_cache))
-        core.run(_base.token_strided(q_nope), _base.token_strided(q_pe), ckv, kpe, indices, o, lse_rows, sm_scale)
+        core.run(_base.token_strided(q_nope), _base.token_strided(q_pe), ckv, kpe, indices, o, lse_rows, sm_scale,
+                 ckv_scale=scales[0], kpe_scale=scales[1])
         if out is not None and o is not out:
             out.copy_(o)
             o = out
