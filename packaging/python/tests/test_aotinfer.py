@@ -18,7 +18,7 @@ class FakeCudaArray:
 class PackageTest(unittest.TestCase):
     def test_default_package_lists_its_variants(self):
         variants = aotinfer.Package().variants()
-        self.assertEqual(len(variants), 15)
+        self.assertEqual(len(variants), 16)
         self.assertEqual({v.family for v in variants}, {"merge_state", "append_paged_kv", "batch_decode",
                                                        "batch_prefill_paged", "batch_prefill_ragged", "batch_mla_decode"})
 
