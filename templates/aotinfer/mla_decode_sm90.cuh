@@ -178,43 +178,6 @@ struct MlaDecodeSm90 {
     }
   }
 
-  // The cache as a producer thread reads it: byte pointers to its chunk (`offset` bytes into a
-  // row) of the ckv and kpe parts, the page strides in bytes, the page division.
-  struct CacheRows {
-    const char* ckv;
-    const char* kpe;
-    int64_t ckv_page, kpe_page;
-    FastDiv by_page;
-    int page_size;
-    __device__ __forceinline__ CacheRows(const Params& p, int offset)
-        : ckv(static_cast<const char*>(p.ckv) + offset),
-          kpe(static_cast<const char*>(p.kpe) + offset),
-          ckv_page(p.ckv_stride_page * int64_t(sizeof(dtype_kv))),
-          kpe_page(p.kpe_stride_page * int64_t(sizeof(dtype_kv))),
-          by_page(uint32_t(p.page_size)),
-          page_size(p.page_size) {}
-  };
-  // The `keys` rows a thread copies of a tile, `stride` apart from key `first`: their chunks'
-  // addresses, looked up before the thread waits for the stage (keys past the item's end are
-  // zero-filled).
-  template <int keys>
-  struct TileRows {
-    const char* nope[keys];
-    const char* pe[keys];
-    bool valid[keys];
-    __device__ __forceinline__ TileRows(const CacheRows& c, const Item& it, int first, int stride) {
-#pragma unroll
-      for (int i = 0; i < keys; ++i) {
-        const int pos = first + i * stride;
-        const int index = int(c.by_page(uint32_t(pos))), slot = pos - index * c.page_size;
-        valid[i] = pos < it.end;
-        const int64_t page = valid[i] ? it.pages[index] : 0;
-        nope[i] = c.ckv + page * c.ckv_page + slot * int(kCkv * sizeof(dtype_kv));
-        pe[i] = c.kpe + page * c.kpe_page + slot * int(kKpe * sizeof(dtype_kv));
-      }
-    }
-  };
-
   // One 576-wide row into a tile of `rows` rows: this thread's 16-byte chunk of each 64-wide
   // block. `dst` is the chunk's place in the row's first block; `nope` and `pe` are byte pointers
   // to the chunk in the row's ckv part and its kpe part. Every other address is an immediate
@@ -249,15 +212,29 @@ struct MlaDecodeSm90 {
     }
     sm90::cp_async_arrive(sh.q_full());
 
-    const CacheRows rows(p, c * 16);
+    const FastDiv by_page(uint32_t(p.page_size));
+    const char* const ckv = static_cast<const char*>(p.ckv) + c * 16;
+    const char* const kpe = static_cast<const char*>(p.kpe) + c * 16;
+    const int64_t ckv_page = p.ckv_stride_page * kElem, kpe_page = p.kpe_stride_page * kElem;
 #pragma unroll 1
     for (int t = 0; t < it.num_tiles; ++t) {
-      const TileRows<kKeysPerThread> src(rows, it, it.begin + t * kKv + row0, kRowsPerPass);
+      const int start = it.begin + t * kKv;
+      const char* nope[kKeysPerThread];
+      const char* pe[kKeysPerThread];
+      bool valid[kKeysPerThread];
+#pragma unroll
+      for (int i = 0; i < kKeysPerThread; ++i) {
+        const int pos = start + row0 + i * kRowsPerPass;
+        const int index = int(by_page(uint32_t(pos))), slot = pos - index * p.page_size;
+        valid[i] = pos < it.end;
+        const int64_t page = valid[i] ? it.pages[index] : 0;
+        nope[i] = ckv + page * ckv_page + slot * (kCkv * kElem);
+        pe[i] = kpe + page * kpe_page + slot * (kKpe * kElem);
+      }
       if (t >= kStages) sm90::mbar_wait(sh.k_empty(t), Shared::parity(t) ^ 1);
       char* const dst = sh.stage(t) + dst0;
 #pragma unroll
-      for (int i = 0; i < kKeysPerThread; ++i)
-        copy_row<kKv>(dst + i * kRowsPerPass * 128, src.nope[i], src.pe[i], src.valid[i]);
+      for (int i = 0; i < kKeysPerThread; ++i) copy_row<kKv>(dst + i * kRowsPerPass * 128, nope[i], pe[i], valid[i]);
       sm90::cp_async_arrive(sh.k_full(t));
     }
     cp_async_commit();
@@ -309,10 +286,24 @@ struct MlaDecodeSm90 {
     }
 
     const int c = int(threadIdx.x) % 4, row0 = int(threadIdx.x) / 4;
-    const CacheRows rows(p, c * 16);
+    const FastDiv by_page(uint32_t(p.page_size));
+    const char* const ckv = static_cast<const char*>(p.ckv) + c * 16;
+    const char* const kpe = static_cast<const char*>(p.kpe) + c * 16;
 #pragma unroll 1
     for (int t = 0; t < it.num_tiles; ++t) {
-      const TileRows<kRawKeysPerThread> src(rows, it, it.begin + t * kKv + row0, kRawRowsPerPass);
+      const int start = it.begin + t * kKv;
+      const char* nope[kRawKeysPerThread];
+      const char* pe[kRawKeysPerThread];
+      bool valid[kRawKeysPerThread];
+#pragma unroll
+      for (int i = 0; i < kRawKeysPerThread; ++i) {
+        const int pos = start + row0 + i * kRawRowsPerPass;
+        const int index = int(by_page(uint32_t(pos))), slot = pos - index * p.page_size;
+        valid[i] = pos < it.end;
+        const int64_t page = valid[i] ? it.pages[index] : 0;
+        nope[i] = ckv + page * p.ckv_stride_page + slot * kCkv;
+        pe[i] = kpe + page * p.kpe_stride_page + slot * kKpe;
+      }
       if (t >= kStages) sm90::mbar_wait(sh.k_empty(t), Shared::parity(t) ^ 1);
       char* const stage = sh.stage(t);
       char* const raw = stage + kRawOffset + c * 16;
@@ -320,8 +311,8 @@ struct MlaDecodeSm90 {
       for (int i = 0; i < kRawKeysPerThread; ++i) {
         char* const row = raw + (row0 + i * kRawRowsPerPass) * 64;
 #pragma unroll
-        for (int b = 0; b < kBlocks - 1; ++b) cp_async_16(row + b * kRawBlockBytes, src.nope[i] + b * 64, src.valid[i]);
-        cp_async_16(row + (kBlocks - 1) * kRawBlockBytes, src.pe[i], src.valid[i]);
+        for (int b = 0; b < kBlocks - 1; ++b) cp_async_16(row + b * kRawBlockBytes, nope[i] + b * 64, valid[i]);
+        cp_async_16(row + (kBlocks - 1) * kRawBlockBytes, pe[i], valid[i]);
       }
       cp_async_commit();
       cp_async_wait<0>();
