@@ -155,9 +155,10 @@ struct PrefillMma {
       const int u = i * kThreads + int(threadIdx.x);
       const int tensor = u / (kKv * kRawChunks), key = u / kRawChunks % kKv, chunk = u % kRawChunks;
       const uint4 raw = *reinterpret_cast<const uint4*>(land + tensor * kRawTileBytes + key * head_dim + chunk * 16);
+      const uint4 lo = widen_fp8x8<dtype_kv>(raw.x, raw.y), hi = widen_fp8x8<dtype_kv>(raw.z, raw.w);
       char* tile = wide + tensor * kTileBytes;
-      *reinterpret_cast<uint4*>(tile + swizzle(key, 2 * chunk)) = widen_fp8x8<dtype_kv>(raw.x, raw.y);
-      *reinterpret_cast<uint4*>(tile + swizzle(key, 2 * chunk + 1)) = widen_fp8x8<dtype_kv>(raw.z, raw.w);
+      *reinterpret_cast<uint4*>(tile + swizzle(key, 2 * chunk)) = lo;
+      *reinterpret_cast<uint4*>(tile + swizzle(key, 2 * chunk + 1)) = hi;
     }
   }
 
