@@ -13,5 +13,5 @@ python3 -m venv "$work/venv"
 cd "$work"  # import the installed wheel, not the source tree
 "$work/venv/bin/python" -c "import aotinfer; print(aotinfer.Package().variants())"
 cp "$root/packaging/python/tests/test_aotinfer.py" "$root/packaging/python/tests/test_flashinfer_cpu.py" \
-  "$root/packaging/python/tests/test_cascade_cpu.py" "$work/"
-"$work/venv/bin/python" -m unittest -v test_aotinfer test_flashinfer_cpu test_cascade_cpu 2>&1
+  "$root/packaging/python/tests/test_cascade_cpu.py" "$root/packaging/python/tests/test_transformers_cpu.py" "$work/"
+"$work/venv/bin/python" -m unittest -v test_aotinfer test_flashinfer_cpu test_cascade_cpu test_transformers_cpu 2>&1

@@ -1,6 +1,8 @@
 """aotinfer attention for Hugging Face transformers' continuous batching (generate_batch,
 init_continuous_batching, continuous_batching_context_manager; written against transformers
-5.17).
+5.17). From transformers 5.19 on, continuous batching takes only its own attention
+implementations by name ("paged|eager", "sdpa", flash attention) and refuses a registered one,
+so register() refuses those versions, saying so.
 
     import aotinfer.integrations.transformers as aot_tx
     aot_tx.register()                                        # -> "paged|aotinfer"
@@ -56,6 +58,14 @@ Honoured: scaling (sm_scale: transformers passes `scaling`, e.g. Gemma's query_p
 module.attn_logit_softcapping), sliding windows (above), GQA, attention sinks (gpt-oss: the
 "s_aux" kwarg, else module.sinks, one logit per query head, passed as float32 sinks to every
 BatchDecode / BatchPrefill run of the layer).
+Multi-head latent attention models (DeepSeek-V3/R1, Kimi K2) do not reach this function in 5.17:
+transformers' paged cache holds K and V config.head_dim (qk_rope_head_dim, 64) wide, narrower
+than their 192-wide keys, so its continuous batching fails on them before attention runs
+(paged|sdpa: "index_copy_(): Source/destination tensor must have same slice shapes"). Its later
+versions (5.25) cache their latents, but by then refuse registered implementations. Their
+attention is served through aotinfer.flashinfer's BatchMLAPagedAttentionWrapper and the
+head_dim 192 / head_dim_vo 128 prefill.
+
 Refused with an error: dropout, value head dim != query head dim, dtypes other than
 float16/bfloat16, non-causal modules, transformers' block-table decode path (only enabled for
 flash attention), CUDA-graph capture of the forward (continuous batching's use_cuda_graph: plans
@@ -85,12 +95,37 @@ STATS = {"decode": 0, "prefill": 0, "ragged": 0, "calls": 0, "steps": 0}
 LAYERS = {}
 
 
+# The first transformers whose continuous batching refuses attention implementations it does
+# not ship (generation/continuous_batching/continuous_api.py: "Implementation ... is not
+# supported for continuous batching").
+_REFUSES_REGISTERED = (5, 19)
+
+
+def _version(text):
+    """(major, minor) of a version string such as "5.17.0" or "5.19.0.dev0"."""
+    parts = []
+    for piece in text.split(".")[:2]:
+        digits = "".join(ch for ch in piece if ch.isdigit()) if piece[:1].isdigit() else ""
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts + [0] * (2 - len(parts)))
+
+
 def register(name=NAME, package=None):
     """Registers the attention implementation "paged|<name>" with transformers'
     AttentionInterface and returns that string (pass it as attn_implementation). package: an
-    aotinfer.Package (default: aotinfer.Package(), the wheel's package). Idempotent."""
+    aotinfer.Package (default: aotinfer.Package(), the wheel's package). Idempotent. Raises
+    RuntimeError on transformers 5.19 and later, whose continuous batching refuses registered
+    implementations."""
     global _package
+    import transformers
     from transformers import AttentionInterface
+
+    if _version(transformers.__version__) >= _REFUSES_REGISTERED:
+        raise RuntimeError(
+            f"transformers {transformers.__version__}: its continuous batching runs only the attention "
+            f"implementations it ships ('paged|eager', 'sdpa', flash attention) and refuses a registered one such as "
+            f"paged|{name}; aotinfer's integration serves transformers 5.17 and 5.18 (install transformers<5.19), or "
+            f"call aotinfer (or aotinfer.flashinfer) from your own engine")
 
     if package is not None:
         _package = package
