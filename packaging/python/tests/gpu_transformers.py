@@ -338,7 +338,7 @@ def build_gpt_oss():
             # implementations would otherwise flip top-k expert choices, whose jumps in the hidden
             # states measure the router, not attention.
             layer.mlp.router.weight.zero_()
-            layer.mlp.router.bias.copy_(torch.arange(config.num_local_experts, dtype=torch.float32) * 4.0)
+            layer.mlp.router.bias.copy_(torch.arange(model.config.num_local_experts, dtype=torch.float32) * 4.0)
     return model, dict(softcap=False, sinks=True)
 
 
