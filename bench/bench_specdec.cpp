@@ -2,7 +2,9 @@
 // causal among themselves, run two ways on the same shapes: BatchDecode with q_len (the decode
 // kernel, a request's tokens packed with its GQA heads into the MMA's rows) and BatchPrefill
 // (the paged prefill kernels); skewed batches also on the decode kernel with fixed KV chunks
-// ("decode/2048"). The work is memory-bound: each row prints the bytes moved (K and V of every
+// ("decode/2048"); the prefill also under a custom mask of a speculative tree over the new tokens
+// ("prefill/tree": token t's parent is (t - 1) / 2, and it sees the whole prefix, its ancestors
+// and itself), FlashInfer's packed bits. The work is memory-bound: each row prints the bytes moved (K and V of every
 // request once, q and o) per second against the device's copy bandwidth. Writes its rows as JSON
 // lines.
 // Usage: aotinfer_bench_specdec PACKAGE_DIR RESULTS.jsonl
@@ -10,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <numeric>
 #include <random>
@@ -129,11 +132,37 @@ double run_decode(const aotinfer::Package& pkg, const Shape& s, Problem& p, bool
   return us;
 }
 
-double run_prefill(const aotinfer::Package& pkg, const Shape& s, Problem& p, bool& split) {
+// Request i's q_len x kv_len bits of a speculative tree (see the file comment), row-major and
+// packed little-endian from byte indptr[i], as FlashInfer's packed_custom_mask; whole 4-byte
+// words at the end, which the kernels read.
+struct TreeMask {
+  std::vector<std::uint8_t> bits;
+  std::vector<int> indptr = {0};
+  TreeMask(const Shape& s, const std::vector<int>& lens) {
+    for (int n : lens) indptr.push_back(indptr.back() + (s.q_len * n + 7) / 8);
+    bits.assign((std::size_t(indptr.back()) + 3) / 4 * 4, 0);
+    for (std::size_t i = 0; i < lens.size(); ++i) {
+      const int n = lens[i], prefix = n - s.q_len;
+      for (int t = 0; t < s.q_len; ++t) {
+        auto set = [&](int key) {
+          const long bit = long(indptr[i]) * 8 + long(t) * n + key;
+          bits[bit / 8] |= std::uint8_t(1u << (bit % 8));
+        };
+        for (int key = 0; key < prefix; ++key) set(key);
+        for (int u = t;; u = (u - 1) / 2) {  // itself and its ancestors
+          set(prefix + u);
+          if (u == 0) break;
+        }
+      }
+    }
+  }
+};
+
+double run_prefill(const aotinfer::Package& pkg, const Shape& s, Problem& p, bool& split, bool tree) {
   aotinfer::BatchPrefillConfig cfg;
   cfg.num_qo_heads = kQoHeads, cfg.num_kv_heads = kKvHeads, cfg.head_dim = kHeadDim, cfg.page_size = kPage;
   cfg.kv_storage = aotinfer::KvStorage::paged;
-  cfg.mask = aotinfer::MaskMode::causal;
+  cfg.mask = tree ? aotinfer::MaskMode::custom : aotinfer::MaskMode::causal;
   aotinfer::BatchPrefill prefill(pkg, cfg);
   const long tokens = long(s.batch) * s.q_len;
   const aotinfer::WorkspaceSizes sizes = prefill.workspace_sizes(tokens, s.batch, s.longest());
@@ -143,12 +172,20 @@ double run_prefill(const aotinfer::Package& pkg, const Shape& s, Problem& p, boo
   aotinfer::PrefillRunArgs a;
   a.batch = s.batch, a.total_q = tokens, a.q = p.q, a.o = p.o, a.qo_indptr = p.d_qo;
   a.kv_indptr = p.d_kv_indptr, a.kv_indices = p.d_indices, a.kv_last_page_len = p.d_last;
+  void *d_bits = nullptr, *d_mask_indptr = nullptr;
+  if (tree) {
+    const TreeMask mask(s, p.lens);
+    d_bits = device(mask.bits.size()), d_mask_indptr = Problem::upload(mask.indptr);
+    check(cudaMemcpy(d_bits, mask.bits.data(), mask.bits.size(), cudaMemcpyHostToDevice), "upload");
+    a.custom_mask = static_cast<const std::uint8_t*>(d_bits);
+    a.mask_indptr = static_cast<const std::int32_t*>(d_mask_indptr);
+  }
   const double us = median_us(5, 30, [&](int i) {
     a.k = p.k[i % p.sets], a.v = p.v[i % p.sets];
     prefill.run(a, nullptr);
   });
   check(cudaDeviceSynchronize(), "prefill");
-  cudaFree(ws.float_buffer), cudaFree(ws.int_buffer);
+  cudaFree(ws.float_buffer), cudaFree(ws.int_buffer), cudaFree(d_bits), cudaFree(d_mask_indptr);
   return us;
 }
 
@@ -175,6 +212,7 @@ int main(int argc, char** argv) {
   for (const Shape& s : shapes) {
     // Skewed batches also run with fixed chunks ("decode/2048": the fixed KV split).
     std::vector<std::string> paths = {"decode", "prefill"};
+    if (s.q_len > 1) paths.push_back("prefill/tree");
     if (s.min_len != s.max_len || s.long_len > 0) paths.insert(paths.begin() + 1, {"decode/2048", "decode/4096"});
     auto name = [&](const std::string& path) {
       return path + ":" + std::to_string(s.batch) + ":" + std::to_string(s.q_len) + ":" + s.lengths();
@@ -189,9 +227,9 @@ int main(int argc, char** argv) {
                     s.lengths().c_str());
         continue;
       }
-      const int chunk = path.size() > 7 ? std::stoi(path.substr(7)) : 0;
+      const int chunk = decode && path.size() > 7 ? std::stoi(path.substr(7)) : 0;
       bool split = false;
-      const double us = decode ? run_decode(run.pkg, s, p, split, chunk) : run_prefill(run.pkg, s, p, split);
+      const double us = decode ? run_decode(run.pkg, s, p, split, chunk) : run_prefill(run.pkg, s, p, split, path == "prefill/tree");
       const double gbs = p.moved / us / 1e3;
       std::printf("%-12s %6d %6d %12s %6s %10.1f %10.1f %8.0f %7.0f%%\n", path.c_str(), s.batch, s.q_len, s.lengths().c_str(),
                   split ? "yes" : "no", p.moved / 1e6, us, gbs, 100 * gbs / run.copy_gbs);
