@@ -616,6 +616,31 @@ def merge_cases():
         check(f"merge_state_in_place [{dtype} hd{dim}] s", s_in, ref_s, 1e-3)
 
 
+def merge_states_cases():
+    """merge_states against the fp64 merge of every state: 1-100 states a row, some of them empty
+    (-inf), and a row with no state that saw a key."""
+    for dtype, dim, n in (("f16", 128, 100), ("bf16", 64, 7), ("bf16", 256, 2), ("f16", 128, 1), ("bf16", 512, 33)):
+        seq, heads = random.randint(1, 600), random.choice([1, 8, 32])
+        v = torch.randn(seq, n, heads, dim, device=DEV).to(DTYPES[dtype])
+        s = torch.randn(seq, n, heads, device=DEV) * 6
+        s[torch.rand(seq, n, heads, device=DEV) < 0.1] = float("-inf")
+        s[0] = float("-inf")
+        s64 = s.double()
+        ref_s = torch.logsumexp(s64 * math.log(2), dim=1) / math.log(2)
+        w = torch.exp2(s64 - torch.where(torch.isfinite(ref_s), ref_s, torch.zeros_like(ref_s))[:, None])
+        ref_v = torch.where(torch.isfinite(ref_s)[..., None], (v.double() * w[..., None]).sum(1), 0.0)
+        v_in, s_in = v.clone(), s.clone()
+        out_v, out_s = flashinfer.merge_states(v, s)
+        torch.cuda.synchronize()
+        name = f"merge_states [{dtype} hd{dim} {seq}x{n}x{heads}]"
+        check(f"{name} v", out_v, ref_v, 1e-2)
+        check(f"{name} s", out_s, ref_s, 1e-3)  # (equal -infs agree: the empty rows)
+        empty = ~torch.isfinite(ref_s)
+        report(f"{name} empty rows", bool((out_v[empty] == 0).all()), "v 0")
+        report(f"{name} inputs", torch.equal(v, v_in) and torch.equal(s, s_in) and out_v.data_ptr() != v.data_ptr(),
+               "untouched, outputs new")
+
+
 def cascade_case():
     """A shared prefix (ragged, non-causal) and per-request suffixes (paged decode), merged with
     merge_state: equal to attention over prefix + suffix. Checks the LSE bases fit together."""
@@ -1051,7 +1076,7 @@ def mla_prefill_cases():
 def main():
     start = time.time()
     for section in (decode_cases, decode_graph, paged_prefill_cases, paged_prefill_graph, ragged_cases, merge_cases,
-                    cascade_case, page_cases, multilevel_cases, multilevel_graph, shared_prefix_cases,
+                    merge_states_cases, cascade_case, page_cases, multilevel_cases, multilevel_graph, shared_prefix_cases,
                     fast_decode_plan_cases, mla_cases, mla_prefill_cases):
         guarded(section.__name__, section)
     print(f"{len(failures)} failures; {time.time() - start:.1f} s; seed {SEED}")

@@ -131,6 +131,7 @@ FLASHINFER_0_7 = {
         ("rope_scale", None), ("rope_theta", None)),
     "merge_state": positional(("v_a", R), ("s_a", R), ("v_b", R), ("s_b", R)),
     "merge_state_in_place": positional(("v", R), ("s", R), ("v_other", R), ("s_other", R), ("mask", None)),
+    "merge_states": positional(("v", R), ("s", R)),
     "append_paged_kv_cache": positional(
         ("append_key", R), ("append_value", R), ("batch_indices", R), ("positions", R), ("paged_kv_cache", R),
         ("kv_indices", R), ("kv_indptr", R), ("kv_last_page_len", R), ("kv_layout", "NHD")),
@@ -246,7 +247,8 @@ class ApiTest(unittest.TestCase):
                     flashinfer.BatchPrefillWithRaggedKVCacheWrapper):
             p = inspect.signature(cls.__init__).parameters["package"]
             self.assertEqual((p.kind, p.default), (p.KEYWORD_ONLY, None))
-        for fn in (flashinfer.merge_state, flashinfer.merge_state_in_place, flashinfer.append_paged_kv_cache):
+        for fn in (flashinfer.merge_state, flashinfer.merge_state_in_place, flashinfer.merge_states,
+                   flashinfer.append_paged_kv_cache):
             self.assertEqual(inspect.signature(fn).parameters["package"].kind, inspect.Parameter.KEYWORD_ONLY)
 
     def test_aliases(self):
@@ -911,6 +913,7 @@ class WithoutTorchTest(unittest.TestCase):
 
     def test_functions_ask_for_torch(self):
         for call in (lambda: flashinfer.merge_state(Stand(), Stand(), Stand(), Stand()),
+                     lambda: flashinfer.merge_states(Stand(), Stand()),
                      lambda: flashinfer.get_seq_lens(Stand(), Stand(), 16),
                      lambda: flashinfer.append_paged_kv_cache(*([Stand()] * 8))):
             with self.assertRaises(ImportError):

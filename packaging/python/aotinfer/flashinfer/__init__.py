@@ -16,14 +16,14 @@ Modules as FlashInfer's: decode (with decode_graph's CUDA-graph helpers), prefil
 _args holds the argument checks, _base what the wrappers share.
 """
 from .cascade import (BatchDecodeWithSharedPrefixPagedKVCacheWrapper, BatchPrefillWithSharedPrefixPagedKVCacheWrapper,
-                      MultiLevelCascadeAttentionWrapper, merge_state, merge_state_in_place)
+                      MultiLevelCascadeAttentionWrapper, merge_state, merge_state_in_place, merge_states)
 from .decode import BatchDecodeWithPagedKVCacheWrapper, CUDAGraphBatchDecodeWithPagedKVCacheWrapper, fast_decode_plan
 from .mla import BatchMLAPagedAttentionWrapper
 from .page import append_paged_kv_cache, get_batch_indices_positions, get_seq_lens
 from .prefill import BatchPrefillWithPagedKVCacheWrapper, BatchPrefillWithRaggedKVCacheWrapper
 
 __all__ = ["BatchDecodeWithPagedKVCacheWrapper", "BatchPrefillWithPagedKVCacheWrapper",
-           "BatchPrefillWithRaggedKVCacheWrapper", "merge_state", "merge_state_in_place", "append_paged_kv_cache",
-           "get_batch_indices_positions", "get_seq_lens", "MultiLevelCascadeAttentionWrapper",
+           "BatchPrefillWithRaggedKVCacheWrapper", "merge_state", "merge_state_in_place", "merge_states",
+           "append_paged_kv_cache", "get_batch_indices_positions", "get_seq_lens", "MultiLevelCascadeAttentionWrapper",
            "BatchDecodeWithSharedPrefixPagedKVCacheWrapper", "BatchPrefillWithSharedPrefixPagedKVCacheWrapper",
            "CUDAGraphBatchDecodeWithPagedKVCacheWrapper", "fast_decode_plan", "BatchMLAPagedAttentionWrapper"]

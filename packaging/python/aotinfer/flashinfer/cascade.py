@@ -1,8 +1,8 @@
-"""FlashInfer's cascade module: merge_state and merge_state_in_place over aotinfer.merge_state,
-and the cascade wrappers, compositions of the batch wrappers whose per-level states (o, lse) are
-merged. FlashInfer's LSE is base 2 and aotinfer's kernel merges natural-log states: the
-functions rescale the LSEs around the kernel (elementwise, on the current stream); the wrappers
-ask their levels for natural-log LSEs and merge those as they are."""
+"""FlashInfer's cascade module: merge_state, merge_state_in_place and merge_states over
+aotinfer.merge_state, and the cascade wrappers, compositions of the batch wrappers whose
+per-level states (o, lse) are merged. FlashInfer's LSE is base 2 and aotinfer's kernel merges
+natural-log states: the functions rescale the LSEs around the kernel (elementwise, on the current
+stream); the wrappers ask their levels for natural-log LSEs and merge those as they are."""
 from .. import merge_state as _merge
 from . import _args, _base
 from .decode import BatchDecodeWithPagedKVCacheWrapper
@@ -32,6 +32,40 @@ def merge_state(v_a, s_a, v_b, s_b, *, package=None):
                _natural(s_b), v, s)
     s.mul_(_base.LOG2E)
     return v, s
+
+
+def merge_states(v, s, *, package=None):
+    """The state of attention over the union of num_states key sets, row by row: v [seq_len,
+    num_states, num_heads, head_dim] (f16/bf16), s [seq_len, num_states, num_heads] base-2 LSE.
+    Returns (v [seq_len, num_heads, head_dim], s [seq_len, num_heads] float32), new tensors. The
+    states merge pairwise in a balanced tree, one merge_state launch a level, so a row's values
+    are rounded to v's type ceil(log2(num_states)) times rather than num_states - 1."""
+    torch = _base.need_torch()
+    if v.dim() != 4 or s.dim() != 3 or tuple(s.shape) != tuple(v.shape[:3]):
+        raise ValueError(f"aotinfer.flashinfer merge_states: v must be [seq_len, num_states, num_heads, head_dim] and "
+                         f"s [seq_len, num_states, num_heads], got shapes {list(v.shape)} and {list(s.shape)}")
+    seq_len, n, heads, dim = v.shape
+    if n < 1:
+        raise ValueError("aotinfer.flashinfer merge_states: num_states must be >= 1, got 0")
+    package = package or _base.shared_package()
+    s_ln = _natural(s)
+    merged = False  # v is still the caller's tensor
+    while n > 1:
+        pairs = n // 2
+        v_out = torch.empty((seq_len, pairs, heads, dim), dtype=v.dtype, device=v.device)
+        s_out = torch.empty((seq_len, pairs, heads), dtype=torch.float32, device=v.device)
+        even, odd = slice(0, 2 * pairs, 2), slice(1, 2 * pairs, 2)
+        _base.call("merge_state", _merge, package, _dense(v[:, even]).view(-1, heads, dim),
+                   _dense(s_ln[:, even]).view(-1, heads), _dense(v[:, odd]).view(-1, heads, dim),
+                   _dense(s_ln[:, odd]).view(-1, heads), v_out.view(-1, heads, dim), s_out.view(-1, heads))
+        if n % 2:  # the last state goes up a level as it is
+            v_out, s_out = torch.cat((v_out, v[:, n - 1:]), dim=1), torch.cat((s_out, s_ln[:, n - 1:]), dim=1)
+        v, s_ln, n, merged = v_out, s_out, n - pairs, True
+    if merged:
+        v_merged = _dense(v[:, 0])
+    else:  # one state: itself, but a row without keys (lse -inf) is zeros, as any merge gives it
+        v_merged = v[:, 0].masked_fill(torch.isneginf(s_ln[:, 0])[..., None], 0)
+    return v_merged, s_ln[:, 0] * _base.LOG2E
 
 
 def merge_state_in_place(v, s, v_other, s_other, mask=None, *, package=None):
