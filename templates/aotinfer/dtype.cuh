@@ -35,10 +35,32 @@ __device__ __forceinline__ uint32_t widen_fp8x2(uint32_t pair) {
   return uint32_t(h.x) | (uint32_t(h.y) << 16);
 }
 
+// Four fp8 values (one 32-bit word, lowest byte first) widened to two f16 pairs, exactly. From
+// sm_89 one conversion per pair reads the word's halves in place: through widen_fp8x2 the
+// compiler first shifted the high half down, an extra instruction in the Hopper producers'
+// widening loops (docs/PERF.md, "fp8 widening on Hopper").
+template <typename fp8>
+__device__ __forceinline__ uint2 widen_fp8x4(uint32_t word) {
+  static_assert(sizeof(fp8) == 1, "e4m3 or e5m2");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  uint2 r;
+  if constexpr (std::is_same_v<fp8, __nv_fp8_e4m3>)
+    asm("{ .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %2;\n cvt.rn.f16x2.e4m3x2 %0, lo;\n cvt.rn.f16x2.e4m3x2 %1, hi; }"
+        : "=r"(r.x), "=r"(r.y) : "r"(word));
+  else
+    asm("{ .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %2;\n cvt.rn.f16x2.e5m2x2 %0, lo;\n cvt.rn.f16x2.e5m2x2 %1, hi; }"
+        : "=r"(r.x), "=r"(r.y) : "r"(word));
+  return r;
+#else
+  return {widen_fp8x2<fp8>(word), widen_fp8x2<fp8>(word >> 16)};
+#endif
+}
+
 // Eight fp8 values (two 32-bit words, lowest byte first) widened to eight f16 values, exactly.
 template <typename fp8>
 __device__ __forceinline__ uint4 widen_fp8x8(uint32_t lo, uint32_t hi) {
-  return {widen_fp8x2<fp8>(lo), widen_fp8x2<fp8>(lo >> 16), widen_fp8x2<fp8>(hi), widen_fp8x2<fp8>(hi >> 16)};
+  const uint2 a = widen_fp8x4<fp8>(lo), b = widen_fp8x4<fp8>(hi);
+  return {a.x, a.y, b.x, b.y};
 }
 
 // Sixteen bytes of T, moved with one 128-bit load or store.

@@ -133,10 +133,10 @@ struct PrefillSm90 {
   // asking for more than the CTA owns never finishes: the static_assert keeps it within.
   // The producer needs 48 to hold a pair's page-table state and the next pair's first lookup
   // without spilling, more where it rotates (RoPE) or copies 512-byte rows (head_dim 256), and
-  // 72 where it keeps V's key offsets beside K's (kSplitVo: 16 bytes spilled at 56), 64 where
-  // it widens fp8 rows in batches (12 bytes spilled at 56); the consumers keep the rest (no
-  // spills at these counts, ptxas -v).
-  static constexpr int kProducerRegs = kSplitVo ? 72 : kFp8 ? 64 : kRope || head_dim == 256 ? 56 : 48;
+  // 72 where it keeps V's key offsets beside K's (kSplitVo: 16 bytes spilled at 56) or widens
+  // fp8 rows eight at a time (with bf16 q to convert, 8 bytes still spill at head_dim 128 and
+  // 256); the consumers keep the rest (no spills at these counts, ptxas -v).
+  static constexpr int kProducerRegs = kSplitVo || kFp8 ? 72 : kRope || head_dim == 256 ? 56 : 48;
   static constexpr int kConsumerRegs = kSplitVo || kFp8 ? 216 : 224;
   static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
   static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= kThreads * kLaunchRegs,
@@ -549,10 +549,11 @@ struct PrefillSm90 {
   static constexpr int kRawRowsPerPass = 128 / kRawThreadsPerRow;
   static_assert(!kFp8 || kKv % kRawRowsPerPass == 0, "whole passes of rows");
 
-  // Both loops go in batches of four rows, each batch's shared-memory reads (key offsets, raw
-  // chunks) issued before their first use: one row at a time, the producer waited for each read
-  // (ncu: the producer was busy all the time, the consumers waited for stages).
-  static constexpr int kRawPasses = kKv / kRawRowsPerPass, kRawBatch = kRawPasses < 4 ? kRawPasses : 4;
+  // Both loops go in batches of up to eight rows, each batch's shared-memory reads (key offsets,
+  // raw chunks) issued before their first use: one row at a time, the producer waited for each
+  // read (ncu: the producer was busy all the time, the consumers waited for stages). Eight
+  // measured 2-5 % faster than four at head_dim 128 and 256, for an 8-byte spill (docs/PERF.md).
+  static constexpr int kRawPasses = kKv / kRawRowsPerPass, kRawBatch = kRawPasses < 8 ? kRawPasses : 8;
   static_assert(!kFp8 || kRawPasses % kRawBatch == 0, "whole batches of rows");
 
   static __device__ __forceinline__ void copy_raw(const char* src, const int64_t* offsets, char* raw, int valid_keys) {

@@ -84,12 +84,15 @@ struct Problem {
   ref::MlaCache cache;
   std::vector<std::uint8_t> ckv_bytes, kpe_bytes;
   float ckv_scale = 1, kpe_scale = 1;
+  double range = 1;  // stored values drawn from [-range, range]
   std::optional<Values> q_nope, q_pe;
   std::vector<double> want, want_lse;
 };
 
-// An fp8 cache's scales are drawn unless given (scale > 0).
-Problem make_problem(Types types, const Shape& sh, std::mt19937_64& rng, float ckv_scale = 0, float kpe_scale = 0) {
+// An fp8 cache's stored range and scales are drawn unless given (> 0), together: scales drawn
+// for one range put another's values far from [-1, 1].
+Problem make_problem(Types types, const Shape& sh, std::mt19937_64& rng, float ckv_scale = 0, float kpe_scale = 0,
+                     double fp8_range = 0) {
   const DType dtype = types.q;
   Problem p;
   p.batch = int(sh.kv_lens.size()), p.heads = sh.heads, p.q_len = sh.q_len;
@@ -114,9 +117,13 @@ Problem make_problem(Types types, const Shape& sh, std::mt19937_64& rng, float c
   const std::size_t slots = std::size_t(p.num_pages) * page, size = aotinfer::dtype_size(types.kv);
   p.ckv_bytes.assign(slots * ref::kMlaCkv * size, 0xff), p.kpe_bytes.assign(slots * ref::kMlaKpe * size, 0xff);
   cache.ckv.assign(slots * ref::kMlaCkv, 0.0), cache.kpe.assign(slots * ref::kMlaKpe, 0.0);
-  // Stored values: uniform in [-1, 1] (16-bit), or in [-16, 16] (e4m3, whose steps then run
-  // from subnormals to 1) with real values scale * stored, the scales putting them near [-1, 1].
-  const double range = is_fp8(types.kv) ? 16.0 : 1.0;
+  // Stored values: uniform in [-1, 1] (16-bit); e4m3 in [-16, 16] (whose steps then run from
+  // subnormals to 1) or, half the time, over its whole range [-448, 448], with real values
+  // scale * stored, the scales putting them near [-1, 1].
+  const double range = p.range = !is_fp8(types.kv)     ? 1.0
+                                 : fp8_range > 0         ? fp8_range
+                                 : std::bernoulli_distribution(0.5)(rng) ? 448.0
+                                                                         : 16.0;
   if (is_fp8(types.kv)) {
     std::uniform_real_distribution<double> scale(0.25 / range, 4.0 / range);
     p.ckv_scale = ckv_scale > 0 ? ckv_scale : float(scale(rng));
@@ -158,6 +165,7 @@ void check(const Problem& p, DType dtype, const std::vector<std::uint16_t>& o_bi
   }
   REQUIRE(non_finite == 0);
   const double err = relative_error(got, p.want);
+  INFO("stored values in +-" << p.range << ", ckv_scale " << p.ckv_scale << ", kpe_scale " << p.kpe_scale);
   INFO("o relative error " << err);
   REQUIRE(err < tolerance(dtype));
   for (std::size_t r = 0; r < p.rows; ++r) {
@@ -294,8 +302,10 @@ void graph_replays_later_plans(Types types, std::mt19937_64& rng) {
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   bool saw_split = false, saw_unsplit = false;
-  // The captured run's scales (an fp8 cache's, drawn by the first step): the graph froze them.
+  // The captured run's scales (an fp8 cache's, drawn by the first step with its range): the
+  // graph froze them.
   float ckv_scale = 0, kpe_scale = 0;
+  double fp8_range = 0;
   for (int step = 0; step < 5; ++step) {
     Shape sh;
     sh.heads = c.num_heads, sh.q_len = c.q_len, sh.page_size = c.page_size;
@@ -306,8 +316,8 @@ void graph_replays_later_plans(Types types, std::mt19937_64& rng) {
     sh.kv_lens = draw_lengths(rng, batch, c.q_len, longest);
     if (step == 0) sh.kv_lens.assign(batch, longest);
     INFO("step " << step << ": batch " << batch << ", longest " << *std::max_element(sh.kv_lens.begin(), sh.kv_lens.end()));
-    const Problem p = make_problem(types, sh, rng, ckv_scale, kpe_scale);
-    if (step == 0) ckv_scale = p.ckv_scale, kpe_scale = p.kpe_scale;
+    const Problem p = make_problem(types, sh, rng, ckv_scale, kpe_scale, fp8_range);
+    if (step == 0) ckv_scale = p.ckv_scale, kpe_scale = p.kpe_scale, fp8_range = p.range;
     REQUIRE(p.num_pages <= max_pages);
     ckv.poison(), kpe.poison(), o.poison(), lse.poison();
     CUDA_CHECK(cudaMemcpy(ckv.ptr, p.ckv_bytes.data(), p.ckv_bytes.size(), cudaMemcpyHostToDevice));

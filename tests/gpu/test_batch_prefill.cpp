@@ -127,6 +127,7 @@ struct Case {
   bool c_api = false;          // plan and run through the C API's raw entry points
   int q_pad = 0;               // q tokens this many elements (NaN) apart beyond their heads: a fused qkv slice
   float k_scale = 1, v_scale = 1;  // K/V dequantisation (fp8 caches)
+  double kv_range = 2;             // K/V values drawn from [-kv_range, kv_range]
   std::vector<std::vector<bool>> masks{};  // mask custom: each request's [qo_len][kv_len] bits
   // V this many (NaN) elements apart beyond packed, between its tokens (ragged) or pages (paged):
   // a slice of a wider tensor, passed as v_stride. MLA pairs only (equal widths share K's strides).
@@ -238,7 +239,7 @@ Problem make_problem(std::mt19937_64& rng, const Case& c) {
   for (auto len : c.qo_lens) p.qo_indptr.push_back(p.qo_indptr.back() + len);
   p.total_q = p.qo_indptr.back();
   if (cfg.mask == MaskMode::custom) pack_masks(p);
-  Values qv(rng, cfg.dtype_q), kvv(rng, cfg.dtype_kv);
+  Values qv(rng, cfg.dtype_q), kvv(rng, cfg.dtype_kv, c.kv_range);
   p.q.resize(p.total_q * H * d);
   p.q_bytes.resize(p.q.size() * 2);
   qv.fill(p.q_bytes.data(), p.q.data(), std::int64_t(p.q.size()));
@@ -756,7 +757,13 @@ TEST_CASE("batch_prefill over fp8 K/V: many pairs per CTA, long and short reques
     c.qo_lens.push_back(300), c.kv_lens.push_back(uniform(rng, 6000, 9000));
     c.qo_lens.push_back(64), c.kv_lens.push_back(uniform(rng, 16000, 20000));
     c.sampled_tokens = 4;
-    c.k_scale = float(uniform(rng, 0.25, 2.0)), c.v_scale = float(uniform(rng, 0.25, 2.0));
+    // Values near 1 (every exponent below 2, subnormals included), or over the type's whole
+    // range with scales that bring them back near 1: every encoding but NaN's gets widened.
+    const double full_range = c.config.dtype_kv == aotinfer::DType::e4m3 ? 448 : 57344;
+    c.kv_range = pick<double>(rng, {2.0, full_range});
+    const double unit = 2 / c.kv_range;
+    c.k_scale = float(unit * uniform(rng, 0.25, 2.0)), c.v_scale = float(unit * uniform(rng, 0.25, 2.0));
+    INFO("K/V values in +-" << c.kv_range << ", k_scale " << c.k_scale << ", v_scale " << c.v_scale);
     CHECK(run_case(rng, c).ran);  // the package holds the variant
   }
 }
