@@ -134,8 +134,8 @@ struct PrefillSm90 {
   // The producer needs 48 to hold a pair's page-table state and the next pair's first lookup
   // without spilling, more where it rotates (RoPE) or copies 512-byte rows (head_dim 256), and
   // 72 where it keeps V's key offsets beside K's (kSplitVo: 16 bytes spilled at 56) or widens
-  // fp8 rows eight at a time (with bf16 q to convert, 8 bytes still spill at head_dim 128 and
-  // 256); the consumers keep the rest (no spills at these counts, ptxas -v).
+  // fp8 rows eight at a time (with bf16 q, 8 bytes still spill at head_dim 256); the consumers
+  // keep the rest (no spills at these counts, ptxas -v).
   static constexpr int kProducerRegs = kSplitVo || kFp8 ? 72 : kRope || head_dim == 256 ? 56 : 48;
   static constexpr int kConsumerRegs = kSplitVo || kFp8 ? 216 : 224;
   static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
@@ -386,7 +386,8 @@ struct PrefillSm90 {
     char* const q = sh.q_slot(n);
     const int c = threadIdx.x % kThreadsPerRow, row0 = threadIdx.x / kThreadsPerRow;
     const int passes = copies() ? kRows / kRowsPerPass : 0;
-    if constexpr (std::is_same_v<dtype_q, dtype> && !kRope) {
+    if constexpr (!kRope) {
+      // Copied as they are (zeros beyond the valid rows), all rows' copies in flight at once.
 #pragma unroll 1
       for (int i = 0; i < passes; ++i) {
         const int row = row0 + i * kRowsPerPass;
@@ -395,34 +396,45 @@ struct PrefillSm90 {
         cp_async_16(q + sm90::sw128_offset(kRows, row, c), src + c * 8, valid);
         cp_async_16(q + sm90::sw128_offset(kRows, row, c + kChunks / 2), src + (c + kChunks / 2) * 8, valid);
       }
-      sm90::cp_async_arrive(sh.q_full(n));
-    } else {
-      // Converted (and rotated) through registers. fp8's producer (64 registers) converts two
-      // rows at a time so that their loads fly together: a row at a time, it waited a global
-      // round trip for each (ncu). The others' producers spilled with two (ptxas -v).
-      constexpr int kBatch = kFp8 ? 2 : 1;
-      static_assert(kRows / kRowsPerPass % kBatch == 0, "whole batches of rows");
+      if constexpr (std::is_same_v<dtype_q, dtype>) {
+        sm90::cp_async_arrive(sh.q_full(n));
+      } else {
+        // q of another type than the operands (bf16 q beside fp8 K/V, whose operands are f16):
+        // converted in place once landed, each thread its own chunks, after one global round
+        // trip (its cp.async.wait_group orders the two; the K/V copies of the pair before have
+        // all landed by now). Through registers, a few rows at a time, the fp8 producer waited
+        // four round trips per pair (docs/PERF.md).
+        cp_async_commit();
+        cp_async_wait<0>();
 #pragma unroll 1
-      for (int i0 = 0; i0 < passes; i0 += kBatch) {
-        float lo[kBatch][8], hi[kBatch][8];
+        for (int i = 0; i < passes; ++i) {
+          const int row = row0 + i * kRowsPerPass;
 #pragma unroll
-        for (int b = 0; b < kBatch; ++b) {
-          const int row = row0 + (i0 + b) * kRowsPerPass;
-          const bool valid = row < cta.valid_rows;
-          const dtype_q* src = valid ? cta.template q_source<dtype_q>(p, row, head_dim) : static_cast<const dtype_q*>(p.q);
-          load8(src + c * 8, lo[b]);
-          load8(src + (c + kChunks / 2) * 8, hi[b]);
+          for (int half = 0; half < 2; ++half) {
+            dtype* at = reinterpret_cast<dtype*>(q + sm90::sw128_offset(kRows, row, c + half * (kChunks / 2)));
+            float x[8];
+            load8(reinterpret_cast<const dtype_q*>(at), x);
+            store8(at, x);
+          }
         }
+        sm90::fence_async_shared();
+        sm90::mbar_arrive(sh.q_full(n));
+      }
+    } else {
+      // RoPE: rotated (and converted) through registers, a row at a time (two spilled, ptxas -v).
+#pragma unroll 1
+      for (int i = 0; i < passes; ++i) {
+        const int row = row0 + i * kRowsPerPass;
+        const bool valid = row < cta.valid_rows;  // zeros beyond the valid rows
+        const dtype_q* src = valid ? cta.template q_source<dtype_q>(p, row, head_dim) : static_cast<const dtype_q*>(p.q);
+        float lo[8], hi[8];
+        load8(src + c * 8, lo);
+        load8(src + (c + kChunks / 2) * 8, hi);
 #pragma unroll
-        for (int b = 0; b < kBatch; ++b) {
-          const int row = row0 + (i0 + b) * kRowsPerPass;
-          const bool valid = row < cta.valid_rows;  // zeros beyond the valid rows
-#pragma unroll
-          for (int e = 0; e < 8; ++e) lo[b][e] = valid ? lo[b][e] : 0.f, hi[b][e] = valid ? hi[b][e] : 0.f;
-          if constexpr (kRope) rope_rotate8(lo[b], hi[b], sh.freq, c * 8, cta.q_offset + (cta.q_row + row) / cta.group);
-          store8(reinterpret_cast<dtype*>(q + sm90::sw128_offset(kRows, row, c)), lo[b]);
-          store8(reinterpret_cast<dtype*>(q + sm90::sw128_offset(kRows, row, c + kChunks / 2)), hi[b]);
-        }
+        for (int e = 0; e < 8; ++e) lo[e] = valid ? lo[e] : 0.f, hi[e] = valid ? hi[e] : 0.f;
+        rope_rotate8(lo, hi, sh.freq, c * 8, cta.q_offset + (cta.q_row + row) / cta.group);
+        store8(reinterpret_cast<dtype*>(q + sm90::sw128_offset(kRows, row, c)), lo);
+        store8(reinterpret_cast<dtype*>(q + sm90::sw128_offset(kRows, row, c + kChunks / 2)), hi);
       }
       sm90::fence_async_shared();
       sm90::mbar_arrive(sh.q_full(n));
@@ -552,7 +564,7 @@ struct PrefillSm90 {
   // Both loops go in batches of up to eight rows, each batch's shared-memory reads (key offsets,
   // raw chunks) issued before their first use: one row at a time, the producer waited for each
   // read (ncu: the producer was busy all the time, the consumers waited for stages). Eight
-  // measured 2-5 % faster than four at head_dim 128 and 256, for an 8-byte spill (docs/PERF.md).
+  // measured 2-5 % faster than four at head_dim 128 and 256 (docs/PERF.md).
   static constexpr int kRawPasses = kKv / kRawRowsPerPass, kRawBatch = kRawPasses < 8 ? kRawPasses : 8;
   static_assert(!kFp8 || kRawPasses % kRawBatch == 0, "whole batches of rows");
 
