@@ -399,11 +399,12 @@ struct PrefillSm90 {
       if constexpr (std::is_same_v<dtype_q, dtype>) {
         sm90::cp_async_arrive(sh.q_full(n));
       } else {
-        // q of another type than the operands (bf16 q beside fp8 K/V, whose operands are f16):
-        // converted in place once landed, each thread its own chunks, after one global round
-        // trip (its cp.async.wait_group orders the two; the K/V copies of the pair before have
-        // all landed by now). Through registers, a few rows at a time, the fp8 producer waited
-        // four round trips per pair (docs/PERF.md).
+        // q of another type than the operands (bf16 q beside fp8 K/V, whose operands are f16;
+        // f16 q beside bf16 K/V): converted in place once landed, each thread its own chunks,
+        // after one global round trip (its cp.async.wait_group orders the two; beside 16-bit
+        // K/V it also waits for the pair before's last copies, which went out earlier).
+        // Through registers, a few rows at a time, the fp8 producer waited four round trips per
+        // pair (docs/PERF.md).
         cp_async_commit();
         cp_async_wait<0>();
 #pragma unroll 1
