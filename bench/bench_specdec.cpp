@@ -2,9 +2,9 @@
 // causal among themselves, run two ways on the same shapes: BatchDecode with q_len (the decode
 // kernel, a request's tokens packed with its GQA heads into the MMA's rows) and BatchPrefill
 // (the paged prefill kernels); skewed batches also on the decode kernel with fixed KV chunks
-// ("decode/2048"); the prefill also under a custom mask of a speculative tree over the new tokens
-// ("prefill/tree": token t's parent is (t - 1) / 2, and it sees the whole prefix, its ancestors
-// and itself), FlashInfer's packed bits. The work is memory-bound: each row prints the bytes moved (K and V of every
+// ("decode/2048"); both also under a custom mask of a speculative tree over the new tokens
+// ("decode/tree", "prefill/tree": token t's parent is (t - 1) / 2, and it sees the whole prefix,
+// its ancestors and itself), FlashInfer's packed bits. The work is memory-bound: each row prints the bytes moved (K and V of every
 // request once, q and o) per second against the device's copy bandwidth. Writes its rows as JSON
 // lines.
 // Usage: aotinfer_bench_specdec PACKAGE_DIR RESULTS.jsonl
@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -108,30 +109,6 @@ struct Problem {
   }
 };
 
-// chunk > 0: every request cut into chunks of that many keys (the fixed KV split), to show what
-// splitting a skewed batch would gain over the adaptive plan.
-double run_decode(const aotinfer::Package& pkg, const Shape& s, Problem& p, bool& split, int chunk) {
-  aotinfer::BatchDecodeConfig cfg;
-  cfg.num_qo_heads = kQoHeads, cfg.num_kv_heads = kKvHeads, cfg.head_dim = kHeadDim, cfg.page_size = kPage;
-  cfg.q_len = s.q_len;
-  if (chunk > 0) cfg.kv_split = {aotinfer::KvSplit::Mode::fixed, chunk};
-  aotinfer::BatchDecode decode(pkg, cfg);
-  const aotinfer::WorkspaceSizes sizes = decode.workspace_sizes(s.batch, s.longest());
-  aotinfer::Workspace ws{device(sizes.float_bytes), sizes.float_bytes, device(sizes.int_bytes), sizes.int_bytes};
-  decode.plan(p.kv_indptr, p.last, p.indices, p.num_pages, ws, nullptr);
-  split = decode.work_plan().split;
-  aotinfer::DecodeRunArgs a;
-  a.batch = s.batch, a.q = p.q, a.o = p.o;
-  a.kv_indptr = p.d_kv_indptr, a.kv_indices = p.d_indices, a.kv_last_page_len = p.d_last;
-  const double us = median_us(5, 30, [&](int i) {
-    a.k_pages = p.k[i % p.sets], a.v_pages = p.v[i % p.sets];
-    decode.run(a, nullptr);
-  });
-  check(cudaDeviceSynchronize(), "decode");
-  cudaFree(ws.float_buffer), cudaFree(ws.int_buffer);
-  return us;
-}
-
 // Request i's q_len x kv_len bits of a speculative tree (see the file comment), row-major and
 // packed little-endian from byte indptr[i], as FlashInfer's packed_custom_mask; whole 4-byte
 // words at the end, which the kernels read.
@@ -158,6 +135,50 @@ struct TreeMask {
   }
 };
 
+// The tree's bits and offsets on the device (freed with the object).
+struct DeviceTreeMask {
+  void *bits = nullptr, *indptr = nullptr;
+  DeviceTreeMask(const Shape& s, const std::vector<int>& lens) {
+    const TreeMask mask(s, lens);
+    bits = device(mask.bits.size()), indptr = Problem::upload(mask.indptr);
+    check(cudaMemcpy(bits, mask.bits.data(), mask.bits.size(), cudaMemcpyHostToDevice), "upload");
+  }
+  ~DeviceTreeMask() { cudaFree(bits), cudaFree(indptr); }
+  const std::uint8_t* custom_mask() const { return static_cast<const std::uint8_t*>(bits); }
+  const std::int32_t* mask_indptr() const { return static_cast<const std::int32_t*>(indptr); }
+};
+
+
+// chunk > 0: every request cut into chunks of that many keys (the fixed KV split), to show what
+// splitting a skewed batch would gain over the adaptive plan. tree: under the tree mask.
+double run_decode(const aotinfer::Package& pkg, const Shape& s, Problem& p, bool& split, int chunk, bool tree) {
+  aotinfer::BatchDecodeConfig cfg;
+  cfg.num_qo_heads = kQoHeads, cfg.num_kv_heads = kKvHeads, cfg.head_dim = kHeadDim, cfg.page_size = kPage;
+  cfg.q_len = s.q_len;
+  cfg.custom_mask = tree;
+  if (chunk > 0) cfg.kv_split = {aotinfer::KvSplit::Mode::fixed, chunk};
+  aotinfer::BatchDecode decode(pkg, cfg);
+  const aotinfer::WorkspaceSizes sizes = decode.workspace_sizes(s.batch, s.longest());
+  aotinfer::Workspace ws{device(sizes.float_bytes), sizes.float_bytes, device(sizes.int_bytes), sizes.int_bytes};
+  decode.plan(p.kv_indptr, p.last, p.indices, p.num_pages, ws, nullptr);
+  split = decode.work_plan().split;
+  aotinfer::DecodeRunArgs a;
+  a.batch = s.batch, a.q = p.q, a.o = p.o;
+  a.kv_indptr = p.d_kv_indptr, a.kv_indices = p.d_indices, a.kv_last_page_len = p.d_last;
+  std::optional<DeviceTreeMask> mask;
+  if (tree) {
+    mask.emplace(s, p.lens);
+    a.custom_mask = mask->custom_mask(), a.mask_indptr = mask->mask_indptr();
+  }
+  const double us = median_us(5, 30, [&](int i) {
+    a.k_pages = p.k[i % p.sets], a.v_pages = p.v[i % p.sets];
+    decode.run(a, nullptr);
+  });
+  check(cudaDeviceSynchronize(), "decode");
+  cudaFree(ws.float_buffer), cudaFree(ws.int_buffer);
+  return us;
+}
+
 double run_prefill(const aotinfer::Package& pkg, const Shape& s, Problem& p, bool& split, bool tree) {
   aotinfer::BatchPrefillConfig cfg;
   cfg.num_qo_heads = kQoHeads, cfg.num_kv_heads = kKvHeads, cfg.head_dim = kHeadDim, cfg.page_size = kPage;
@@ -172,20 +193,17 @@ double run_prefill(const aotinfer::Package& pkg, const Shape& s, Problem& p, boo
   aotinfer::PrefillRunArgs a;
   a.batch = s.batch, a.total_q = tokens, a.q = p.q, a.o = p.o, a.qo_indptr = p.d_qo;
   a.kv_indptr = p.d_kv_indptr, a.kv_indices = p.d_indices, a.kv_last_page_len = p.d_last;
-  void *d_bits = nullptr, *d_mask_indptr = nullptr;
+  std::optional<DeviceTreeMask> mask;
   if (tree) {
-    const TreeMask mask(s, p.lens);
-    d_bits = device(mask.bits.size()), d_mask_indptr = Problem::upload(mask.indptr);
-    check(cudaMemcpy(d_bits, mask.bits.data(), mask.bits.size(), cudaMemcpyHostToDevice), "upload");
-    a.custom_mask = static_cast<const std::uint8_t*>(d_bits);
-    a.mask_indptr = static_cast<const std::int32_t*>(d_mask_indptr);
+    mask.emplace(s, p.lens);
+    a.custom_mask = mask->custom_mask(), a.mask_indptr = mask->mask_indptr();
   }
   const double us = median_us(5, 30, [&](int i) {
     a.k = p.k[i % p.sets], a.v = p.v[i % p.sets];
     prefill.run(a, nullptr);
   });
   check(cudaDeviceSynchronize(), "prefill");
-  cudaFree(ws.float_buffer), cudaFree(ws.int_buffer), cudaFree(d_bits), cudaFree(d_mask_indptr);
+  cudaFree(ws.float_buffer), cudaFree(ws.int_buffer);
   return us;
 }
 
@@ -212,7 +230,7 @@ int main(int argc, char** argv) {
   for (const Shape& s : shapes) {
     // Skewed batches also run with fixed chunks ("decode/2048": the fixed KV split).
     std::vector<std::string> paths = {"decode", "prefill"};
-    if (s.q_len > 1) paths.push_back("prefill/tree");
+    if (s.q_len > 1) paths.insert(paths.end(), {"decode/tree", "prefill/tree"});
     if (s.min_len != s.max_len || s.long_len > 0) paths.insert(paths.begin() + 1, {"decode/2048", "decode/4096"});
     auto name = [&](const std::string& path) {
       return path + ":" + std::to_string(s.batch) + ":" + std::to_string(s.q_len) + ":" + s.lengths();
@@ -227,9 +245,10 @@ int main(int argc, char** argv) {
                     s.lengths().c_str());
         continue;
       }
-      const int chunk = decode && path.size() > 7 ? std::stoi(path.substr(7)) : 0;
+      const bool tree = path.size() > 5 && path.substr(path.size() - 5) == "/tree";
+      const int chunk = decode && !tree && path.size() > 7 ? std::stoi(path.substr(7)) : 0;
       bool split = false;
-      const double us = decode ? run_decode(run.pkg, s, p, split, chunk) : run_prefill(run.pkg, s, p, split, path == "prefill/tree");
+      const double us = decode ? run_decode(run.pkg, s, p, split, chunk, tree) : run_prefill(run.pkg, s, p, split, tree);
       const double gbs = p.moved / us / 1e3;
       std::printf("%-12s %6d %6d %12s %6s %10.1f %10.1f %8.0f %7.0f%%\n", path.c_str(), s.batch, s.q_len, s.lengths().c_str(),
                   split ? "yes" : "no", p.moved / 1e6, us, gbs, 100 * gbs / run.copy_gbs);

@@ -113,6 +113,11 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool v
   const unsigned dst = unsigned(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(valid ? 16 : 0));
 }
+// 4 bytes global -> shared (both 4-byte aligned), through L1: small reads that several warps repeat.
+__device__ __forceinline__ void cp_async_4(void* smem, const void* gmem) {
+  const unsigned dst = unsigned(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(dst), "l"(gmem));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int pending>
 __device__ __forceinline__ void cp_async_wait() {

@@ -19,6 +19,10 @@
 //   O += P V:  A = P (the S accumulators, repacked), B = V via ldmatrix.trans.
 // fp8 converts byte pairs straight into the B fragments instead (no ldmatrix); with RoPE, K is
 // widened to f16 rows as it is rotated, while V is still read straight from its bytes.
+// A custom mask (a speculative tree) travels with the keys: each stage also receives, for each
+// of the CTA's rows, the two aligned 32-bit words of the mask that hold the block's 16 bits, so
+// the bits wait in shared memory like the keys they belong to and cost no register across the
+// loop; the key loop is compiled with and without them.
 #pragma once
 #include <cuda_fp8.h>
 #include <math.h>
@@ -60,7 +64,9 @@ struct DecodeMma {
   // directly, or widened per block into the warp's converted block).
   static constexpr int kRawChunks = kWarpDim * int(sizeof(dtype_kv)) / 16;  // copied per row
   static constexpr int kRawRowBytes = kFp8 ? kRawChunks * 16 : kRowBytes;
-  static constexpr int kStageBytes = 2 * kBlock * kRawRowBytes;  // K block, then V block
+  static constexpr int kMaskRowBytes = 8;  // a row's two mask words of a block
+  static constexpr int kMaskOffset = 2 * kBlock * kRawRowBytes;  // within a stage
+  static constexpr int kStageBytes = kMaskOffset + kRows * kMaskRowBytes;  // K block, V block, mask words
   static constexpr int kConvertedBytes = kFp8 && !kDirect ? kBlock * kRowBytes : 0;  // a widened K block
   static constexpr int kMergeBytes = kTeams * kRows * head_dim * 4;  // reuses the stage area
   static constexpr int kQRowBytes = head_dim * 2 + 16;              // padded: conflict-free ldmatrix
@@ -72,10 +78,12 @@ struct DecodeMma {
     const int stage_area = kWarps * (stages * kStageBytes + kConvertedBytes);
     return stage_area > kMergeBytes ? stage_area : kMergeBytes;
   }
-  static constexpr int smem_bytes(int stages) { return q_offset(stages) + kRows * kQRowBytes + 2 * kTeams * kRows * 4; }
-  // Three stages; six for direct fp8, whose stages hold half the bytes: 101 KB per CTA at hd128,
+  static constexpr int smem_bytes(int stages) {
+    return q_offset(stages) + kRows * kQRowBytes + 2 * kTeams * kRows * 4 + kRows * 8;
+  }
+  // Three stages; six for direct fp8, whose stages hold half the bytes: 104 KB per CTA at hd128,
   // two CTAs per SM like 16-bit KV, each warp with 20 KB in flight; five for fp8 with RoPE
-  // (101 KB with the widened block), also two per SM as the planner assumes
+  // (103 KB with the widened block), also two per SM as the planner assumes
   // (kStreamingCtasPerSm): with three (69 KB) three fit, and bs64 x 4k's 512 items ran as 1.3
   // waves. Fewer where those do not fit the chip (hd128 16-bit KV needs 103 KB with three, over
   // the 99 KiB of sm_86/89/120).
@@ -87,6 +95,7 @@ struct DecodeMma {
   static constexpr int kWarpBytes = kStages * kStageBytes + kConvertedBytes;
   static constexpr int kQOffset = q_offset(kStages);
   static constexpr int kStateOffset = kQOffset + kRows * kQRowBytes;  // m, l per team and row
+  static constexpr int kMaskBitOffset = kStateOffset + 2 * kTeams * kRows * 4;  // custom masks: a row's bit of key 0
   static constexpr int kSmemBytes = smem_bytes(kStages);
   static constexpr int kCopiesPerLane = kBlock * kRawChunks / 32;  // of K, and as many of V
   static_assert(head_dim % 16 == 0 && kChunks >= 8 && kBlock * kRawChunks % 32 == 0, "tile shape");
@@ -181,6 +190,18 @@ struct DecodeMma {
       cp_async_16(stage + k_dst, k + offset, valid);
       cp_async_16(stage + kBlock * kRawRowBytes + v_dst, v + offset, valid);
     }
+  }
+
+  // Custom masks: copies row lane / 2's mask word lane % 2 of the block of keys from `start` into
+  // the stage: the aligned pair that holds the row's bits of those keys, bit_of_key0 being where
+  // its key 0 is. Past the row's last key (end > 0) nothing is read: its last word is read again
+  // instead, for keys that are masked anyway.
+  static __device__ __forceinline__ void load_mask_words(const aotinfer_batch_decode_params& p, char* stage,
+                                                         const int64_t* bit_of_key0, int start, int end, int lane) {
+    const int64_t bit = bit_of_key0[lane / 2];
+    const int64_t last_word = (bit + end - 1) >> 5;
+    const uint32_t* words = reinterpret_cast<const uint32_t*>(p.custom_mask);
+    cp_async_4(stage + kMaskOffset + lane * 4, words + min(((bit + start) >> 5) + lane % 2, last_word));
   }
 
   // RoPE: rotates a landed K block (keys at positions start, start + 1, ...) into k_s, the mma
@@ -281,12 +302,24 @@ struct DecodeMma {
                                               : 0;
     auto block_start = [&](int i) { return begin + (team + i * kTeams) * kBlock; };
 
+    // Custom masks: where each CTA row's bits of its request's keys begin (rows past the CTA's,
+    // which write nothing, repeat its last).
+    const bool custom = p.custom_mask != nullptr;  // the same for every thread: a uniform branch
+    int64_t* bit_of_key0 = reinterpret_cast<int64_t*>(smem + kMaskBitOffset);
+    if (custom) {
+      if (threadIdx.x < kRows)
+        bit_of_key0[threadIdx.x] =
+            int64_t(p.mask_indptr[request]) * 8 + int64_t(item.token_of(min(int(threadIdx.x), rows - 1))) * item.kv_len;
+      __syncthreads();
+    }
+
     char* my_stages = smem + warp * kWarpBytes;
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) {
       if (s < my_blocks) {
         const KeyPage key = key_page(p, block_start(s), end, page_begin, lane);
         load_block(p, my_stages + s * kStageBytes, key, kv_head, part, lane);
+        if (custom) load_mask_words(p, my_stages + s * kStageBytes, bit_of_key0, block_start(s), end, lane);
       }
       cp_async_commit();
     }
@@ -354,177 +387,199 @@ struct DecodeMma {
 
     RopeLane rope{};
     if constexpr (kRope) rope = rope_lane(p, part, lane);
-    for (int i = 0; i < my_blocks; ++i) {
-      {
-        const int next = i + kStages - 1;  // its stage was last read in iteration i - 1
-        if (next < my_blocks) load_block(p, my_stages + (next % kStages) * kStageBytes, ahead, kv_head, part, lane);
-        cp_async_commit();
-        ahead = key_page(p, block_start(next + 1), end, page_begin, lane);
-      }
-      cp_async_wait<kStages - 1>();
-      __syncwarp();
-      char* stage = my_stages + (i % kStages) * kStageBytes;
-      char* k_s = stage;
-      if constexpr (kRope) {
-        if constexpr (kFp8) k_s = my_stages + kStages * kStageBytes;
-        rotate_block(stage, k_s, block_start(i), rope, lane);
+    // The key loop, compiled twice: with the custom mask's words, and without a trace of them.
+    auto key_loop = [&](auto custom_mask) {
+      constexpr bool kCustom = decltype(custom_mask)::value;
+      for (int i = 0; i < my_blocks; ++i) {
+        {
+          const int next = i + kStages - 1;  // its stage was last read in iteration i - 1
+          if (next < my_blocks) {
+            load_block(p, my_stages + (next % kStages) * kStageBytes, ahead, kv_head, part, lane);
+            if constexpr (kCustom) load_mask_words(p, my_stages + (next % kStages) * kStageBytes, bit_of_key0, block_start(next), end, lane);
+          }
+          cp_async_commit();
+          ahead = key_page(p, block_start(next + 1), end, page_begin, lane);
+        }
+        cp_async_wait<kStages - 1>();
+        __syncwarp();
+        char* stage = my_stages + (i % kStages) * kStageBytes;
+        char* k_s = stage;
+        if constexpr (kRope) {
+          if constexpr (kFp8) k_s = my_stages + kStages * kStageBytes;
+          rotate_block(stage, k_s, block_start(i), rope, lane);
+          __syncwarp();
+        }
+        const char* v_s = stage + kBlock * kRawRowBytes;
+
+        // S (16 rows x 16 tokens) = Q K^T, as two 8-token halves.
+        float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+        if constexpr (kDirect) {
+          // Token 8 h + lane / 4, bytes [c hd/4, (c + 1) hd/4) of its row: one 32-bit word per k step.
+          const int c = lane % 4;
+  #pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int token = 8 * h + lane / 4;
+            uint32_t words[kKSteps];
+            if constexpr (kKSteps % 4 == 0) {
+  #pragma unroll
+              for (int q = 0; q < kKSteps / 4; ++q)
+                *reinterpret_cast<uint4*>(words + 4 * q) =
+                    *reinterpret_cast<const uint4*>(k_s + raw_k_offset(token, c * (kKSteps / 4) + q));
+            } else {  // head_dim 96: 24 bytes, 8-byte aligned
+  #pragma unroll
+              for (int q = 0; q < kKSteps / 2; ++q)
+                *reinterpret_cast<uint2*>(words + 2 * q) =
+                    *reinterpret_cast<const uint2*>(k_s + token * kRawRowBytes + c * kKSteps * 4 + 8 * q);
+            }
+  #pragma unroll
+            for (int kk = 0; kk < kKSteps; ++kk)
+              mma_16816<dtype>(s[h], q_frag[kk], fp8x2_to_f16x2(words[kk]), fp8x2_to_f16x2(words[kk] >> 16));
+          }
+        } else {
+  #pragma unroll
+          for (int kk = 0; kk < kKSteps; ++kk) {
+            uint32_t b[4];
+            ldmatrix_x4(b, k_s + swizzle((lane / 16) * 8 + lane % 8, kk * 2 + (lane / 8) % 2));
+            mma_16816<dtype>(s[0], q_frag[kk], b[0], b[1]);
+            mma_16816<dtype>(s[1], q_frag[kk], b[2], b[3]);
+          }
+        }
+        if constexpr (kSplit > 1) {  // the team's partial scores, summed to the same bits in every warp
+          float* slot = reinterpret_cast<float*>(q_s) + (i % 2) * kWarps * 256;
+          *reinterpret_cast<float4*>(slot + warp * 256 + lane * 4) = make_float4(s[0][0], s[0][1], s[0][2], s[0][3]);
+          *reinterpret_cast<float4*>(slot + warp * 256 + 128 + lane * 4) = make_float4(s[1][0], s[1][1], s[1][2], s[1][3]);
+          __syncthreads();
+          if constexpr (kSplit == 2) {  // own + partner's: a + b == b + a, so both warps agree
+            const float* theirs = slot + (warp ^ 1) * 256 + lane * 4;
+  #pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const float4 t = *reinterpret_cast<const float4*>(theirs + 128 * h);
+              s[h][0] += t.x, s[h][1] += t.y, s[h][2] += t.z, s[h][3] += t.w;
+            }
+          } else {  // every warp adds the team's partials in part order
+            const float* team_slot = slot + team * kSplit * 256 + lane * 4;
+  #pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              float4 sum = *reinterpret_cast<const float4*>(team_slot + 128 * h);
+  #pragma unroll
+              for (int p = 1; p < kSplit; ++p) {
+                const float4 t = *reinterpret_cast<const float4*>(team_slot + p * 256 + 128 * h);
+                sum.x += t.x, sum.y += t.y, sum.z += t.z, sum.w += t.w;
+              }
+              s[h][0] = sum.x, s[h][1] = sum.y, s[h][2] = sum.z, s[h][3] = sum.w;
+            }
+          }
+        }
+
+        // Element (half h, e) is row row_of[e / 2], token 8 h + 2 (lane % 4) + e % 2.
+        const int start = block_start(i);
+  #pragma unroll
+        for (int h = 0; h < 2; ++h)
+  #pragma unroll
+          for (int e = 0; e < 4; ++e) s[h][e] *= score_scale;
+        if (capped)
+  #pragma unroll
+          for (int h = 0; h < 2; ++h)
+  #pragma unroll
+            for (int e = 0; e < 4; ++e) s[h][e] = p.logits_soft_cap * tanhf(s[h][e] / p.logits_soft_cap);
+        if constexpr (kCustom) {  // -inf where a row's bit is clear
+  #pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const uint2 words = *reinterpret_cast<const uint2*>(stage + kMaskOffset + row_of[r] * kMaskRowBytes);
+            const uint32_t shift = uint32_t(bit_of_key0[row_of[r]] + start) & 31u;
+            const uint32_t bits = __funnelshift_r(words.x, words.y, shift) >> (2 * (lane % 4));
+  #pragma unroll
+            for (int h = 0; h < 2; ++h)
+  #pragma unroll
+              for (int c = 0; c < 2; ++c)
+                if (!(bits >> (8 * h + c) & 1u)) s[h][2 * r + c] = -INFINITY;
+          }
+        }
+        float row_max[2] = {-INFINITY, -INFINITY};
+  #pragma unroll
+        for (int h = 0; h < 2; ++h)
+  #pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int pos = start + 8 * h + 2 * (lane % 4) + e % 2;
+            float x = s[h][e];
+            if constexpr (pos_encoding == PosEncoding::alibi) x += slope[e / 2] * float(pos - q_pos[e / 2]);
+            if (!log2_in_scale) x *= kLog2e;
+            s[h][e] = pos < end - int(cut >> (8 * (e / 2)) & 0xffu) ? x : -INFINITY;
+            row_max[e / 2] = fmaxf(row_max[e / 2], s[h][e]);
+          }
+        float alpha[2];
+  #pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          row_max[r] = fmaxf(row_max[r], __shfl_xor_sync(0xffffffffu, row_max[r], 1));
+          row_max[r] = fmaxf(row_max[r], __shfl_xor_sync(0xffffffffu, row_max[r], 2));
+          const float new_m = fmaxf(m[r], row_max[r]);
+          alpha[r] = new_m == -INFINITY ? 1.f : exp2f(m[r] - new_m);
+          m[r] = new_m;
+        }
+        float row_sum[2] = {0.f, 0.f};
+  #pragma unroll
+        for (int h = 0; h < 2; ++h)
+  #pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            s[h][e] = m[e / 2] == -INFINITY ? 0.f : exp2f(s[h][e] - m[e / 2]);
+            row_sum[e / 2] += s[h][e];
+          }
+  #pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
+          row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
+          l[r] = l[r] * alpha[r] + row_sum[r];
+        }
+        // A row whose maximum held has alpha exactly 1. Past the first blocks the maxima rarely
+        // move, and the warp skips the rescale: 4 kNTiles multiplies a lane, the most frequent
+        // instruction of the fp8 kernels (ncu).
+        if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) rescale_rows(o, alpha);
+
+        // O += P V: the S accumulators are exactly the A fragment of a 16x16 P.
+        const uint32_t a[4] = {pack2<dtype>(s[0][0], s[0][1]), pack2<dtype>(s[0][2], s[0][3]),
+                               pack2<dtype>(s[1][0], s[1][1]), pack2<dtype>(s[1][2], s[1][3])};
+        if constexpr (kDirectV) {
+          // Rows 2c, 2c + 1, 2c + 8, 2c + 9, bytes [g hd/8, (g + 1) hd/8): byte j of a row is tile j's
+          // column g; byte pairs of rows (2c, 2c + 1) and (2c + 8, 2c + 9) make the b0 and b1 words.
+          constexpr int kVWords = kNTiles / 4;
+          const int g = lane / 4, c = lane % 4;
+          uint32_t rows_v[4][kVWords];
+  #pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            const int token = 2 * c + r % 2 + 8 * (r / 2);
+            const char* src = v_s + raw_v_offset(token, g * kVWords / 4) + g * kVWords * 4 % 16;
+            if constexpr (kVWords == 4) {
+              *reinterpret_cast<uint4*>(rows_v[r]) = *reinterpret_cast<const uint4*>(src);
+            } else if constexpr (kVWords == 3) {  // head_dim 96: 12 bytes, 4-byte aligned
+  #pragma unroll
+              for (int w = 0; w < 3; ++w) rows_v[r][w] = reinterpret_cast<const uint32_t*>(src)[w];
+            } else {
+              *reinterpret_cast<uint2*>(rows_v[r]) = *reinterpret_cast<const uint2*>(src);
+            }
+          }
+  #pragma unroll
+          for (int w = 0; w < kVWords; ++w) {
+            const uint32_t b0_lo = __byte_perm(rows_v[0][w], rows_v[1][w], 0x5140), b0_hi = __byte_perm(rows_v[0][w], rows_v[1][w], 0x7362);
+            const uint32_t b1_lo = __byte_perm(rows_v[2][w], rows_v[3][w], 0x5140), b1_hi = __byte_perm(rows_v[2][w], rows_v[3][w], 0x7362);
+            mma_16816<dtype>(o[4 * w], a, fp8x2_to_f16x2(b0_lo), fp8x2_to_f16x2(b1_lo));
+            mma_16816<dtype>(o[4 * w + 1], a, fp8x2_to_f16x2(b0_lo >> 16), fp8x2_to_f16x2(b1_lo >> 16));
+            mma_16816<dtype>(o[4 * w + 2], a, fp8x2_to_f16x2(b0_hi), fp8x2_to_f16x2(b1_hi));
+            mma_16816<dtype>(o[4 * w + 3], a, fp8x2_to_f16x2(b0_hi >> 16), fp8x2_to_f16x2(b1_hi >> 16));
+          }
+        } else {
+  #pragma unroll
+          for (int j = 0; j < kNTiles; j += 2) {
+            uint32_t b[4];
+            ldmatrix_x4_trans(b, v_s + swizzle(((lane / 8) % 2) * 8 + lane % 8, j + lane / 16));
+            mma_16816<dtype>(o[j], a, b[0], b[1]);
+            mma_16816<dtype>(o[j + 1], a, b[2], b[3]);
+          }
+        }
         __syncwarp();
       }
-      const char* v_s = stage + kBlock * kRawRowBytes;
-
-      // S (16 rows x 16 tokens) = Q K^T, as two 8-token halves.
-      float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
-      if constexpr (kDirect) {
-        // Token 8 h + lane / 4, bytes [c hd/4, (c + 1) hd/4) of its row: one 32-bit word per k step.
-        const int c = lane % 4;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int token = 8 * h + lane / 4;
-          uint32_t words[kKSteps];
-          if constexpr (kKSteps % 4 == 0) {
-#pragma unroll
-            for (int q = 0; q < kKSteps / 4; ++q)
-              *reinterpret_cast<uint4*>(words + 4 * q) =
-                  *reinterpret_cast<const uint4*>(k_s + raw_k_offset(token, c * (kKSteps / 4) + q));
-          } else {  // head_dim 96: 24 bytes, 8-byte aligned
-#pragma unroll
-            for (int q = 0; q < kKSteps / 2; ++q)
-              *reinterpret_cast<uint2*>(words + 2 * q) =
-                  *reinterpret_cast<const uint2*>(k_s + token * kRawRowBytes + c * kKSteps * 4 + 8 * q);
-          }
-#pragma unroll
-          for (int kk = 0; kk < kKSteps; ++kk)
-            mma_16816<dtype>(s[h], q_frag[kk], fp8x2_to_f16x2(words[kk]), fp8x2_to_f16x2(words[kk] >> 16));
-        }
-      } else {
-#pragma unroll
-        for (int kk = 0; kk < kKSteps; ++kk) {
-          uint32_t b[4];
-          ldmatrix_x4(b, k_s + swizzle((lane / 16) * 8 + lane % 8, kk * 2 + (lane / 8) % 2));
-          mma_16816<dtype>(s[0], q_frag[kk], b[0], b[1]);
-          mma_16816<dtype>(s[1], q_frag[kk], b[2], b[3]);
-        }
-      }
-      if constexpr (kSplit > 1) {  // the team's partial scores, summed to the same bits in every warp
-        float* slot = reinterpret_cast<float*>(q_s) + (i % 2) * kWarps * 256;
-        *reinterpret_cast<float4*>(slot + warp * 256 + lane * 4) = make_float4(s[0][0], s[0][1], s[0][2], s[0][3]);
-        *reinterpret_cast<float4*>(slot + warp * 256 + 128 + lane * 4) = make_float4(s[1][0], s[1][1], s[1][2], s[1][3]);
-        __syncthreads();
-        if constexpr (kSplit == 2) {  // own + partner's: a + b == b + a, so both warps agree
-          const float* theirs = slot + (warp ^ 1) * 256 + lane * 4;
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const float4 t = *reinterpret_cast<const float4*>(theirs + 128 * h);
-            s[h][0] += t.x, s[h][1] += t.y, s[h][2] += t.z, s[h][3] += t.w;
-          }
-        } else {  // every warp adds the team's partials in part order
-          const float* team_slot = slot + team * kSplit * 256 + lane * 4;
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            float4 sum = *reinterpret_cast<const float4*>(team_slot + 128 * h);
-#pragma unroll
-            for (int p = 1; p < kSplit; ++p) {
-              const float4 t = *reinterpret_cast<const float4*>(team_slot + p * 256 + 128 * h);
-              sum.x += t.x, sum.y += t.y, sum.z += t.z, sum.w += t.w;
-            }
-            s[h][0] = sum.x, s[h][1] = sum.y, s[h][2] = sum.z, s[h][3] = sum.w;
-          }
-        }
-      }
-
-      // Element (half h, e) is row row_of[e / 2], token 8 h + 2 (lane % 4) + e % 2.
-      const int start = block_start(i);
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[h][e] *= score_scale;
-      if (capped)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) s[h][e] = p.logits_soft_cap * tanhf(s[h][e] / p.logits_soft_cap);
-      float row_max[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int pos = start + 8 * h + 2 * (lane % 4) + e % 2;
-          float x = s[h][e];
-          if constexpr (pos_encoding == PosEncoding::alibi) x += slope[e / 2] * float(pos - q_pos[e / 2]);
-          if (!log2_in_scale) x *= kLog2e;
-          s[h][e] = pos < end - int(cut >> (8 * (e / 2)) & 0xffu) ? x : -INFINITY;
-          row_max[e / 2] = fmaxf(row_max[e / 2], s[h][e]);
-        }
-      float alpha[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        row_max[r] = fmaxf(row_max[r], __shfl_xor_sync(0xffffffffu, row_max[r], 1));
-        row_max[r] = fmaxf(row_max[r], __shfl_xor_sync(0xffffffffu, row_max[r], 2));
-        const float new_m = fmaxf(m[r], row_max[r]);
-        alpha[r] = new_m == -INFINITY ? 1.f : exp2f(m[r] - new_m);
-        m[r] = new_m;
-      }
-      float row_sum[2] = {0.f, 0.f};
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          s[h][e] = m[e / 2] == -INFINITY ? 0.f : exp2f(s[h][e] - m[e / 2]);
-          row_sum[e / 2] += s[h][e];
-        }
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
-        row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
-        l[r] = l[r] * alpha[r] + row_sum[r];
-      }
-      // A row whose maximum held has alpha exactly 1. Past the first blocks the maxima rarely
-      // move, and the warp skips the rescale: 4 kNTiles multiplies a lane, the most frequent
-      // instruction of the fp8 kernels (ncu).
-      if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) rescale_rows(o, alpha);
-
-      // O += P V: the S accumulators are exactly the A fragment of a 16x16 P.
-      const uint32_t a[4] = {pack2<dtype>(s[0][0], s[0][1]), pack2<dtype>(s[0][2], s[0][3]),
-                             pack2<dtype>(s[1][0], s[1][1]), pack2<dtype>(s[1][2], s[1][3])};
-      if constexpr (kDirectV) {
-        // Rows 2c, 2c + 1, 2c + 8, 2c + 9, bytes [g hd/8, (g + 1) hd/8): byte j of a row is tile j's
-        // column g; byte pairs of rows (2c, 2c + 1) and (2c + 8, 2c + 9) make the b0 and b1 words.
-        constexpr int kVWords = kNTiles / 4;
-        const int g = lane / 4, c = lane % 4;
-        uint32_t rows_v[4][kVWords];
-#pragma unroll
-        for (int r = 0; r < 4; ++r) {
-          const int token = 2 * c + r % 2 + 8 * (r / 2);
-          const char* src = v_s + raw_v_offset(token, g * kVWords / 4) + g * kVWords * 4 % 16;
-          if constexpr (kVWords == 4) {
-            *reinterpret_cast<uint4*>(rows_v[r]) = *reinterpret_cast<const uint4*>(src);
-          } else if constexpr (kVWords == 3) {  // head_dim 96: 12 bytes, 4-byte aligned
-#pragma unroll
-            for (int w = 0; w < 3; ++w) rows_v[r][w] = reinterpret_cast<const uint32_t*>(src)[w];
-          } else {
-            *reinterpret_cast<uint2*>(rows_v[r]) = *reinterpret_cast<const uint2*>(src);
-          }
-        }
-#pragma unroll
-        for (int w = 0; w < kVWords; ++w) {
-          const uint32_t b0_lo = __byte_perm(rows_v[0][w], rows_v[1][w], 0x5140), b0_hi = __byte_perm(rows_v[0][w], rows_v[1][w], 0x7362);
-          const uint32_t b1_lo = __byte_perm(rows_v[2][w], rows_v[3][w], 0x5140), b1_hi = __byte_perm(rows_v[2][w], rows_v[3][w], 0x7362);
-          mma_16816<dtype>(o[4 * w], a, fp8x2_to_f16x2(b0_lo), fp8x2_to_f16x2(b1_lo));
-          mma_16816<dtype>(o[4 * w + 1], a, fp8x2_to_f16x2(b0_lo >> 16), fp8x2_to_f16x2(b1_lo >> 16));
-          mma_16816<dtype>(o[4 * w + 2], a, fp8x2_to_f16x2(b0_hi), fp8x2_to_f16x2(b1_hi));
-          mma_16816<dtype>(o[4 * w + 3], a, fp8x2_to_f16x2(b0_hi >> 16), fp8x2_to_f16x2(b1_hi >> 16));
-        }
-      } else {
-#pragma unroll
-        for (int j = 0; j < kNTiles; j += 2) {
-          uint32_t b[4];
-          ldmatrix_x4_trans(b, v_s + swizzle(((lane / 8) % 2) * 8 + lane % 8, j + lane / 16));
-          mma_16816<dtype>(o[j], a, b[0], b[1]);
-          mma_16816<dtype>(o[j + 1], a, b[2], b[3]);
-        }
-      }
-      __syncwarp();
-    }
+    };
+    if (custom) key_loop(std::true_type{});
+    else key_loop(std::false_type{});
     cp_async_wait<0>();
     __syncthreads();  // the stage area becomes the merge buffer
 

@@ -14,6 +14,7 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstring>
 #include <limits>
@@ -28,6 +29,7 @@
 #include "aotinfer/aotinfer.h"
 #include "aotinfer/append_paged_kv.hpp"
 #include "aotinfer/batch_decode.hpp"
+#include "custom_masks.hpp"
 #include "gpu_test_util.hpp"
 #include "random_values.hpp"
 #include "reference/decode_reference.hpp"
@@ -170,6 +172,7 @@ struct Case {
   float k_scale = 1, v_scale = 1;
   int spare_pages = 2;
   int q_pad = 0;  // q rows this many elements (NaN) apart beyond their heads: a fused qkv slice
+  MaskShape mask_shape = MaskShape::tree;  // of the masks drawn with config.custom_mask
 };
 
 std::string describe(const Case& c) {
@@ -182,7 +185,8 @@ std::string describe(const Case& c) {
   s << "}, lse " << c.with_lse << ", q_positions " << c.with_q_positions << ", sinks " << c.with_sinks << ", sm_scale " << c.sm_scale << ", soft_cap "
     << c.soft_cap << ", window_left " << g.window_left << ", rope " << c.rope_scale << "/" << c.rope_theta << ", k/v scale "
     << c.k_scale << "/" << c.v_scale << (g.cuda_graph ? ", cuda_graph, max_batch " + std::to_string(g.max_batch) : "")
-    << (g.q_len > 1 ? ", q_len " + std::to_string(g.q_len) + (g.causal ? " causal" : " every key") : "");
+    << (g.q_len > 1 && !g.custom_mask ? ", q_len " + std::to_string(g.q_len) + (g.causal ? " causal" : " every key") : "")
+    << (g.custom_mask ? ", q_len " + std::to_string(g.q_len) + ", custom mask: " + mask_shape_name(c.mask_shape) : "");
   return s.str();
 }
 
@@ -203,6 +207,8 @@ struct Problem {
   std::vector<double> q;
   std::vector<std::int32_t> q_positions;
   std::vector<float> sinks;  // [num_qo_heads]
+  std::vector<std::vector<bool>> masks;  // config.custom_mask: each request's [q_len][kv_len] bits
+  PackedMasks packed_masks;
 
   std::int64_t batch() const { return std::int64_t(c.lens.size()); }
   std::int64_t rows_per_request() const { return std::int64_t(c.config.q_len) * c.config.num_qo_heads; }
@@ -223,6 +229,7 @@ struct Problem {
     p.v_scale = c.v_scale;
     p.q_len = c.config.q_len;
     p.causal = c.config.causal;
+    if (c.config.custom_mask) p.custom_mask = masks;
     if (c.with_q_positions) p.q_positions = q_positions;
     if (c.with_sinks) p.sinks.assign(sinks.begin(), sinks.end());
     // The products' operand type: the KV's, f16 for fp8 KV.
@@ -286,6 +293,10 @@ Problem make_problem(std::mt19937_64& rng, const Case& c) {
   }
   // Sinks from well below to well above a row's lse: some barely count, some dominate.
   for (int h = 0; h < g.num_qo_heads; ++h) p.sinks.push_back(float(uniform(rng, -2.0, 8.0)));
+  if (g.custom_mask) {
+    p.masks = random_masks(rng, std::vector<std::int32_t>(c.lens.size(), g.q_len), c.lens, c.mask_shape);
+    p.packed_masks = pack_masks(p.masks);
+  }
   return p;
 }
 
@@ -315,6 +326,8 @@ struct DeviceProblem {
   DeviceBuffer<std::uint8_t> q, o, k, v;
   DeviceBuffer<float> lse, sinks;
   DeviceBuffer<std::int32_t> indptr, indices, last_page_len, q_positions;
+  std::optional<DeviceBuffer<std::uint8_t>> mask_bytes;  // config.custom_mask: the last problem's
+  std::optional<DeviceBuffer<std::int32_t>> mask_indptr;
 
   DeviceProblem(const BatchDecodeConfig& c, std::int64_t max_batch, std::int64_t max_pages, std::int64_t max_indices,
                 int q_pad = 0)
@@ -357,6 +370,10 @@ struct DeviceProblem {
     put(last_page_len, p.cache.last_page_len);
     put(q_positions, p.q_positions);
     put(sinks, p.sinks);
+    if (config.custom_mask) {
+      mask_bytes.emplace(on_device(p.packed_masks.bytes));
+      mask_indptr.emplace(on_device(p.packed_masks.indptr));
+    }
     poison_outputs();
   }
   void poison_outputs() {
@@ -384,6 +401,7 @@ struct DeviceProblem {
     a.rope_theta = p.c.rope_theta;
     a.k_scale = p.c.k_scale;
     a.v_scale = p.c.v_scale;
+    if (config.custom_mask) a.custom_mask = mask_bytes->ptr, a.mask_indptr = mask_indptr->ptr;
     return a;
   }
 };
@@ -434,16 +452,22 @@ void check(const Problem& p, const DeviceProblem& d, const ref::DecodeResult& r)
   for (std::int64_t b = 0; b < p.batch(); ++b) {
     const std::vector<double> out(o.begin() + b * heads * dim, o.begin() + (b + 1) * heads * dim);
     const std::vector<double> want(r.o.begin() + b * heads * dim, r.o.begin() + (b + 1) * heads * dim);
-    // Masks do not depend on the head, and the first token sees keys whenever a later one does:
-    // a request attends to keys with all rows or with none.
-    const bool empty = std::isinf(r.lse[b * heads]);
-    if (empty) {
-      const auto nonzero = std::find_if(out.begin(), out.end(), [](double x) { return x != 0; });
-      if (nonzero != out.end())
-        report(b, "attends no key but o[" + std::to_string(nonzero - out.begin()) + "] = " + std::to_string(*nonzero));
+    // A row that attends no key (a request without keys, a custom mask's empty row) has o = 0;
+    // the others are compared with the reference together.
+    bool every_row_empty = true;
+    for (std::int64_t h = 0; h < heads; ++h) {
+      if (!std::isinf(r.lse[b * heads + h])) {
+        every_row_empty = false;
+        continue;
+      }
+      const auto row = out.begin() + h * dim;
+      const auto nonzero = std::find_if(row, row + dim, [](double x) { return x != 0; });
+      if (nonzero != row + dim)
+        report(b, "row " + std::to_string(h) + " attends no key but o[" + std::to_string(nonzero - out.begin()) + "] = " +
+                      std::to_string(*nonzero));
     }
     const double err = relative_error(out, want);
-    if (!empty && !(err < tol)) report(b, "relative error " + std::to_string(err) + " >= " + std::to_string(tol));
+    if (!every_row_empty && !(err < tol)) report(b, "relative error " + std::to_string(err) + " >= " + std::to_string(tol));
     if (p.c.with_lse)
       for (std::int64_t h = 0; h < heads; ++h) {
         const double want_lse = r.lse[b * heads + h], got = lse[b * heads + h];
@@ -895,6 +919,77 @@ TEST_CASE("batch_decode verifies 2..16 query tokens per request: causal and ever
   CHECK(split > 0);
   CHECK(unsplit > 0);
   CHECK(every_key > 0);
+}
+
+// Custom masks on the decode kernel (FlashInfer's packed bits; a speculative tree is the case it
+// is there for): each block's mask words travel with its keys. Trees over the last q_len keys,
+// random bits with empty rows, causal with holes; 1..16 tokens, GQA groups 1-8 (rows past one
+// CTA's 16 too), page sizes 1/16/64, split and unsplit plans, requests shorter than q_len.
+TEST_CASE("batch_decode under custom masks: speculative trees, random bits, causal with holes, split and unsplit", "[gpu]") {
+  SEEDED_RNG(rng);
+  const std::vector<BatchDecodeConfig> held = held_configs();
+  REQUIRE_SOME_RAN(held.size());
+  int ran = 0, split = 0, unsplit = 0;
+  for (int i = 0; i < 36; ++i) {
+    BatchDecodeConfig config = random_shape(rng, pick(rng, held), i);
+    config = with_heads(config, pick<int>(rng, {1, 2, 3, 4, 8}), uniform(rng, 1, 4));
+    config.page_size = pick<int>(rng, {1, 16, 64});
+    config.q_len = pick<int>(rng, {1, 2, 3, 4, 4, 6, 8, 8, 16});
+    config.custom_mask = true;
+    config.causal = uniform(rng, 0, 1);  // not read under a custom mask
+    const bool few = i % 2 == 0;         // few long requests split, many short ones do not
+    const std::int64_t batch = few ? uniform(rng, 1, 6) : uniform(rng, 20, 140);
+    Case c = random_case(rng, config, random_lens(rng, batch, few ? 9000 : 700, config.page_size), uniform(rng, 0, 2) == 0,
+                         uniform(rng, 0, 3) != 0);
+    c.mask_shape = std::array{MaskShape::tree, MaskShape::random, MaskShape::causal_like}[i % 3];
+    if (c.mask_shape == MaskShape::tree) c.lens = at_least(c.lens, config.q_len);  // the tree's own keys
+    c.soft_cap = uniform(rng, 0, 3) == 0 ? random_soft_cap(rng) : 0;
+    aotinfer::DecodeWorkPlan plan;
+    if (!run_case(rng, c, &plan)) continue;
+    ++ran;
+    (plan.split ? split : unsplit) += 1;
+  }
+  REQUIRE_SOME_RAN(ran);
+  CHECK(split > 0);
+  CHECK(unsplit > 0);
+}
+
+TEST_CASE("BatchDecode refuses custom-mask arguments that disagree with its config", "[gpu]") {
+  SEEDED_RNG(rng);
+  std::optional<BatchDecodeConfig> base = base_config();
+  REQUIRE_SOME_RAN(base ? 1 : 0);
+  BatchDecodeConfig config = *base;
+  config.q_len = 4;
+  config.custom_mask = true;
+  Case c = random_case(rng, config, {40, 3, 200}, false, true);  // 3 keys: fewer than q_len is fine here
+  const Problem p = make_problem(rng, c);
+  DeviceProblem d(p);
+  d.upload(p);
+  BatchDecode decode(package(), config);
+  Workspace ws(decode.workspace_sizes(std::int32_t(p.batch())));
+  decode.plan(p.cache.indptr, p.cache.last_page_len, p.cache.indices, p.num_pages, ws.ws, nullptr);
+  aotinfer::DecodeRunArgs args = d.args(p);
+  args.custom_mask = nullptr;
+  REQUIRE_THROWS_WITH(decode.run(args, nullptr), Contains("needs custom_mask and mask_indptr"));
+  args = d.args(p);
+  args.custom_mask += 2;
+  REQUIRE_THROWS_WITH(decode.run(args, nullptr), Contains("custom_mask must be 4-byte aligned"));
+
+  config.custom_mask = false;
+  BatchDecode plain(package(), config);
+  const Problem causal = make_problem(rng, random_case(rng, config, {40, 5, 200}, false, true));
+  Workspace plain_ws(plain.workspace_sizes(std::int32_t(causal.batch())));  // the plan above keeps its own
+  plain.plan(causal.cache.indptr, causal.cache.last_page_len, causal.cache.indices, causal.num_pages, plain_ws.ws, nullptr);
+  args = d.args(p);
+  REQUIRE_THROWS_WITH(plain.run(args, nullptr), Contains("config.custom_mask is false"));
+
+  // Nothing ran: o still holds the poison. The valid run is right.
+  CUDA_CHECK(cudaDeviceSynchronize());
+  const auto o = d.o.download();
+  CHECK(std::all_of(o.begin(), o.end(), [](std::uint8_t b) { return b == 0xff; }));
+  decode.run(d.args(p), nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  check(p, d, reference(p));
 }
 
 TEST_CASE("batch_decode at head_dim 512: the four warps of a team add their partial scores", "[gpu]") {

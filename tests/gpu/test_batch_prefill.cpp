@@ -22,6 +22,7 @@
 
 #include "aotinfer/aotinfer.h"
 #include "aotinfer/batch_prefill.hpp"
+#include "custom_masks.hpp"
 #include "gpu_test_util.hpp"
 #include "random_values.hpp"
 #include "reference/prefill_reference.hpp"
@@ -135,44 +136,10 @@ struct Case {
   bool tensors = false;  // run through the described-tensors run() (aotinfer_batch_prefill_tensors)
 };
 
-// Custom masks as engines draw them.
-enum class MaskShape { random, causal_like, tree };
-
-// Request masks of a shape for the case's lengths: random bits (some rows empty); causal with
-// random holes; or a speculative-decoding tree over the last qo_len keys, whose nodes see the
-// whole prefix, themselves and their ancestors.
-std::vector<std::vector<bool>> random_masks(std::mt19937_64& rng, const Case& c, MaskShape shape) {
-  std::vector<std::vector<bool>> out;
-  for (std::size_t i = 0; i < c.qo_lens.size(); ++i) {
-    const std::int64_t qo = c.qo_lens[i], kv = c.kv_lens[i];
-    std::vector<bool> m(std::size_t(qo * kv));
-    std::vector<std::int64_t> parent(qo, -1);
-    for (std::int64_t t = 1; t < qo; ++t) parent[t] = uniform<std::int64_t>(rng, -1, t - 1);
-    const double density = uniform(rng, 0.05, 0.95);
-    for (std::int64_t t = 0; t < qo; ++t) {
-      const bool empty_row = shape == MaskShape::random && uniform(rng, 0, 15) == 0;
-      const std::int64_t pos = kv - qo + t;
-      for (std::int64_t j = 0; j < kv; ++j) {
-        bool keep = false;
-        if (shape == MaskShape::random) keep = !empty_row && uniform(rng, 0.0, 1.0) < density;
-        if (shape == MaskShape::causal_like) keep = j <= pos && uniform(rng, 0, 9) != 0;
-        if (shape == MaskShape::tree) {
-          if (j < kv - qo) keep = true;
-          else
-            for (std::int64_t a = t; a >= 0 && !keep; a = parent[a]) keep = j == kv - qo + a;
-        }
-        m[std::size_t(t * kv + j)] = keep;
-      }
-    }
-    out.push_back(std::move(m));
-  }
-  return out;
-}
-
 // The case under a custom mask of that shape.
 Case with_custom_mask(std::mt19937_64& rng, Case c, MaskShape shape) {
   c.config.mask = MaskMode::custom;
-  c.masks = random_masks(rng, c, shape);
+  c.masks = random_masks(rng, c.qo_lens, c.kv_lens, shape);
   return c;
 }
 
@@ -213,22 +180,6 @@ struct Problem {
   std::vector<std::int32_t> mask_indptr;
 };
 
-// Each request's bits row-major, little-endian within a byte, padded to whole bytes; the buffer
-// to a multiple of 4 bytes (the kernels read words), with 0xff padding: no bit past a request's
-// mask may count.
-void pack_masks(Problem& p) {
-  p.mask_indptr.assign(1, 0);
-  for (const std::vector<bool>& m : p.c.masks) {
-    const std::size_t at = p.mask_bytes.size();
-    p.mask_bytes.resize(at + (m.size() + 7) / 8, 0);
-    for (std::size_t b = 0; b < m.size(); ++b)
-      if (m[b]) p.mask_bytes[at + b / 8] |= std::uint8_t(1u << (b % 8));
-    if (m.size() % 8) p.mask_bytes.back() |= std::uint8_t(0xffu << (m.size() % 8));
-    p.mask_indptr.push_back(std::int32_t(p.mask_bytes.size()));
-  }
-  p.mask_bytes.resize((p.mask_bytes.size() + 3) / 4 * 4 + (p.mask_bytes.empty() ? 4 : 0), 0xff);
-}
-
 Problem make_problem(std::mt19937_64& rng, const Case& c) {
   const BatchPrefillConfig& cfg = c.config;
   const int H = cfg.num_qo_heads, KVH = cfg.num_kv_heads, d = cfg.head_dim, dv = cfg.vo_dim();
@@ -238,7 +189,11 @@ Problem make_problem(std::mt19937_64& rng, const Case& c) {
   p.qo_indptr.assign(1, 0);
   for (auto len : c.qo_lens) p.qo_indptr.push_back(p.qo_indptr.back() + len);
   p.total_q = p.qo_indptr.back();
-  if (cfg.mask == MaskMode::custom) pack_masks(p);
+  if (cfg.mask == MaskMode::custom) {
+    PackedMasks packed = pack_masks(c.masks);
+    p.mask_bytes = std::move(packed.bytes);
+    p.mask_indptr = std::move(packed.indptr);
+  }
   Values qv(rng, cfg.dtype_q), kvv(rng, cfg.dtype_kv, c.kv_range);
   p.q.resize(p.total_q * H * d);
   p.q_bytes.resize(p.q.size() * 2);

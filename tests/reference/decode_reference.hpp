@@ -5,7 +5,7 @@
 // Per request b with kv_len = L, per query token j < q_len (row b * q_len + j of q and o) with
 // q_pos = q_positions[b * q_len + j] (or L - q_len + j), per query head h reading KV head
 // h / (num_qo_heads / num_kv_heads), over the keys t = 0 .. L-1 of the request (causal, q_len > 1:
-// t <= L - q_len + j only):
+// t <= L - q_len + j only; with a custom mask, those whose bit (j, t) is set):
 //   q' = round(rope(q, q_pos)), k' = round(rope(k, t)) * k_scale   (rope_llama; round = to the
 //                                      operand type; otherwise q' = q, k' = k * k_scale)
 //   s  = dot(q', k') * sm_scale
@@ -15,7 +15,7 @@
 //                                      back from the request's last key, whatever q_pos is)
 //   o  = softmax(s) . (v * v_scale),  lse = log(sum(exp(s)))  (natural log)
 //   with sinks, the row's state merged with sink_state(sinks[h])
-// No keys (L = 0; a window always keeps the last key) give o = 0, lse = -inf (with sinks:
+// No keys (L = 0, or a custom mask's empty row; a window always keeps the last key) give o = 0, lse = -inf (with sinks:
 // lse = sinks[h]). q_pos moves RoPE and ALiBi only.
 #pragma once
 #include <cmath>
@@ -67,6 +67,8 @@ struct DecodeParams {
   double v_scale = 1;
   int q_len = 1;        // query tokens per request
   bool causal = true;   // q_len > 1: token j sees keys up to L - q_len + j; else every key
+  // Per request, or empty: [q_len][L] row-major, token j sees key t where set (causal unread).
+  std::vector<std::vector<bool>> custom_mask;
   std::vector<std::int32_t> q_positions;  // [batch * q_len], or empty for q_pos = kv_len - q_len + j
   std::vector<double> sinks;              // [num_qo_heads] attention-sink logits, or empty
   // RoPE variants rotate q and K and round them once to the type of their products.
@@ -131,7 +133,8 @@ inline void decode_request(const std::vector<double>& q, const PagedCache& kv, c
         if (p.logits_soft_cap > 0) s = p.logits_soft_cap * std::tanh(s / p.logits_soft_cap);
         if (p.pos == DecodePos::alibi) s += alibi_slope(h, heads) * double(t - q_pos);
         if (p.window_left >= 0 && t < len - 1 - p.window_left) s = -std::numeric_limits<double>::infinity();
-        if (t > last_key) s = -std::numeric_limits<double>::infinity();
+        if (p.custom_mask.empty() ? t > last_key : !p.custom_mask[b][std::size_t(j * len + t)])
+          s = -std::numeric_limits<double>::infinity();
         scores[t] = s;
       }
       State state = attend(scores, values, std::size_t(d));

@@ -101,6 +101,26 @@ TEST_CASE("decode tensors that fit become the launch arguments", "[tensor_checks
   CHECK(a.sinks == c.t.sinks.data);
 }
 
+TEST_CASE("decode under a custom mask takes the packed bits and their offsets, and only then", "[tensor_checks]") {
+  DecodeCase c;
+  c.config.q_len = 2;
+  c.plan.q_rows = 6;
+  c.plan.mask_bytes = 9;  // packed bits of the three requests
+  c.t.q = tensor(AOTINFER_BF16, {6, 32, 128});
+  c.t.o = tensor(AOTINFER_BF16, {6, 32, 128}, 0x7f0000100000);
+  c.t.custom_mask = tensor(AOTINFER_U8, {12}, 0x7f0000200000);
+  c.t.mask_indptr = tensor(AOTINFER_I32, {4}, 0x7f0000300000);
+  CHECK_THAT(c.error(), Contains("batch_decode.run: custom_mask: is given but the decode's config.custom_mask is false"));
+  c.config.custom_mask = true;
+  const DecodeRunArgs a = detail::decode_run_args(c.config, c.plan, c.t, c.scalars);
+  CHECK(a.custom_mask == c.t.custom_mask.data);
+  CHECK(a.mask_indptr == c.t.mask_indptr.data);
+  c.t.custom_mask.shape[0] = 11;  // 9 bytes rounded up to 4: 12
+  CHECK_THAT(c.error(), Contains("custom_mask: expected shape [>= 12]"));
+  c.t.custom_mask = {};
+  CHECK_THAT(c.error(), Contains("custom_mask"));
+}
+
 TEST_CASE("decode with several query tokens per request takes batch * q_len rows of q, o, lse and q_positions", "[tensor_checks]") {
   DecodeCase c;
   c.config.q_len = 4;

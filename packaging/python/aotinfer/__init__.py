@@ -231,13 +231,14 @@ class BatchDecode:
     q_len: query tokens per request (1..16; speculative verification), the request's newest,
     whose keys the cache already holds; q, o and lse then hold batch * q_len token rows.
     causal=True: token t of a request of n keys sees keys 0 .. n - q_len + t (each request needs
-    at least q_len keys); False: every key. A window takes q_len 1."""
+    at least q_len keys); False: every key. A window takes q_len 1. custom_mask=True: run()'s
+    custom_mask says which keys each token sees instead (a speculative tree, say)."""
 
     def __init__(self, package, num_qo_heads, num_kv_heads, head_dim, page_size, dtype_q="bf16", dtype_kv=None,
                  dtype_o=None, layout="nhd", pos_encoding="none", window_left=-1, cuda_graph=False, max_batch=0,
-                 kv_split="adaptive", kv_split_tokens=0, max_kv_len=0, q_len=1, causal=True):
+                 kv_split="adaptive", kv_split_tokens=0, max_kv_len=0, q_len=1, causal=True, custom_mask=False):
         self.package, self.layout, self.page_size = package, layout, page_size
-        self.q_len, self.causal = q_len, bool(causal)
+        self.q_len, self.causal, self.custom_mask = q_len, bool(causal), bool(custom_mask)
         self.num_qo_heads, self.num_kv_heads, self.head_dim = num_qo_heads, num_kv_heads, head_dim
         sliding, window = _window(window_left, "batch_decode")
         self.window_left = window if sliding else -1
@@ -247,7 +248,7 @@ class BatchDecode:
                                     _text(pos_encoding, "pos_encoding", _POSITIONS),
                                     sliding, window, int(cuda_graph), max_batch,
                                     _text(kv_split, "kv_split", _KV_SPLITS), kv_split_tokens, max_kv_len,
-                                    q_len, 0 if causal else 1)
+                                    q_len, 0 if causal else 1, int(bool(custom_mask)))
         handle = ctypes.c_void_p()
         _check(_capi.lib.aotinfer_batch_decode_create(package._handle, ctypes.byref(config), ctypes.byref(handle)))
         self._handle, self._address, self._batch = handle, handle.value, None
@@ -281,7 +282,7 @@ class BatchDecode:
 
     def run(self, q, k_pages, v_pages, kv_indptr, kv_indices, kv_last_page_len, o, lse=None, q_positions=None,
             sm_scale=0.0, logits_soft_cap=0.0, rope_scale=1.0, rope_theta=1e4, k_scale=1.0, v_scale=1.0,
-            stream=None, sinks=None):
+            stream=None, sinks=None, custom_mask=None, mask_indptr=None):
         """Runs the last plan. q, o [batch * q_len, num_qo_heads, head_dim]; lse [batch * q_len,
         num_qo_heads] float32 or None; k_pages, v_pages the pools in the config's layout (views of one
         [pages, 2, ...] tensor are fine); kv_indptr, kv_indices, kv_last_page_len (and
@@ -289,9 +290,11 @@ class BatchDecode:
         scores (cap * tanh(score / cap)); <= 0: no cap. The window is the constructor's. sinks:
         attention-sink logits, float32 [num_qo_heads] on the GPU, or None: each head's softmax
         also holds its sink logit (in the units of the scaled scores, not soft-capped) with a zero
-        value row, so e^sinks[h] joins the denominator and lse includes it."""
+        value row, so e^sinks[h] joins the denominator and lse includes it. custom_mask=True in the
+        constructor only: custom_mask and mask_indptr as BatchPrefill.run's, each request's mask
+        [q_len, kv_len]."""
         status = _decode_run(self._address, q, k_pages, v_pages, kv_indptr, kv_indices, kv_last_page_len, o, lse,
-                             q_positions, sinks, sm_scale, logits_soft_cap, rope_scale, rope_theta, k_scale, v_scale,
+                             q_positions, sinks, custom_mask, mask_indptr, sm_scale, logits_soft_cap, rope_scale, rope_theta, k_scale, v_scale,
                              stream)
         if status:
             _raise(status)

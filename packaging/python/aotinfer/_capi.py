@@ -21,7 +21,8 @@ class DecodeConfig(ctypes.Structure):
                 ("num_qo_heads", c_int32), ("num_kv_heads", c_int32), ("page_size", c_int32), ("layout", c_char),
                 ("pos_encoding", c_char), ("sliding_window", c_int32), ("window_left", c_int32),
                 ("cuda_graph", c_int32), ("max_batch", c_int32), ("kv_split", c_char), ("kv_split_tokens", c_int32),
-                ("max_kv_len", ctypes.c_int64), ("q_len", c_int32), ("non_causal", c_int32)]
+                ("max_kv_len", ctypes.c_int64), ("q_len", c_int32), ("non_causal", c_int32),
+                ("custom_mask", c_int32)]
 
 
 class PrefillConfig(ctypes.Structure):

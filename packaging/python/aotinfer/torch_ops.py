@@ -111,11 +111,12 @@ def _lookup(oid, kinds, op):
 def _decode_run(decode_id: int, q: torch.Tensor, k_pages: torch.Tensor, v_pages: torch.Tensor,
                 kv_indptr: torch.Tensor, kv_indices: torch.Tensor, kv_last_page_len: torch.Tensor,
                 o: torch.Tensor, lse: Optional[torch.Tensor], q_positions: Optional[torch.Tensor],
-                sinks: Optional[torch.Tensor], sm_scale: float, logits_soft_cap: float, rope_scale: float,
+                sinks: Optional[torch.Tensor], custom_mask: Optional[torch.Tensor],
+                mask_indptr: Optional[torch.Tensor], sm_scale: float, logits_soft_cap: float, rope_scale: float,
                 rope_theta: float, k_scale: float, v_scale: float) -> None:
     decode = _lookup(decode_id, (aotinfer.BatchDecode,), "batch_decode_run")
     decode.run(q, k_pages, v_pages, kv_indptr, kv_indices, kv_last_page_len, o, lse, q_positions, sm_scale,
-               logits_soft_cap, rope_scale, rope_theta, k_scale, v_scale, None, sinks)
+               logits_soft_cap, rope_scale, rope_theta, k_scale, v_scale, None, sinks, custom_mask, mask_indptr)
 
 
 def _prefill_run(prefill_id: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qo_indptr: torch.Tensor,
@@ -198,12 +199,12 @@ def _call(op, args, stream, where):
 
 def batch_decode_run(decode, q, k_pages, v_pages, kv_indptr, kv_indices, kv_last_page_len, o, lse=None,
                      q_positions=None, sm_scale=0.0, logits_soft_cap=0.0, rope_scale=1.0, rope_theta=1e4,
-                     k_scale=1.0, v_scale=1.0, stream=None, sinks=None):
+                     k_scale=1.0, v_scale=1.0, stream=None, sinks=None, custom_mask=None, mask_indptr=None):
     """aotinfer.BatchDecode.run(...) as torch.ops.aotinfer.batch_decode_run: writes o (and lse). The
     sliding window is the decode object's (fixed when it was made), the soft cap a run value."""
     _call(torch.ops.aotinfer.batch_decode_run,
           (handle(decode), q, k_pages, v_pages, kv_indptr, kv_indices, kv_last_page_len, o, lse, q_positions, sinks,
-           float(sm_scale), float(logits_soft_cap), float(rope_scale), float(rope_theta), float(k_scale),
+           custom_mask, mask_indptr, float(sm_scale), float(logits_soft_cap), float(rope_scale), float(rope_theta), float(k_scale),
            float(v_scale)), stream, "batch_decode_run")
 
 

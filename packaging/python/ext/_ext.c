@@ -24,7 +24,7 @@
 #include "aotinfer/aotinfer.h"
 
 /* describe_all fills a tensors struct as an array of its aotinfer_tensor members. */
-_Static_assert(sizeof(aotinfer_batch_decode_tensors) == 10 * sizeof(aotinfer_tensor), "decode tensors are 10 tensors");
+_Static_assert(sizeof(aotinfer_batch_decode_tensors) == 12 * sizeof(aotinfer_tensor), "decode tensors are 12 tensors");
 _Static_assert(sizeof(aotinfer_batch_prefill_tensors) == 12 * sizeof(aotinfer_tensor), "prefill tensors are 12 tensors");
 _Static_assert(sizeof(aotinfer_merge_state_tensors) == 6 * sizeof(aotinfer_tensor), "merge tensors are 6 tensors");
 _Static_assert(sizeof(aotinfer_append_paged_kv_tensors) == 9 * sizeof(aotinfer_tensor), "append tensors are 9 tensors");
@@ -300,18 +300,20 @@ static int describe_all(PyObject* const* args, const char* const* names, int cou
 }
 
 /* decode_run(handle, q, k_pages, v_pages, kv_indptr, kv_indices, kv_last_page_len, o, lse,
- *            q_positions, sinks, sm_scale, logits_soft_cap, rope_scale, rope_theta, k_scale,
- *            v_scale, stream) -> status */
+ *            q_positions, sinks, custom_mask, mask_indptr, sm_scale, logits_soft_cap, rope_scale,
+ *            rope_theta, k_scale, v_scale, stream) -> status */
 static PyObject* decode_run(PyObject* Py_UNUSED(self), PyObject* const* args, Py_ssize_t nargs) {
-  static const char* const names[] = {"q", "k_pages", "v_pages", "kv_indptr", "kv_indices", "kv_last_page_len", "o", "lse", "q_positions", "sinks"};
+  static const char* const names[] = {"q", "k_pages",     "v_pages",    "kv_indptr",     "kv_indices",
+                                      "kv_last_page_len", "o",          "lse",           "q_positions",
+                                      "sinks",            "custom_mask", "mask_indptr"};
   aotinfer_batch_decode_tensors t;
   aotinfer_attention_scalars s;
   int torch_device = -1;
   void* stream = NULL;
-  if (check_nargs("decode_run", nargs, 18) || unbound((void*)S.decode)) return NULL;
+  if (check_nargs("decode_run", nargs, 20) || unbound((void*)S.decode)) return NULL;
   void* handle = PyLong_AsVoidPtr(args[0]);
-  if (PyErr_Occurred() || describe_all(args + 1, names, 10, &t.q, &torch_device) || scalars_arg(args + 11, &s) ||
-      stream_arg(args[17], torch_device, &stream))
+  if (PyErr_Occurred() || describe_all(args + 1, names, 12, &t.q, &torch_device) || scalars_arg(args + 13, &s) ||
+      stream_arg(args[19], torch_device, &stream))
     return NULL;
   /* The GIL is kept: a launch takes microseconds, less than releasing and taking it back. */
   return PyLong_FromLong(S.decode(handle, &t, &s, stream));

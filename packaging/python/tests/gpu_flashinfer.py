@@ -422,29 +422,52 @@ def decode_multi_token_case():
     check(label + " lse", lse, ref_lse, 1e-3)
 
 
+def tree_mask(q_len, kv_len):
+    """A speculative tree over the last q_len keys, random parents: each token sees the prefix,
+    its ancestors and itself (the bool [q_len, kv_len] FlashInfer's custom_mask takes)."""
+    prefix, parent = kv_len - q_len, [-1] + [random.randint(0, t - 1) for t in range(1, q_len)]
+    m = torch.zeros(q_len, kv_len, dtype=torch.bool)
+    m[:, :prefix] = True
+    for t in range(q_len):
+        a = t
+        while a >= 0:
+            m[t, prefix + a] = True
+            a = parent[a]
+    return m.to(DEV)
+
+
 def speculative_prefill_case(q_len, causal, kv_dtype="bf16", pos="NONE", sinks=False, k_scale=None, v_scale=None,
-                             group=None):
+                             group=None, tree=None):
     """The paged prefill wrapper over requests that all verify q_len tokens (an engine's target
     verification): served by the decode kernel while the tokens times the group fill one decode
-    CTA (16 rows), by the prefill kernels beyond; checked as any prefill."""
-    kv_heads, page = random.choice([1, 2, 4]), random.choice([1, 16])
+    CTA (16 rows), by the prefill kernels beyond; checked as any prefill. tree: "bool" or
+    "packed", each request under a speculative tree (custom_mask or packed_custom_mask)."""
+    kv_heads, page = random.choice([1, 2, 4]), random.choice([1, 16, 64])
     group = group or random.choice([1, 4, 8])
     heads, batch = kv_heads * group, random.randint(1, 12)
     kv = [random.randint(q_len, 2000) for _ in range(batch)]
     cache = Paged(kv, page, kv_heads, 128, "NHD", "single", kv_dtype)
+    masks = [tree_mask(q_len, n) for n in kv] if tree else None
+    mask_args = {}
+    if tree == "bool":
+        mask_args["custom_mask"] = torch.cat([m.reshape(-1) for m in masks])
+    elif tree == "packed":
+        mask_args["packed_custom_mask"] = torch.cat([packbits_little(m.reshape(-1)) for m in masks])
     wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(WORKSPACE, "NHD")
     wrapper.plan(indptr_of([q_len] * batch), cache.indptr, cache.indices, cache.last, heads, kv_heads, 128, page,
-                 causal=causal, pos_encoding_mode=pos, q_data_type=torch.bfloat16, kv_data_type=DTYPES[kv_dtype])
+                 causal=causal, pos_encoding_mode=pos, q_data_type=torch.bfloat16, kv_data_type=DTYPES[kv_dtype],
+                 **mask_args)
     assert wrapper._decoding == (q_len * group <= 16), "equal query runs of up to 16 rows run on the decode kernel"
     q = torch.randn(batch * q_len, heads, 128, device=DEV).to(torch.bfloat16)
     sinks = torch.rand(heads, device=DEV) * 8 - 2 if sinks else None
     o, lse = wrapper.run(q, cache.cache, return_lse=True, sinks=sinks, k_scale=k_scale, v_scale=v_scale)
-    ref_o, ref_lse = reference_prefill(q, [q_len] * batch, lambda r: cache.get(r, kv[r]), causal=causal,
+    ref_o, ref_lse = reference_prefill(q, [q_len] * batch, lambda r: cache.get(r, kv[r]), causal=causal and not tree,
                                        rope_theta=1e4 if pos == "ROPE_LLAMA" else None, alibi=pos == "ALIBI", sinks=sinks,
-                                       k_scale=k_scale or 1.0, v_scale=v_scale or 1.0)
+                                       k_scale=k_scale or 1.0, v_scale=v_scale or 1.0, masks=masks)
     torch.cuda.synchronize()
     label = (f"paged prefill of {q_len} tokens per request on the decode kernel [{kv_dtype} {pos} "
-             f"{'causal' if causal else 'non-causal'} group {group} page {page} batch {batch} max_kv {max(kv)}]")
+             f"{f'{tree} tree mask' if tree else 'causal' if causal else 'non-causal'} group {group} page {page} "
+             f"batch {batch} max_kv {max(kv)}]")
     check(label + " o", o, ref_o, 1e-2)
     check(label + " lse", lse, ref_lse, 1e-3)
 
@@ -490,6 +513,10 @@ def paged_prefill_cases():
     guarded("paged prefill speculative non-causal", lambda: speculative_prefill_case(3, False, sinks=True))
     guarded("paged prefill speculative rope e4m3", lambda: speculative_prefill_case(  # the decode kernel's variant
         4, True, kv_dtype="e4m3", pos="ROPE_LLAMA", k_scale=0.7, v_scale=1.4, group=4))
+    guarded("paged prefill speculative tree", lambda: speculative_prefill_case(
+        random.choice([2, 4, 8]), True, tree="packed", group=random.choice([1, 2])))
+    guarded("paged prefill speculative tree e4m3 sinks", lambda: speculative_prefill_case(
+        random.choice([3, 4]), False, kv_dtype="e4m3", sinks=True, k_scale=0.9, v_scale=1.2, group=4, tree="bool"))
     guarded("paged prefill sinks+window+cap", lambda: paged_prefill_case(
         "sinks + window + soft cap", 2, 64, "HND", "tuple", head_dim=256, window=random.randint(0, 100), cap=1.5,
         sinks=True))

@@ -222,8 +222,8 @@ class FrontEndTest(unittest.TestCase):
         with self.assertRaises(TypeError):
             prefill.run(q, q, q, i32, i32, q, window_left=3)
         with self.assertRaises(TypeError) as e:
-            _ext.decode_run(*([None] * 19))
-        self.assertIn("takes 18 arguments", str(e.exception))
+            _ext.decode_run(*([None] * 21))
+        self.assertIn("takes 20 arguments", str(e.exception))
 
     def test_windowed_configs_pass_the_c_api_checks(self):
         """Every variant serves windows and caps: a windowed config gets as far as the driver

@@ -106,6 +106,7 @@ typedef struct aotinfer_batch_decode_config {
   int64_t max_kv_len;       /* CUDA-graph mode with kv_split "fixed": the longest request's keys */
   int32_t q_len;            /* query tokens per request, 1..16 (speculative verification); 0: 1 */
   int32_t non_causal;       /* bool, q_len > 1: every token sees every key; 0: causal among the tokens */
+  int32_t custom_mask;      /* bool: the run args' custom_mask says which keys each token sees (non_causal is not read) */
 } aotinfer_batch_decode_config;
 
 typedef struct aotinfer_batch_decode_run_args {
@@ -127,6 +128,8 @@ typedef struct aotinfer_batch_decode_run_args {
   float k_scale;              /* 0: 1 */
   float v_scale;              /* 0: 1 */
   int64_t q_stride_token;     /* elements between requests' q rows (a fused qkv slice); 0: dense */
+  const uint8_t* custom_mask; /* config custom_mask: packed bits, 4-byte aligned (aotinfer/params/batch_decode.h) */
+  const int32_t* mask_indptr; /* config custom_mask: [batch + 1] byte offsets of the requests' masks */
 } aotinfer_batch_decode_run_args;
 
 aotinfer_status aotinfer_batch_decode_create(const aotinfer_package* package, const aotinfer_batch_decode_config* config,

@@ -47,6 +47,9 @@ struct BatchDecodeConfig {
   // at least q_len keys); false: every key.
   int q_len = 1;
   bool causal = true;
+  // custom_mask: the run's custom_mask says which keys each token sees instead (causal is then
+  // not read): a speculative tree, or any mask FlashInfer's prefill takes.
+  bool custom_mask = false;
   // A sliding window (q_len 1): the query sees its own key and the window_left keys before it
   // (< 0: every key). The plan gives each request's work only those keys.
   std::int32_t window_left = -1;
@@ -70,6 +73,11 @@ struct DecodeRunArgs {
   float* lse = nullptr;                          // [batch * q_len, num_qo_heads] or nullptr
   const std::int32_t* q_positions = nullptr;     // [batch * q_len] or nullptr (= kv_len - q_len + t)
   const float* sinks = nullptr;                  // [num_qo_heads] attention-sink logits, or nullptr
+  // config.custom_mask only: request i's [q_len, kv_len] mask as row-major bits packed
+  // little-endian (FlashInfer's packed_custom_mask) from byte mask_indptr[i] on, as
+  // PrefillRunArgs::custom_mask (4-byte aligned, readable to the next multiple of 4 bytes).
+  const std::uint8_t* custom_mask = nullptr;
+  const std::int32_t* mask_indptr = nullptr;
   float sm_scale = 0;                            // 0 = 1/sqrt(head_dim)
   float logits_soft_cap = 0;                     // > 0: scores are soft-capped; <= 0: no cap
   float rope_scale = 1;

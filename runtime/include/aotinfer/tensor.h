@@ -47,9 +47,11 @@ typedef struct aotinfer_tensor {
 /* The tensors of one batch_decode run (shapes in aotinfer/params/batch_decode.h). k_pages and
  * v_pages are the pools in the config's layout; their page stride may exceed one page (K and V
  * interleaved in one [pages, 2, ...] tensor) but must be equal. lse, q_positions and sinks
- * (float32 [num_qo_heads], attention-sink logits) may be absent. */
+ * (float32 [num_qo_heads], attention-sink logits) may be absent. With the config's custom_mask,
+ * custom_mask and mask_indptr are required (as batch_prefill's below), and absent otherwise. */
 typedef struct aotinfer_batch_decode_tensors {
   aotinfer_tensor q, k_pages, v_pages, kv_indptr, kv_indices, kv_last_page_len, o, lse, q_positions, sinks;
+  aotinfer_tensor custom_mask, mask_indptr;
 } aotinfer_batch_decode_tensors;
 
 /* The tensors of one batch_mla_decode run (aotinfer/params/batch_mla_decode.h), in the config's

@@ -35,7 +35,7 @@ std::string scalars() {
 std::string decode_tensors() {
   using T = aotinfer_batch_decode_tensors;
   return AOTINFER_STRUCT(aotinfer_batch_decode_tensors, F(q), F(k_pages), F(v_pages), F(kv_indptr), F(kv_indices),
-                         F(kv_last_page_len), F(o), F(lse), F(q_positions), F(sinks));
+                         F(kv_last_page_len), F(o), F(lse), F(q_positions), F(sinks), F(custom_mask), F(mask_indptr));
 }
 
 std::string prefill_tensors() {
@@ -77,7 +77,7 @@ std::string decode_config() {
   return AOTINFER_STRUCT(aotinfer_batch_decode_config, F(dtype_q), F(dtype_kv), F(dtype_o), F(head_dim), F(num_qo_heads),
                          F(num_kv_heads), F(page_size), F(layout), F(pos_encoding), F(sliding_window), F(window_left),
                          F(cuda_graph), F(max_batch), F(kv_split), F(kv_split_tokens), F(max_kv_len), F(q_len),
-                         F(non_causal));
+                         F(non_causal), F(custom_mask));
 }
 
 std::string prefill_config() {
@@ -93,7 +93,7 @@ std::string decode_run_args() {
   return AOTINFER_STRUCT(aotinfer_batch_decode_run_args, F(batch), F(q), F(k_pages), F(v_pages), F(kv_indptr),
                          F(kv_indices), F(kv_last_page_len), F(o), F(lse), F(q_positions), F(sinks), F(sm_scale),
                          F(logits_soft_cap), F(rope_scale), F(rope_theta), F(k_scale), F(v_scale),
-                         F(q_stride_token));
+                         F(q_stride_token), F(custom_mask), F(mask_indptr));
 }
 
 std::string prefill_run_args() {

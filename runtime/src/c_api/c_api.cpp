@@ -489,6 +489,7 @@ aotinfer_status aotinfer_batch_decode_create(const aotinfer_package* package, co
     a.at_least(c->q_len, 0, "config->q_len");
     config.q_len = c->q_len == 0 ? 1 : c->q_len;
     config.causal = c->non_causal == 0;
+    config.custom_mask = c->custom_mask != 0;
     a.handle(package, "package", kPackageTag, kPackageMaker);
     *out = new aotinfer_batch_decode{kDecodeTag, aotinfer::BatchDecode(package->package, config)};
   });
@@ -558,6 +559,8 @@ aotinfer_status aotinfer_batch_decode_run(const aotinfer_batch_decode* decode, c
     args.k_scale = in->k_scale != 0 ? in->k_scale : 1.f;
     args.v_scale = in->v_scale != 0 ? in->v_scale : 1.f;
     args.q_stride = in->q_stride_token;
+    args.custom_mask = in->custom_mask;
+    args.mask_indptr = in->mask_indptr;
     decode->decode.run(args, static_cast<aotinfer::Stream>(stream));
   });
 }

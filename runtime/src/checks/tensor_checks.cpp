@@ -161,6 +161,26 @@ void take_scalars(RunArgs& a, const aotinfer_attention_scalars& s) {
 // The first dimension's stride of a checked rows_strided tensor, 0 (dense) when it has one row.
 std::int64_t row_stride(const aotinfer_tensor& t) { return t.ndim > 0 && t.shape[0] > 1 ? t.strides[0] : 0; }
 
+// A custom mask's packed bits and byte offsets (params/batch_prefill.h), required where the
+// config asks for one (`custom`, named `setting` in the message otherwise) and refused elsewhere.
+struct CustomMask {
+  const std::uint8_t* bits = nullptr;
+  const std::int32_t* indptr = nullptr;
+};
+CustomMask custom_mask_args(const Checker& check, const aotinfer_tensor& bits, const aotinfer_tensor& indptr, bool custom,
+                            const PlannedShape& plan, const char* setting) {
+  if (!custom) {
+    if (check.present(bits) || check.present(indptr))
+      check.fail(check.present(bits) ? "custom_mask" : "mask_indptr", std::string("is given but ") + setting);
+    return {};
+  }
+  // The kernels read the bits in aligned 4-byte words, so the last mask's word must exist.
+  check.tensor(bits, "custom_mask", DType::u8, {{(plan.mask_bytes + 3) / 4 * 4, "the packed masks' bytes rounded up to 4", true}},
+               Packing::contiguous, 4);
+  check.tensor(indptr, "mask_indptr", DType::i32, {{plan.batch + 1, "batch + 1"}}, Packing::contiguous, 4);
+  return {static_cast<const std::uint8_t*>(bits.data), static_cast<const std::int32_t*>(indptr.data)};
+}
+
 }  // namespace
 
 DecodeRunArgs decode_run_args(const BatchDecodeConfig& c, const PlannedShape& plan, const aotinfer_batch_decode_tensors& t,
@@ -199,6 +219,10 @@ DecodeRunArgs decode_run_args(const BatchDecodeConfig& c, const PlannedShape& pl
   a.lse = static_cast<float*>(t.lse.data);
   a.q_positions = static_cast<const std::int32_t*>(t.q_positions.data);
   a.sinks = static_cast<const float*>(t.sinks.data);
+  const CustomMask mask = custom_mask_args(check, t.custom_mask, t.mask_indptr, c.custom_mask, plan,
+                                           "the decode's config.custom_mask is false");
+  a.custom_mask = mask.bits;
+  a.mask_indptr = mask.indptr;
   take_scalars(a, s);
   return a;
 }
@@ -279,16 +303,10 @@ PrefillRunArgs prefill_run_args(const BatchPrefillConfig& c, const PlannedShape&
     a.kv_stride = row_stride(t.k);
     a.v_stride = row_stride(t.v);
   }
-  if (c.mask == MaskMode::custom) {
-    // The kernels read the bits in aligned 4-byte words, so the last mask's word must exist.
-    check.tensor(t.custom_mask, "custom_mask", DType::u8, {{(plan.mask_bytes + 3) / 4 * 4, "the packed masks' bytes rounded up to 4", true}},
-                 Packing::contiguous, 4);
-    check.tensor(t.mask_indptr, "mask_indptr", DType::i32, {{batch + 1, "batch + 1"}}, Packing::contiguous, 4);
-    a.custom_mask = static_cast<const std::uint8_t*>(t.custom_mask.data);
-    a.mask_indptr = static_cast<const std::int32_t*>(t.mask_indptr.data);
-  } else if (check.present(t.custom_mask) || check.present(t.mask_indptr)) {
-    check.fail(check.present(t.custom_mask) ? "custom_mask" : "mask_indptr", "is given but the prefill's mask is not \"custom\"");
-  }
+  const CustomMask mask = custom_mask_args(check, t.custom_mask, t.mask_indptr, c.mask == MaskMode::custom, plan,
+                                           "the prefill's mask is not \"custom\"");
+  a.custom_mask = mask.bits;
+  a.mask_indptr = mask.indptr;
 
   a.batch = plan.batch;
   a.total_q = plan.q_rows;

@@ -22,7 +22,7 @@ struct PlannedShape {
   std::int64_t q_rows = 0;      // query rows the kernels read: decode batch * q_len, prefill total_q
   std::int64_t kv_entries = 0;  // kv_indptr[batch]: pages (paged) or tokens (ragged)
   std::int32_t num_pages = 0;   // > 0: plan checked every page id against it
-  std::int64_t mask_bytes = 0;  // prefill with a custom mask: the packed masks' bytes (FlashInfer's
+  std::int64_t mask_bytes = 0;  // with a custom mask: the packed masks' bytes (FlashInfer's
                                 // layout: each request's qo_len * kv_len bits padded to whole bytes)
   int device = 0;               // ordinal of the plan's GPU
 };

@@ -136,7 +136,7 @@ void BatchDecode::plan(std::span<const std::int32_t> kv_indptr, std::span<const 
   if (c.cuda_graph && batch > c.max_batch)
     invalid("batch " + std::to_string(batch) + " exceeds max_batch " + std::to_string(c.max_batch) + " of this CUDA-graph decode");
   detail::check_page_ids("batch_decode", kv_indptr, kv_indices, num_pages);
-  if (c.q_len > 1 && c.causal)
+  if (c.q_len > 1 && c.causal && !c.custom_mask)
     for (std::size_t i = 0; i < lengths.size(); ++i)
       if (lengths[i] < c.q_len)
         invalid("request " + std::to_string(i) + " has " + std::to_string(lengths[i]) + " keys, fewer than its q_len " +
@@ -161,6 +161,9 @@ void BatchDecode::plan(std::span<const std::int32_t> kv_indptr, std::span<const 
   s.shape.q_rows = std::int64_t(batch) * c.q_len;
   s.shape.kv_entries = kv_indptr.back();
   s.shape.num_pages = kv_indices.empty() ? 0 : num_pages;
+  s.shape.mask_bytes = 0;
+  if (c.custom_mask)
+    for (const std::int32_t length : lengths) s.shape.mask_bytes += (std::int64_t(c.q_len) * length + 7) / 8;
   s.planned = true;
 }
 
@@ -185,6 +188,11 @@ void BatchDecode::run(const DecodeRunArgs& a, Stream stream) const {
             std::to_string(q_row) + " elements, got " + std::to_string(a.q_stride));
   if (a.kv_stride_page < 0 || a.kv_stride_page * std::int64_t(dtype_size(c.dtype_kv)) % 16 != 0)
     invalid("kv_stride_page must be a non-negative multiple of 16 bytes, got " + std::to_string(a.kv_stride_page) + " elements");
+  if (c.custom_mask && (!a.custom_mask || !a.mask_indptr)) invalid("a custom mask (config.custom_mask) needs custom_mask and mask_indptr");
+  if (!c.custom_mask && (a.custom_mask || a.mask_indptr))
+    invalid("custom_mask and mask_indptr are given but config.custom_mask is false");
+  if (reinterpret_cast<std::uintptr_t>(a.custom_mask) % 4 != 0)
+    invalid("custom_mask must be 4-byte aligned (the kernel reads it in 4-byte words)");
   if (s.batch == 0) return;
 
   const char* ints = static_cast<const char*>(s.workspace.int_buffer);
@@ -208,6 +216,8 @@ void BatchDecode::run(const DecodeRunArgs& a, Stream stream) const {
   p.lse = a.lse;
   p.q_positions = a.q_positions;
   p.sinks = a.sinks;
+  p.custom_mask = a.custom_mask;
+  p.mask_indptr = a.mask_indptr;
   detail::point_at_work(p, s.layout, s.workspace.int_buffer);
   const std::size_t partial_rows = std::size_t(s.work.padded_work) * c.q_len * c.num_qo_heads;
   if (s.work.split) {
@@ -218,7 +228,7 @@ void BatchDecode::run(const DecodeRunArgs& a, Stream stream) const {
   }
   p.num_qo_heads = c.num_qo_heads;
   p.q_len = c.q_len;
-  p.q_causal = c.causal;
+  p.q_causal = c.causal && !c.custom_mask;
   p.sm_scale = a.sm_scale != 0 ? a.sm_scale : 1.f / std::sqrt(float(c.head_dim));
   p.logits_soft_cap = a.logits_soft_cap;
   p.rope_rcp_scale = 1.f / a.rope_scale;

@@ -9,7 +9,8 @@
  * Request i's tokens are rows i * q_len ... i * q_len + q_len - 1. Query head h reads KV head
  * h / (num_qo_heads / num_kv_heads) (GQA; any group size 1..64). With q_causal, token t of a
  * request of kv_len keys sees keys 0 .. kv_len - q_len + t (its own and those before it);
- * without, every key. A CTA's query rows are the (token, head) pairs of one KV head, token-major,
+ * without, every key. With custom_mask set (then q_causal is 0), token t sees key j when bit
+ * t * kv_len + j of its request's mask is set: a speculative tree, for one. A CTA's query rows are the (token, head) pairs of one KV head, token-major,
  * so the tokens of a request share each KV byte the way its GQA heads do.
  *
  * Scores: s = (q . k) * sm_scale, then, when logits_soft_cap > 0, s = logits_soft_cap *
@@ -59,6 +60,11 @@ typedef struct aotinfer_batch_decode_params {
   float* lse;
   const int32_t* q_positions; /* [batch * q_len] or NULL */
   const float* sinks;         /* [num_qo_heads] attention-sink logits, or NULL */
+  /* NULL, or each request's [q_len, kv_len] mask as row-major bits packed little-endian
+   * (FlashInfer's packed_custom_mask) from byte mask_indptr[i] on: the layout, alignment and
+   * padding of aotinfer/params/batch_prefill.h's custom_mask. */
+  const uint8_t* custom_mask;
+  const int32_t* mask_indptr; /* [batch + 1] */
 
   const int32_t* work_request;  /* [padded work] */
   const int32_t* work_kv_begin; /* [padded work] request-relative token index */

@@ -82,12 +82,13 @@ class _Prefill(_base.Wrapper):
     def _decode_form(self, config, qo_host, kv_host, paged):
         """BatchDecode's config for a paged plan that is speculative verification, else None:
         every request has the same few query tokens, whose rows (tokens times the GQA group) fit
-        one decode CTA, causal (with at least as many keys) or unmasked, with no window, adaptive
-        KV splits (a batch-invariant plan must not change kernels with the batch's shape) and no
-        CUDA graph (whose captured kernel must serve every later plan); V as wide as K (decode has
-        one width)."""
-        if (config.get("kv_storage") != "paged" or self._use_cuda_graph or config["mask"] == "custom"
-                or config["window_left"] >= 0 or config["kv_split"] != "adaptive" or qo_host.shape[0] < 2
+        one decode CTA, causal (with at least as many keys), unmasked or under a custom mask (a
+        speculative tree: the decode kernel reads its bits with the keys), with no window,
+        adaptive KV splits (a batch-invariant plan must not change kernels with the batch's
+        shape) and no CUDA graph (whose captured kernel must serve every later plan); V as wide as
+        K (decode has one width)."""
+        if (config.get("kv_storage") != "paged" or self._use_cuda_graph or config["window_left"] >= 0
+                or config["kv_split"] != "adaptive" or qo_host.shape[0] < 2
                 or config["head_dim_vo"] != config["head_dim"]):
             return None
         q_len = int(qo_host[1] - qo_host[0])
@@ -101,7 +102,7 @@ class _Prefill(_base.Wrapper):
                 return None
         decode = {k: config[k] for k in ("num_qo_heads", "num_kv_heads", "head_dim", "page_size", "dtype_q",
                                          "dtype_kv", "dtype_o", "pos_encoding", "layout", "kv_split")}
-        decode.update(q_len=q_len, causal=causal)
+        decode.update(q_len=q_len, causal=causal, custom_mask=config["mask"] == "custom")
         return decode
 
     def _custom_masks(self, where, masks, qo_host, kv_host, config, paged):
@@ -223,7 +224,8 @@ class BatchPrefillWithPagedKVCacheWrapper(_Prefill):
         if self._decoding:
             run = _base.traced("batch_decode_run") if _base.torch.compiler.is_compiling() else BatchDecode.run
             run(self._core, q, k, v, self._paged_kv_indptr_buf, self._paged_kv_indices_buf,
-                self._paged_kv_last_page_len_buf, o, lse, None, sm_scale, s[1], s[2], s[3], 1.0, 1.0, sinks=sinks)
+                self._paged_kv_last_page_len_buf, o, lse, None, sm_scale, s[1], s[2], s[3], 1.0, 1.0, sinks=sinks,
+                custom_mask=self._mask_bits, mask_indptr=self._mask_offsets)
             return
         run = _base.traced("batch_prefill_run") if _base.torch.compiler.is_compiling() else BatchPrefill.run
         run(self._core, q, k, v, self._qo_indptr_buf, self._paged_kv_indptr_buf, o, self._paged_kv_indices_buf,
