@@ -149,6 +149,21 @@ struct DeviceTreeMask {
 };
 
 
+// The median of 30 runs (after 5), each over the next of the problem's K/V copies (run_on(copy)),
+// under the tree mask when asked (set in a's custom_mask and mask_indptr); frees the workspace.
+template <typename Args, typename RunOn>
+double time_runs(const Shape& s, Problem& p, Args& a, bool tree, const aotinfer::Workspace& ws, RunOn run_on) {
+  std::optional<DeviceTreeMask> mask;
+  if (tree) {
+    mask.emplace(s, p.lens);
+    a.custom_mask = mask->custom_mask(), a.mask_indptr = mask->mask_indptr();
+  }
+  const double us = median_us(5, 30, [&](int i) { run_on(i % p.sets); });
+  check(cudaDeviceSynchronize(), "run");
+  cudaFree(ws.float_buffer), cudaFree(ws.int_buffer);
+  return us;
+}
+
 // chunk > 0: every request cut into chunks of that many keys (the fixed KV split), to show what
 // splitting a skewed batch would gain over the adaptive plan. tree: under the tree mask.
 double run_decode(const aotinfer::Package& pkg, const Shape& s, Problem& p, bool& split, int chunk, bool tree) {
@@ -165,18 +180,10 @@ double run_decode(const aotinfer::Package& pkg, const Shape& s, Problem& p, bool
   aotinfer::DecodeRunArgs a;
   a.batch = s.batch, a.q = p.q, a.o = p.o;
   a.kv_indptr = p.d_kv_indptr, a.kv_indices = p.d_indices, a.kv_last_page_len = p.d_last;
-  std::optional<DeviceTreeMask> mask;
-  if (tree) {
-    mask.emplace(s, p.lens);
-    a.custom_mask = mask->custom_mask(), a.mask_indptr = mask->mask_indptr();
-  }
-  const double us = median_us(5, 30, [&](int i) {
-    a.k_pages = p.k[i % p.sets], a.v_pages = p.v[i % p.sets];
+  return time_runs(s, p, a, tree, ws, [&](int copy) {
+    a.k_pages = p.k[copy], a.v_pages = p.v[copy];
     decode.run(a, nullptr);
   });
-  check(cudaDeviceSynchronize(), "decode");
-  cudaFree(ws.float_buffer), cudaFree(ws.int_buffer);
-  return us;
 }
 
 double run_prefill(const aotinfer::Package& pkg, const Shape& s, Problem& p, bool& split, bool tree) {
@@ -193,18 +200,10 @@ double run_prefill(const aotinfer::Package& pkg, const Shape& s, Problem& p, boo
   aotinfer::PrefillRunArgs a;
   a.batch = s.batch, a.total_q = tokens, a.q = p.q, a.o = p.o, a.qo_indptr = p.d_qo;
   a.kv_indptr = p.d_kv_indptr, a.kv_indices = p.d_indices, a.kv_last_page_len = p.d_last;
-  std::optional<DeviceTreeMask> mask;
-  if (tree) {
-    mask.emplace(s, p.lens);
-    a.custom_mask = mask->custom_mask(), a.mask_indptr = mask->mask_indptr();
-  }
-  const double us = median_us(5, 30, [&](int i) {
-    a.k = p.k[i % p.sets], a.v = p.v[i % p.sets];
+  return time_runs(s, p, a, tree, ws, [&](int copy) {
+    a.k = p.k[copy], a.v = p.v[copy];
     prefill.run(a, nullptr);
   });
-  check(cudaDeviceSynchronize(), "prefill");
-  cudaFree(ws.float_buffer), cudaFree(ws.int_buffer);
-  return us;
 }
 
 }  // namespace

@@ -64,7 +64,8 @@ struct DecodeMma {
   // directly, or widened per block into the warp's converted block).
   static constexpr int kRawChunks = kWarpDim * int(sizeof(dtype_kv)) / 16;  // copied per row
   static constexpr int kRawRowBytes = kFp8 ? kRawChunks * 16 : kRowBytes;
-  static constexpr int kMaskRowBytes = 8;  // a row's two mask words of a block
+  using Mask = MaskWords<kBlock / 8>;  // a custom mask's bits of a block: the S tile's layout
+  static constexpr int kMaskRowBytes = (Mask::kWords + 1) * 4;  // a row's mask words of a block
   static constexpr int kMaskOffset = 2 * kBlock * kRawRowBytes;  // within a stage
   static constexpr int kStageBytes = kMaskOffset + kRows * kMaskRowBytes;  // K block, V block, mask words
   static constexpr int kConvertedBytes = kFp8 && !kDirect ? kBlock * kRowBytes : 0;  // a widened K block
@@ -193,15 +194,13 @@ struct DecodeMma {
   }
 
   // Custom masks: copies row lane / 2's mask word lane % 2 of the block of keys from `start` into
-  // the stage: the aligned pair that holds the row's bits of those keys, bit_of_key0 being where
-  // its key 0 is. Past the row's last key (end > 0) nothing is read: its last word is read again
-  // instead, for keys that are masked anyway.
+  // the stage (the aligned pair that holds the row's bits of those keys; bit_of_key0: where its
+  // key 0 is).
   static __device__ __forceinline__ void load_mask_words(const aotinfer_batch_decode_params& p, char* stage,
                                                          const int64_t* bit_of_key0, int start, int end, int lane) {
-    const int64_t bit = bit_of_key0[lane / 2];
-    const int64_t last_word = (bit + end - 1) >> 5;
-    const uint32_t* words = reinterpret_cast<const uint32_t*>(p.custom_mask);
-    cp_async_4(stage + kMaskOffset + lane * 4, words + min(((bit + start) >> 5) + lane % 2, last_word));
+    static_assert(kRows * (Mask::kWords + 1) == 32, "a word a lane");
+    Mask::stage_word(p.custom_mask, reinterpret_cast<uint32_t*>(stage + kMaskOffset) + lane, lane % 2, start, end,
+                     bit_of_key0[lane / 2]);
   }
 
   // RoPE: rotates a landed K block (keys at positions start, start + 1, ...) into k_s, the mma
@@ -416,27 +415,27 @@ struct DecodeMma {
         if constexpr (kDirect) {
           // Token 8 h + lane / 4, bytes [c hd/4, (c + 1) hd/4) of its row: one 32-bit word per k step.
           const int c = lane % 4;
-  #pragma unroll
+#pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int token = 8 * h + lane / 4;
             uint32_t words[kKSteps];
             if constexpr (kKSteps % 4 == 0) {
-  #pragma unroll
+#pragma unroll
               for (int q = 0; q < kKSteps / 4; ++q)
                 *reinterpret_cast<uint4*>(words + 4 * q) =
                     *reinterpret_cast<const uint4*>(k_s + raw_k_offset(token, c * (kKSteps / 4) + q));
             } else {  // head_dim 96: 24 bytes, 8-byte aligned
-  #pragma unroll
+#pragma unroll
               for (int q = 0; q < kKSteps / 2; ++q)
                 *reinterpret_cast<uint2*>(words + 2 * q) =
                     *reinterpret_cast<const uint2*>(k_s + token * kRawRowBytes + c * kKSteps * 4 + 8 * q);
             }
-  #pragma unroll
+#pragma unroll
             for (int kk = 0; kk < kKSteps; ++kk)
               mma_16816<dtype>(s[h], q_frag[kk], fp8x2_to_f16x2(words[kk]), fp8x2_to_f16x2(words[kk] >> 16));
           }
         } else {
-  #pragma unroll
+#pragma unroll
           for (int kk = 0; kk < kKSteps; ++kk) {
             uint32_t b[4];
             ldmatrix_x4(b, k_s + swizzle((lane / 16) * 8 + lane % 8, kk * 2 + (lane / 8) % 2));
@@ -451,17 +450,17 @@ struct DecodeMma {
           __syncthreads();
           if constexpr (kSplit == 2) {  // own + partner's: a + b == b + a, so both warps agree
             const float* theirs = slot + (warp ^ 1) * 256 + lane * 4;
-  #pragma unroll
+#pragma unroll
             for (int h = 0; h < 2; ++h) {
               const float4 t = *reinterpret_cast<const float4*>(theirs + 128 * h);
               s[h][0] += t.x, s[h][1] += t.y, s[h][2] += t.z, s[h][3] += t.w;
             }
           } else {  // every warp adds the team's partials in part order
             const float* team_slot = slot + team * kSplit * 256 + lane * 4;
-  #pragma unroll
+#pragma unroll
             for (int h = 0; h < 2; ++h) {
               float4 sum = *reinterpret_cast<const float4*>(team_slot + 128 * h);
-  #pragma unroll
+#pragma unroll
               for (int p = 1; p < kSplit; ++p) {
                 const float4 t = *reinterpret_cast<const float4*>(team_slot + p * 256 + 128 * h);
                 sum.x += t.x, sum.y += t.y, sum.z += t.z, sum.w += t.w;
@@ -473,32 +472,28 @@ struct DecodeMma {
 
         // Element (half h, e) is row row_of[e / 2], token 8 h + 2 (lane % 4) + e % 2.
         const int start = block_start(i);
-  #pragma unroll
+#pragma unroll
         for (int h = 0; h < 2; ++h)
-  #pragma unroll
+#pragma unroll
           for (int e = 0; e < 4; ++e) s[h][e] *= score_scale;
         if (capped)
-  #pragma unroll
+#pragma unroll
           for (int h = 0; h < 2; ++h)
-  #pragma unroll
+#pragma unroll
             for (int e = 0; e < 4; ++e) s[h][e] = p.logits_soft_cap * tanhf(s[h][e] / p.logits_soft_cap);
         if constexpr (kCustom) {  // -inf where a row's bit is clear
-  #pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const uint2 words = *reinterpret_cast<const uint2*>(stage + kMaskOffset + row_of[r] * kMaskRowBytes);
-            const uint32_t shift = uint32_t(bit_of_key0[row_of[r]] + start) & 31u;
-            const uint32_t bits = __funnelshift_r(words.x, words.y, shift) >> (2 * (lane % 4));
-  #pragma unroll
-            for (int h = 0; h < 2; ++h)
-  #pragma unroll
-              for (int c = 0; c < 2; ++c)
-                if (!(bits >> (8 * h + c) & 1u)) s[h][2 * r + c] = -INFINITY;
-          }
+          const char* words = stage + kMaskOffset;
+          const uint32_t* const row_words[2] = {reinterpret_cast<const uint32_t*>(words + row_of[0] * kMaskRowBytes),
+                                                reinterpret_cast<const uint32_t*>(words + row_of[1] * kMaskRowBytes)};
+          const int64_t row_bit[2] = {bit_of_key0[row_of[0]], bit_of_key0[row_of[1]]};
+          Mask mask;
+          mask.load_staged(row_words, start, row_bit);
+          mask.apply(s);
         }
         float row_max[2] = {-INFINITY, -INFINITY};
-  #pragma unroll
+#pragma unroll
         for (int h = 0; h < 2; ++h)
-  #pragma unroll
+#pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int pos = start + 8 * h + 2 * (lane % 4) + e % 2;
             float x = s[h][e];
@@ -508,7 +503,7 @@ struct DecodeMma {
             row_max[e / 2] = fmaxf(row_max[e / 2], s[h][e]);
           }
         float alpha[2];
-  #pragma unroll
+#pragma unroll
         for (int r = 0; r < 2; ++r) {
           row_max[r] = fmaxf(row_max[r], __shfl_xor_sync(0xffffffffu, row_max[r], 1));
           row_max[r] = fmaxf(row_max[r], __shfl_xor_sync(0xffffffffu, row_max[r], 2));
@@ -517,14 +512,14 @@ struct DecodeMma {
           m[r] = new_m;
         }
         float row_sum[2] = {0.f, 0.f};
-  #pragma unroll
+#pragma unroll
         for (int h = 0; h < 2; ++h)
-  #pragma unroll
+#pragma unroll
           for (int e = 0; e < 4; ++e) {
             s[h][e] = m[e / 2] == -INFINITY ? 0.f : exp2f(s[h][e] - m[e / 2]);
             row_sum[e / 2] += s[h][e];
           }
-  #pragma unroll
+#pragma unroll
         for (int r = 0; r < 2; ++r) {
           row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
           row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
@@ -544,20 +539,20 @@ struct DecodeMma {
           constexpr int kVWords = kNTiles / 4;
           const int g = lane / 4, c = lane % 4;
           uint32_t rows_v[4][kVWords];
-  #pragma unroll
+#pragma unroll
           for (int r = 0; r < 4; ++r) {
             const int token = 2 * c + r % 2 + 8 * (r / 2);
             const char* src = v_s + raw_v_offset(token, g * kVWords / 4) + g * kVWords * 4 % 16;
             if constexpr (kVWords == 4) {
               *reinterpret_cast<uint4*>(rows_v[r]) = *reinterpret_cast<const uint4*>(src);
             } else if constexpr (kVWords == 3) {  // head_dim 96: 12 bytes, 4-byte aligned
-  #pragma unroll
+#pragma unroll
               for (int w = 0; w < 3; ++w) rows_v[r][w] = reinterpret_cast<const uint32_t*>(src)[w];
             } else {
               *reinterpret_cast<uint2*>(rows_v[r]) = *reinterpret_cast<const uint2*>(src);
             }
           }
-  #pragma unroll
+#pragma unroll
           for (int w = 0; w < kVWords; ++w) {
             const uint32_t b0_lo = __byte_perm(rows_v[0][w], rows_v[1][w], 0x5140), b0_hi = __byte_perm(rows_v[0][w], rows_v[1][w], 0x7362);
             const uint32_t b1_lo = __byte_perm(rows_v[2][w], rows_v[3][w], 0x5140), b1_hi = __byte_perm(rows_v[2][w], rows_v[3][w], 0x7362);
@@ -567,7 +562,7 @@ struct DecodeMma {
             mma_16816<dtype>(o[4 * w + 3], a, fp8x2_to_f16x2(b0_hi >> 16), fp8x2_to_f16x2(b1_hi >> 16));
           }
         } else {
-  #pragma unroll
+#pragma unroll
           for (int j = 0; j < kNTiles; j += 2) {
             uint32_t b[4];
             ldmatrix_x4_trans(b, v_s + swizzle(((lane / 8) % 2) * 8 + lane % 8, j + lane / 16));

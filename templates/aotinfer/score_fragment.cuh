@@ -71,7 +71,8 @@ __device__ __forceinline__ void mask_scores(float (&s)[kTiles][4], int start, in
 // A custom mask's bits (params/batch_prefill.h) for a tile of 8 * kTiles keys from `start`: row
 // half h's bit of key 0 is bit row_bit[h] of `mask`, and its keys end before `end`, past whose
 // bit nothing is read. Each row's run of bits is a few aligned 32-bit words, loaded by load()
-// (early, where the kernel can wait for them elsewhere) and funnel-shifted into place by apply();
+// (early, where the kernel can wait for them elsewhere) or staged in shared memory with the
+// tile's keys (stage_word, load_staged), and funnel-shifted into place by apply();
 // a thread's keys 8 j + 2 (lane % 4) + e % 2 never straddle a word.
 template <int kTiles>
 struct MaskWords {
@@ -87,6 +88,24 @@ struct MaskWords {
       shift[h] = uint32_t(first & 31);
 #pragma unroll
       for (int i = 0; i <= kWords; ++i) raw[h][i] = __ldg(words + min((first >> 5) + i, last_word));
+    }
+  }
+
+  // The same words staged with a tile's keys instead: stage_word copies word i of the run of
+  // row bit `bit` (cp.async, 4 bytes; past `end` the last word again), and load_staged takes row
+  // half h's copied run from words[h] (bits row_bit[h] on, as load's).
+  __device__ __forceinline__ static void stage_word(const uint8_t* mask, uint32_t* dst, int i, int start, int end,
+                                                    int64_t bit) {
+    const uint32_t* words = reinterpret_cast<const uint32_t*>(mask);
+    const int64_t last_word = (bit + end - 1) >> 5;  // end > 0: a stage holds keys
+    cp_async_4(dst, words + min(((bit + start) >> 5) + i, last_word));
+  }
+  __device__ __forceinline__ void load_staged(const uint32_t* const (&words)[2], int start, const int64_t (&row_bit)[2]) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      shift[h] = uint32_t((row_bit[h] + start) & 31);
+#pragma unroll
+      for (int i = 0; i <= kWords; ++i) raw[h][i] = words[h][i];
     }
   }
 

@@ -528,6 +528,16 @@ bool run_case(std::mt19937_64& rng, const Case& c, aotinfer::DecodeWorkPlan* pla
   return true;
 }
 
+// After refused runs: nothing ran (o still holds the poison), and the plan still runs right.
+void untouched_then_right(const BatchDecode& decode, const Problem& p, const DeviceProblem& d) {
+  CUDA_CHECK(cudaDeviceSynchronize());
+  const auto o = d.o.download();
+  CHECK(std::all_of(o.begin(), o.end(), [](std::uint8_t b) { return b == 0xff; }));
+  decode.run(d.args(p), nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+  check(p, d, reference(p));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Drawing cases.
 
@@ -983,13 +993,7 @@ TEST_CASE("BatchDecode refuses custom-mask arguments that disagree with its conf
   args = d.args(p);
   REQUIRE_THROWS_WITH(plain.run(args, nullptr), Contains("config.custom_mask is false"));
 
-  // Nothing ran: o still holds the poison. The valid run is right.
-  CUDA_CHECK(cudaDeviceSynchronize());
-  const auto o = d.o.download();
-  CHECK(std::all_of(o.begin(), o.end(), [](std::uint8_t b) { return b == 0xff; }));
-  decode.run(d.args(p), nullptr);
-  CUDA_CHECK(cudaDeviceSynchronize());
-  check(p, d, reference(p));
+  untouched_then_right(decode, p, d);
 }
 
 TEST_CASE("batch_decode at head_dim 512: the four warps of a team add their partial scores", "[gpu]") {
@@ -1354,15 +1358,7 @@ TEST_CASE("BatchDecode refuses bad arguments before launching anything", "[gpu]"
     args.kv_indptr = nullptr;
     CHECK_THAT(invalid([&] { decode.run(args, nullptr); }), Contains("null", CaseSensitive::No));
 
-    // Nothing ran: o and lse still hold the poison.
-    CUDA_CHECK(cudaDeviceSynchronize());
-    const auto o = d.o.download();
-    CHECK(std::all_of(o.begin(), o.end(), [](std::uint8_t b) { return b == 0xff; }));
-
-    // And the valid plan still runs correctly.
-    decode.run(d.args(p), nullptr);
-    CUDA_CHECK(cudaDeviceSynchronize());
-    check(p, d, reference(p));
+    untouched_then_right(decode, p, d);
   }
 }
 
