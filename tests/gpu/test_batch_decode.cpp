@@ -326,11 +326,11 @@ struct DeviceProblem {
   DeviceBuffer<std::uint8_t> q, o, k, v;
   DeviceBuffer<float> lse, sinks;
   DeviceBuffer<std::int32_t> indptr, indices, last_page_len, q_positions;
-  std::optional<DeviceBuffer<std::uint8_t>> mask_bytes;  // config.custom_mask: the last problem's
-  std::optional<DeviceBuffer<std::int32_t>> mask_indptr;
+  DeviceBuffer<std::uint8_t> mask_bytes;  // config.custom_mask: packed masks of up to mask_capacity bytes
+  DeviceBuffer<std::int32_t> mask_indptr;
 
   DeviceProblem(const BatchDecodeConfig& c, std::int64_t max_batch, std::int64_t max_pages, std::int64_t max_indices,
-                int q_pad = 0)
+                int q_pad = 0, std::int64_t mask_capacity = 0)
       : config(c),
         max_batch(max_batch),
         q_pad(q_pad),
@@ -343,9 +343,12 @@ struct DeviceProblem {
         indptr(max_batch + 1),
         indices(max_indices),
         last_page_len(max_batch),
-        q_positions(max_batch * c.q_len) {}
+        q_positions(max_batch * c.q_len),
+        mask_bytes(c.custom_mask ? mask_capacity : 0),
+        mask_indptr(c.custom_mask ? max_batch + 1 : 0) {}
   explicit DeviceProblem(const Problem& p)
-      : DeviceProblem(p.c.config, p.batch(), p.num_pages, std::int64_t(p.cache.indices.size()), p.c.q_pad) {}
+      : DeviceProblem(p.c.config, p.batch(), p.num_pages, std::int64_t(p.cache.indices.size()), p.c.q_pad,
+                      std::int64_t(p.packed_masks.bytes.size())) {}
 
   template <typename T>
   static void put(DeviceBuffer<T>& dst, const std::vector<T>& src) {
@@ -371,8 +374,8 @@ struct DeviceProblem {
     put(q_positions, p.q_positions);
     put(sinks, p.sinks);
     if (config.custom_mask) {
-      mask_bytes.emplace(on_device(p.packed_masks.bytes));
-      mask_indptr.emplace(on_device(p.packed_masks.indptr));
+      put(mask_bytes, p.packed_masks.bytes);
+      put(mask_indptr, p.packed_masks.indptr);
     }
     poison_outputs();
   }
@@ -401,7 +404,7 @@ struct DeviceProblem {
     a.rope_theta = p.c.rope_theta;
     a.k_scale = p.c.k_scale;
     a.v_scale = p.c.v_scale;
-    if (config.custom_mask) a.custom_mask = mask_bytes->ptr, a.mask_indptr = mask_indptr->ptr;
+    if (config.custom_mask) a.custom_mask = mask_bytes.ptr, a.mask_indptr = mask_indptr.ptr;
     return a;
   }
 };
@@ -1044,9 +1047,11 @@ TEST_CASE("batch_decode refuses q_len outside 1..16, a window with several token
 }
 
 // One CUDA-graph decode captured once and replayed after each of several plans, each checked.
-static void replay_plans(std::mt19937_64& rng, const BatchDecodeConfig& base, bool window, int q_len = 1) {
+static void replay_plans(std::mt19937_64& rng, const BatchDecodeConfig& base, bool window, int q_len = 1,
+                         bool custom_mask = false) {
   BatchDecodeConfig config = with_heads(base, pick(rng, kGroups), uniform(rng, 1, 4));
   config.q_len = q_len;
+  config.custom_mask = custom_mask;  // the masks' bits and offsets change with each plan, their buffers do not
   config.page_size = pick(rng, std::vector<int>{1, 16, 64});
   config.layout = uniform(rng, 0, 1) ? KvLayout::hnd : KvLayout::nhd;
   config.cuda_graph = true;
@@ -1070,9 +1075,10 @@ static void replay_plans(std::mt19937_64& rng, const BatchDecodeConfig& base, bo
   shapes.push_back(shapes[0]);
   for (auto& lens : shapes) lens = at_least(lens, q_len);
   std::vector<Problem> problems;
-  std::int64_t max_pages = 0, max_indices = 0;
+  std::int64_t max_pages = 0, max_indices = 0, max_mask_bytes = 0;
   Case first_case = random_case(rng, config, shapes[0], q_positions, true);
   first_case.soft_cap = uniform(rng, 0, 1) ? random_soft_cap(rng) : 0;
+  first_case.mask_shape = pick<MaskShape>(rng, {MaskShape::tree, MaskShape::random, MaskShape::causal_like});
   for (const auto& lens : shapes) {
     Case c = first_case;
     c.lens = lens;
@@ -1080,8 +1086,9 @@ static void replay_plans(std::mt19937_64& rng, const BatchDecodeConfig& base, bo
     problems.push_back(make_problem(rng, c));
     max_pages = std::max<std::int64_t>(max_pages, problems.back().num_pages);
     max_indices = std::max<std::int64_t>(max_indices, problems.back().cache.indices.size());
+    max_mask_bytes = std::max<std::int64_t>(max_mask_bytes, problems.back().packed_masks.bytes.size());
   }
-  DeviceProblem d(config, max_batch, max_pages, max_indices);
+  DeviceProblem d(config, max_batch, max_pages, max_indices, 0, max_mask_bytes);
   Workspace ws(decode.workspace_sizes(max_batch));
 
   struct Graph {
@@ -1124,7 +1131,7 @@ static void replay_plans(std::mt19937_64& rng, const BatchDecodeConfig& base, bo
   }
 }
 
-TEST_CASE("batch_decode in CUDA-graph mode: one captured graph replays every later plan, with and without a window, and with several query tokens", "[gpu]") {
+TEST_CASE("batch_decode in CUDA-graph mode: one captured graph replays every later plan, with and without a window, with several query tokens and under a custom mask", "[gpu]") {
   SEEDED_RNG(rng);
   std::optional<BatchDecodeConfig> base = base_config();
   REQUIRE_SOME_RAN(base ? 1 : 0);
@@ -1135,6 +1142,8 @@ TEST_CASE("batch_decode in CUDA-graph mode: one captured graph replays every lat
   const int q_len = uniform(rng, 2, 8);
   INFO("q_len " << q_len);
   replay_plans(rng, *base, false, q_len);
+  INFO("under a custom mask");
+  replay_plans(rng, *base, false, uniform(rng, 1, 8), true);
 }
 
 // A decode step runs the layers' decodes back to back on one stream, each reading what the
