@@ -394,7 +394,8 @@ struct DecodeMma {
           const int next = i + kStages - 1;  // its stage was last read in iteration i - 1
           if (next < my_blocks) {
             load_block(p, my_stages + (next % kStages) * kStageBytes, ahead, kv_head, part, lane);
-            if constexpr (kCustom) load_mask_words(p, my_stages + (next % kStages) * kStageBytes, bit_of_key0, block_start(next), end, lane);
+            if constexpr (kCustom)
+              load_mask_words(p, my_stages + (next % kStages) * kStageBytes, bit_of_key0, block_start(next), end, lane);
           }
           cp_async_commit();
           ahead = key_page(p, block_start(next + 1), end, page_begin, lane);

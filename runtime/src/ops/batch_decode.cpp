@@ -188,7 +188,8 @@ void BatchDecode::run(const DecodeRunArgs& a, Stream stream) const {
             std::to_string(q_row) + " elements, got " + std::to_string(a.q_stride));
   if (a.kv_stride_page < 0 || a.kv_stride_page * std::int64_t(dtype_size(c.dtype_kv)) % 16 != 0)
     invalid("kv_stride_page must be a non-negative multiple of 16 bytes, got " + std::to_string(a.kv_stride_page) + " elements");
-  if (c.custom_mask && (!a.custom_mask || !a.mask_indptr)) invalid("a custom mask (config.custom_mask) needs custom_mask and mask_indptr");
+  if (c.custom_mask && (!a.custom_mask || !a.mask_indptr))
+    invalid("a custom mask (config.custom_mask) needs custom_mask and mask_indptr");
   if (!c.custom_mask && (a.custom_mask || a.mask_indptr))
     invalid("custom_mask and mask_indptr are given but config.custom_mask is false");
   if (reinterpret_cast<std::uintptr_t>(a.custom_mask) % 4 != 0)
