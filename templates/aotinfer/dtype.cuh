@@ -63,6 +63,27 @@ __device__ __forceinline__ uint4 widen_fp8x8(uint32_t lo, uint32_t hi) {
   return {a.x, a.y, b.x, b.y};
 }
 
+// Eight values split as x = hi + lo into two octets of e4m3 (lowest value first), so that fp8
+// tensor-core products of both give x's product. Exact for every x of at most 8 significant bits
+// (bf16 values, times a power of two) with |x| in [2^-2, 448]: hi keeps x's top 4 bits, and the
+// rest, an integer multiple of x's last bit below hi's half step, needs at most 4 more. Smaller
+// values lose bits below e4m3's least subnormal (2^-9) in lo.
+struct SplitE4m3x8 {
+  uint2 hi, lo;
+};
+__device__ __forceinline__ SplitE4m3x8 split_e4m3x8(const float (&x)[8]) {
+  uint32_t hi[4], lo[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const __nv_fp8x2_storage_t h = __nv_cvt_float2_to_fp8x2(make_float2(x[2 * i], x[2 * i + 1]), __NV_SATFINITE, __NV_E4M3);
+    const float2 back = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(h, __NV_E4M3)));
+    const __nv_fp8x2_storage_t l =
+        __nv_cvt_float2_to_fp8x2(make_float2(x[2 * i] - back.x, x[2 * i + 1] - back.y), __NV_SATFINITE, __NV_E4M3);
+    hi[i] = h, lo[i] = l;
+  }
+  return {{hi[0] | hi[1] << 16, hi[2] | hi[3] << 16}, {lo[0] | lo[1] << 16, lo[2] | lo[3] << 16}};
+}
+
 // Sixteen bytes of T, moved with one 128-bit load or store.
 template <typename T>
 struct alignas(16) Pack16 {

@@ -8,7 +8,10 @@
 //     says "K landed" and another "V landed". Where the host encoded tensor maps (q, and ragged
 //     K and V; aotinfer/params/batch_prefill.h), one thread issues a TMA copy per 64-column
 //     block; otherwise the warpgroup copies rows with cp.async through the KvRows policy (paged
-//     or ragged rows), converting q and rotating q and K for RoPE on the way;
+//     or ragged rows), converting q and rotating q and K for RoPE on the way. fp8 K/V land raw
+//     and the producer widens them to f16 (load_kv_fp8), or, with bf16 q, only V, while K stays
+//     fp8 for a score product on fp8 tensor cores against q split into two e4m3 terms
+//     (kFp8Scores: split_q, load_kv_fp8_scores);
 //   - two consumers (warpgroups 1 and 2, the freed registers) own 64 rows each:
 //       S = Q K^T  wgmma, A = q and B = K from shared memory (both K-major),
 //       online softmax on S in registers (aotinfer/score_fragment.cuh),
@@ -56,7 +59,14 @@ struct PrefillSm90 {
   static constexpr bool kSplitVo = Dims::kSplit;   // V has its own strides and key offsets
   // fp8 K/V land raw and the producer widens them (exactly) into f16 stages: see load_kv_fp8.
   static constexpr bool kFp8 = sizeof(dtype_kv) == 1;
-  using dtype = std::conditional_t<kFp8, __half, dtype_kv>;  // the wgmma operand type
+  using dtype = std::conditional_t<kFp8, __half, dtype_kv>;  // the wgmma operand type (of P V)
+  // fp8 K with bf16 q at head_dim 128 and 256: the score product runs on fp8 tensor cores over K
+  // as it lands, against q split per row into two e4m3 terms that hold its bf16 values exactly
+  // (split_q); only V is widened (load_kv_fp8_scores). The producer, which widened K and V and
+  // set these rows' pace, halves its work, and the score product costs the tensor cores what
+  // the 16-bit one does (two k32 fp8 steps per k16 step). f16 q (11 significant bits) and head_dim
+  // 64 (0.96x of bf16 K/V already, docs/PERF.md) keep the widening.
+  static constexpr bool kFp8Scores = kFp8 && sm90::is_bf16<dtype_q> && (head_dim == 128 || head_dim == 256);
   static constexpr bool kRope = pos_encoding == PosEncoding::rope_llama;
   // Which operands the TMA unit can copy as they are: q where it needs no conversion or RoPE
   // rotation, and then ragged K and V too (page tables stay with cp.async: a box per page was
@@ -87,7 +97,7 @@ struct PrefillSm90 {
   static constexpr int kDimTiles = kVTileDim / 8;  // n8 tiles of O
   static constexpr int kKvTiles = kKv / 8;         // n8 tiles of S
   static constexpr int kQBytes = kRows * kTileDim * 2;
-  static constexpr int kTileBytes = kKv * kTileDim * 2;    // K of one stage
+  static constexpr int kTileBytes = kFp8Scores ? kKv * head_dim : kKv * kTileDim * 2;  // K of one stage
   static constexpr int kVTileBytes = kKv * kVTileDim * 2;  // V of one stage
   static constexpr int kRawTileBytes = kFp8 ? kKv * head_dim : 0;  // fp8 K or V rows as they land
   // A tile's key offsets (bytes from K's base), and V's after them where its strides differ.
@@ -98,17 +108,18 @@ struct PrefillSm90 {
   static constexpr int kOffsetSlots = kFp8 ? 2 : 3;
   // Shared memory from a 1024-aligned base (the swizzle atoms must be; see run()): q slots, K
   // stages, V stages, fp8's raw tiles, mbarriers, key offsets, announced pairs, RoPE
-  // frequencies.
+  // frequencies, q's per-row inverse scales (kFp8Scores, a row per q slot).
   static constexpr int smem_bytes(int q_slots, int raw_slots) {
     return q_slots * kQBytes + kStages * (kTileBytes + kVTileBytes) + raw_slots * kRawTileBytes + 8 * (8 + 4 * kStages) +
-           kOffsetSlots * kOffsetsPerTile * 8 + 4 * 4 + (kRope ? head_dim / 2 * 4 : 0);
+           kOffsetSlots * kOffsetsPerTile * 8 + 4 * 4 + (kRope ? head_dim / 2 * 4 : 0) + (kFp8Scores ? q_slots * kRows * 4 : 0);
   }
   // Two q slots where they fit (not head_dim 256), so that the producer loads the next pair's q
   // while the consumers still use this one's; fp8 counts its two raw tiles (K's and V's) first.
   static constexpr int kQSlots = smem_bytes(2, kFp8 ? 2 : 0) <= kSmemPerCta ? 2 : 1;
   // fp8: as many raw tiles as fit beside them, up to four (load_kv_fp8: the more, the further
-  // ahead of their widening the copies go out).
+  // ahead of their widening the copies go out); kFp8Scores: one per stage (load_kv_fp8_scores).
   static constexpr int kRawSlots = !kFp8                                 ? 0
+                                   : kFp8Scores                          ? kStages
                                    : smem_bytes(kQSlots, 4) <= kSmemPerCta ? 4
                                    : smem_bytes(kQSlots, 3) <= kSmemPerCta ? 3
                                                                            : 2;
@@ -125,7 +136,8 @@ struct PrefillSm90 {
   static constexpr int kOffsetsOffset = kBarOffset + 8 * kNumBars;  // key offsets, kOffsetSlots tiles
   static constexpr int kPairOffset = kOffsetsOffset + kOffsetSlots * kOffsetsPerTile * 8;  // the announced pairs, 4 slots
   static constexpr int kFreqOffset = kPairOffset + 4 * 4;
-  static constexpr int kSmemBytes = kFreqOffset + (kRope ? head_dim / 2 * 4 : 0);
+  static constexpr int kQInvOffset = kFreqOffset + (kRope ? head_dim / 2 * 4 : 0);
+  static constexpr int kSmemBytes = kQInvOffset + (kFp8Scores ? kQSlots * kRows * 4 : 0);
   static_assert(kSmemBytes == smem_bytes(kQSlots, kRawSlots), "the layout above is what smem_bytes counts");
   // Registers per thread after reallocation. A CTA owns what it launched with: kThreads times
   // the count `__launch_bounds__(kThreads, 1)` allows (65536 / kThreads, in steps of 8). The
@@ -136,8 +148,10 @@ struct PrefillSm90 {
   // 72 where it keeps V's key offsets beside K's (kSplitVo: 16 bytes spilled at 56) or widens
   // fp8 rows eight at a time (with bf16 q, 8 bytes still spill at head_dim 256); the consumers
   // keep the rest (no spills at these counts, ptxas -v).
-  static constexpr int kProducerRegs = kSplitVo || kFp8 ? 72 : kRope || head_dim == 256 ? 56 : 48;
-  static constexpr int kConsumerRegs = kSplitVo || kFp8 ? 216 : 224;
+  // kFp8Scores: 88, which its copies of K beside V's and split_q take (8 bytes spilled at 72),
+  // leaving the consumers 208, enough for the plain entry (no spills).
+  static constexpr int kProducerRegs = kFp8Scores ? 88 : kSplitVo || kFp8 ? 72 : kRope || head_dim == 256 ? 56 : 48;
+  static constexpr int kConsumerRegs = kFp8Scores ? 208 : kSplitVo || kFp8 ? 216 : 224;
   static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
   static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= kThreads * kLaunchRegs,
                 "the register split must fit what the CTA launched with");
@@ -196,6 +210,7 @@ struct PrefillSm90 {
     int64_t* offsets;  // byte offsets of a tile's keys (K's, then V's where kSplitVo), slot n % kOffsetSlots for the n-th tile of the CTA
     int* pair;         // 4 slots: see announce()
     float* freq;
+    float* q_inv;  // kFp8Scores: 1 / (q's scale) of each row, kRows per q slot
     __device__ __forceinline__ explicit Shared(char* base)
         : q(base),
           k(base + kKOffset),
@@ -204,9 +219,11 @@ struct PrefillSm90 {
           bars(reinterpret_cast<uint64_t*>(base + kBarOffset)),
           offsets(reinterpret_cast<int64_t*>(base + kOffsetsOffset)),
           pair(reinterpret_cast<int*>(base + kPairOffset)),
-          freq(reinterpret_cast<float*>(base + kFreqOffset)) {}
+          freq(reinterpret_cast<float*>(base + kFreqOffset)),
+          q_inv(reinterpret_cast<float*>(base + kQInvOffset)) {}
     // The CTA's n-th pair has its q in slot n % kQSlots, the (n / kQSlots)-th use of the slot.
     __device__ __forceinline__ char* q_slot(int n) const { return q + (n % kQSlots) * kQBytes; }
+    __device__ __forceinline__ float* q_inv_slot(int n) const { return q_inv + (n % kQSlots) * kRows; }
     __device__ __forceinline__ uint64_t* q_full(int n) const { return bars + n % kQSlots; }
     __device__ __forceinline__ uint64_t* q_empty(int n) const { return bars + 2 + n % kQSlots; }
     static __device__ __forceinline__ uint32_t q_parity(int n) { return uint32_t(n / kQSlots) & 1; }
@@ -359,6 +376,7 @@ struct PrefillSm90 {
       if (!q_tma) load_q(p, cta, sh, n);
       else if (threadIdx.x == 0) load_q_by_tma(p, cta, sh, n);
       if (kv_tma) load_kv_by_tma(p, cta, sh, done);
+      else if constexpr (kFp8Scores) load_kv_fp8_scores(p, cta, sh, done, first_offset);
       else if constexpr (kFp8) load_kv_fp8(p, cta, sh, done, first_offset);
       else load_kv(p, cta, sh, done, first_offset);
       done += cta.num_tiles;
@@ -407,15 +425,19 @@ struct PrefillSm90 {
         // pair (docs/PERF.md).
         cp_async_commit();
         cp_async_wait<0>();
+        if constexpr (kFp8Scores) {
+          split_q(q, sh.q_inv_slot(n), passes);
+        } else {
 #pragma unroll 1
-        for (int i = 0; i < passes; ++i) {
-          const int row = row0 + i * kRowsPerPass;
+          for (int i = 0; i < passes; ++i) {
+            const int row = row0 + i * kRowsPerPass;
 #pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            dtype* at = reinterpret_cast<dtype*>(q + sm90::sw128_offset(kRows, row, c + half * (kChunks / 2)));
-            float x[8];
-            load8(reinterpret_cast<const dtype_q*>(at), x);
-            store8(at, x);
+            for (int half = 0; half < 2; ++half) {
+              dtype* at = reinterpret_cast<dtype*>(q + sm90::sw128_offset(kRows, row, c + half * (kChunks / 2)));
+              float x[8];
+              load8(reinterpret_cast<const dtype_q*>(at), x);
+              store8(at, x);
+            }
           }
         }
         sm90::fence_async_shared();
@@ -439,6 +461,52 @@ struct PrefillSm90 {
       }
       sm90::fence_async_shared();
       sm90::mbar_arrive(sh.q_full(n));
+    }
+  }
+
+  // kFp8Scores: the landed bf16 q rows, split in place into the score product's two e4m3 terms.
+  // Row r's bf16 values fill its 128-byte lines in the slot's head_dim / 64 column blocks; its hi
+  // term takes the first half of those lines and its lo term the second, each a K-major fp8
+  // operand of head_dim bytes a row, so a row's threads (consecutive lanes of one warp)
+  // overwrite only their own row, once every one of them has read it. Each row is scaled by
+  // a power of two that brings its largest magnitude into [128, 256), where split_e4m3x8 is exact
+  // down to 2^-9 of it; the inverse goes to `inv` for the softmax.
+  static __device__ __forceinline__ void split_q(char* q, float* inv, int passes) {
+    static_assert(kPairsPerRow == kThreadsPerRow, "every thread of a row holds two of its chunks");
+    const int c = threadIdx.x % kThreadsPerRow, row0 = threadIdx.x / kThreadsPerRow;
+#pragma unroll 1
+    for (int i = 0; i < passes; ++i) {
+      const int row = row0 + i * kRowsPerPass;
+      // The row's chunks stay packed until split (unpacked, both halves spilled 8 bytes, ptxas -v).
+      const uint4 raw[2] = {*reinterpret_cast<const uint4*>(q + sm90::sw128_offset(kRows, row, c)),
+                            *reinterpret_cast<const uint4*>(q + sm90::sw128_offset(kRows, row, c + kChunks / 2))};
+      float m = 0.f;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float x[8];
+        load8(reinterpret_cast<const dtype_q*>(&raw[half]), x);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) m = fmaxf(m, fabsf(x[e]));
+      }
+#pragma unroll
+      for (int lane = 1; lane < kThreadsPerRow; lane *= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, lane));
+      // m < 2^(e + 1) for its exponent e: times 2^(7 - e) it lies below 256 (a zero row: e = -127).
+      const int k = min(max(7 - (int(__float_as_uint(m) >> 23) - 127), -126), 126);
+      const float up = __uint_as_float(uint32_t(127 + k) << 23);
+      __syncwarp();  // the row's threads have all read it
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float x[8];
+        load8(reinterpret_cast<const dtype_q*>(&raw[half]), x);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) x[e] *= up;
+        const SplitE4m3x8 t = split_e4m3x8(x);
+        const int first = half * head_dim / 2 + 8 * c;  // the chunk's first element of the row
+        char* const at = q + sm90::sw128_offset(kRows, row, first / 16) + first % 16;
+        *reinterpret_cast<uint2*>(at) = t.hi;
+        *reinterpret_cast<uint2*>(q + sm90::sw128_offset(kRows, row, head_dim / 16 + first / 16) + first % 16) = t.lo;
+      }
+      if (c == 0) inv[row] = __uint_as_float(uint32_t(127 - k) << 23);
     }
   }
 
@@ -569,6 +637,9 @@ struct PrefillSm90 {
   static constexpr int kRawPasses = kKv / kRawRowsPerPass, kRawBatch = kRawPasses < 8 ? kRawPasses : 8;
   static_assert(!kFp8 || kRawPasses % kRawBatch == 0, "whole batches of rows");
 
+  // Rows as they are into `raw`: unswizzled (head_dim bytes a row) for the widening, or
+  // (kSwizzled) as the K-major fp8 operand of the score product (128-byte swizzle, like q).
+  template <bool kSwizzled = false>
   static __device__ __forceinline__ void copy_raw(const char* src, const int64_t* offsets, char* raw, int valid_keys) {
     const int c = threadIdx.x % kRawThreadsPerRow, row0 = threadIdx.x / kRawThreadsPerRow;
     if (c >= kRawChunks) return;
@@ -580,7 +651,7 @@ struct PrefillSm90 {
 #pragma unroll
       for (int i = 0; i < kRawBatch; ++i) {
         const int key = row0 + (i0 + i) * kRawRowsPerPass;
-        cp_async_16(raw + key * head_dim + c * 16, from[i], key < valid_keys);
+        cp_async_16(raw + (kSwizzled ? sm90::sw128_offset(kKv, key, c) : key * head_dim + c * 16), from[i], key < valid_keys);
       }
     }
   }
@@ -646,6 +717,48 @@ struct PrefillSm90 {
     }
   }
 
+  // kFp8Scores: K lands by cp.async straight in its stage, the score product's operand as it
+  // is; V lands in a raw tile (one per stage) and is widened into its stage as load_kv_fp8 does.
+  // Tile u's copies (K, then V) go out kRawSlots tiles ahead of V(u)'s widening, in one
+  // cp.async group, behind its key offsets (slot (done + u) % 2, as in load_kv_fp8). The wait
+  // for K's free stage before them cannot deadlock: with as many raw tiles as stages, K(u +
+  // kRawSlots) waits for the score product of tile u, which needs only K(u) and V(u - 1), both
+  // in before V(u) is widened.
+  static __device__ __forceinline__ void load_kv_fp8_scores(const aotinfer_batch_prefill_params& p, const Cta& cta,
+                                                            const Shared& sh, int done, KeyOffset next_offset) {
+    static_assert(kRawSlots == kStages, "K(u + kRawSlots) takes the stage of K(u), freed by a product V(u) does not gate");
+    if (cta.num_tiles == 0) return;
+    const char* const k = reinterpret_cast<const char*>(cta.rows.k);
+    const char* const v = reinterpret_cast<const char*>(cta.rows.v);
+    auto copy_tile = [&](int u) {
+      if (u < cta.num_tiles) {
+        const int ring = done + u, s = ring % kStages, use = ring / kStages;
+        int64_t* const offsets = sh.offsets + (ring % kOffsetSlots) * kOffsetsPerTile;
+        put_offsets(offsets, next_offset);
+        sm90::named_barrier_sync<128>(kProducerBarrier);
+        next_offset = key_offset(p, cta, u + 1);
+        const int valid_keys = cta.end - (cta.begin + u * kKv);
+        if (use > 0) sm90::mbar_wait(sh.k_empty(s), (use - 1) & 1);
+        copy_raw<true>(k, offsets, sh.k + s * kTileBytes, valid_keys);
+        sm90::cp_async_arrive(sh.k_full(s));
+        copy_raw(v, offsets, sh.raw + (u % kRawSlots) * kRawTileBytes, valid_keys);
+      }
+      cp_async_commit();  // an empty group past the last tile keeps the counts of the loop below
+    };
+#pragma unroll 1
+    for (int u = 0; u < kRawSlots; ++u) copy_tile(u);
+#pragma unroll 1
+    for (int u = 0; u < cta.num_tiles; ++u) {
+      const int ring = done + u, s = ring % kStages, use = ring / kStages;
+      cp_async_wait<kRawSlots - 1>();  // tile u's copies landed
+      if (use > 0) sm90::mbar_wait(sh.v_empty(s), (use - 1) & 1);
+      widen_raw(sh.raw + (u % kRawSlots) * kRawTileBytes, sh.v + s * kVTileBytes);
+      sm90::fence_async_shared();
+      sm90::mbar_arrive(sh.v_full(s));
+      copy_tile(u + kRawSlots);
+    }
+  }
+
   // Consumer warpgroup g: rows 64 g .. 64 g + 63 of every pair's tile.
   //
   // Ping-pong (FlashAttention-3): the two consumers take turns to issue their products, so the
@@ -682,6 +795,10 @@ struct PrefillSm90 {
     constexpr bool kCustom = kLoop == KeyLoop::custom, kFeatures = kLoop != KeyLoop::plain;
     const bool capped = kFeatures && p.soft_cap_out > 0.f;  // the same for every thread: a uniform branch
     const float scale = p.sm_scale * kLog2e;
+    // kFp8Scores: the score product sees each q row scaled (split_q). The softmax folds the row's
+    // inverse into its scale, unless a soft cap or ALiBi needs the true scores first.
+    const bool unscale_first = kFp8Scores && (capped || (kFeatures && p.alibi_scale != 0.f));
+    float row_scale[2] = {scale, scale};
     float row_m[2] = {-INFINITY, -INFINITY}, row_l[2] = {0.f, 0.f};
     float o[kDimTiles][4], s[kKvTiles][4];
 #pragma unroll
@@ -691,7 +808,9 @@ struct PrefillSm90 {
     auto& o_flat = reinterpret_cast<float(&)[kDimTiles * 4]>(o);
     auto& s_flat = reinterpret_cast<float(&)[kKvTiles * 4]>(s);
 
-    // The query token of this thread's rows, per row half; their last keys (causal mask).
+    // This thread's rows of the pair's kRows, per row half, and their query tokens; their last
+    // keys (causal mask).
+    auto row_in_pair = [&](int h) { return 64 * g + 16 * warp + lane / 4 + 8 * h; };
     auto token = [&](int h) { return int(by_group(uint32_t(cta.q_row + 64 * g + 16 * warp + lane / 4 + 8 * h))); };
     const bool causal = p.mask_mode == AOTINFER_MASK_CAUSAL;
     int key_hi[2] = {INT_MAX, INT_MAX};
@@ -704,12 +823,20 @@ struct PrefillSm90 {
     // S = Q K^T of tile t into s, issued (not waited for): head_dim in k16 steps, a step moves
     // 32 bytes along a 128-byte row, and every 4 steps to the next 64-wide column block.
     const uint64_t q_desc = sm90::sw128_desc(q_addr);
+    // kFp8Scores: k32 steps, first over q's hi term, then over its lo term (split_q), each
+    // against the same K bytes; a step moves 32 bytes along the row too.
     auto issue_scores = [&](int t) {
       const uint64_t k_desc = sm90::sw128_desc(sm90::smem_u32(sh.k + stage(t) * kTileBytes));
 #pragma unroll
-      for (int kk = 0; kk < head_dim / 16; ++kk)
-        sm90::wgmma_ss<dtype>(s_flat, sm90::desc_advance(q_desc, (kk / 4) * kRows * 128 + (kk % 4) * 32),
-                              sm90::desc_advance(k_desc, (kk / 4) * kKv * 128 + (kk % 4) * 32), kk > 0);
+      for (int kk = 0; kk < head_dim / 16; ++kk) {
+        const uint64_t a = sm90::desc_advance(q_desc, (kk / 4) * kRows * 128 + (kk % 4) * 32);
+        if constexpr (kFp8Scores) {
+          const int kb = kk % (head_dim / 32);  // the step's K bytes
+          sm90::wgmma_ss_fp8<dtype_kv>(s_flat, a, sm90::desc_advance(k_desc, (kb / 4) * kKv * 128 + (kb % 4) * 32), kk > 0);
+        } else {
+          sm90::wgmma_ss<dtype>(s_flat, a, sm90::desc_advance(k_desc, (kk / 4) * kKv * 128 + (kk % 4) * 32), kk > 0);
+        }
+      }
       sm90::wgmma_commit();
     };
     // O += P V of tile t, issued: the tile's keys in k16 steps; 16 keys are two 1024-byte row
@@ -737,6 +864,10 @@ struct PrefillSm90 {
     };
     auto softmax_scores = [&](int t) {
       const int start = cta.begin + t * kKv;
+      if (kFp8Scores && unscale_first) {
+        const float q_unscale[2] = {sh.q_inv_slot(n)[row_in_pair(0)], sh.q_inv_slot(n)[row_in_pair(1)]};
+        rescale_rows(s, q_unscale);
+      }
       if (capped) soft_cap_scores(s, p.soft_cap_in, p.soft_cap_out);
       // Masks only where the tile crosses an edge some row of the CTA can see (a window's: within
       // kRows keys of begin, as in the mma.sync kernel; its first keys are worked out here, where
@@ -763,7 +894,7 @@ struct PrefillSm90 {
                     cta.q_offset, slope[h], q_pos[h]);
         alibi_scores(s, start, slope, q_pos);
       }
-      softmax_step</*kLazyMax=*/true>(s, row_m, row_l, alpha, scale);
+      softmax_step</*kLazyMax=*/true>(s, row_m, row_l, alpha, row_scale);
     };
     // O shrinks by the alpha of the tile whose P V product goes out next, in that product's turn
     // after the score product is issued (FlashAttention-3's order), so the multiplies run while
@@ -779,6 +910,10 @@ struct PrefillSm90 {
     // computed while the output product of tile t - 1 runs, and its softmax overlaps that
     // product too; the weights of tile t wait for it (P registers in flight).
     sm90::mbar_wait(sh.q_full(n), sh.q_parity(n));
+    if (kFp8Scores && !unscale_first) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) row_scale[h] = scale * sh.q_inv_slot(n)[row_in_pair(h)];
+    }
     // q's slot is free for a later pair once the last score product is done (or, with staged
     // output, once the rows are out).
     auto release_q = [&]() { sm90::mbar_arrive(sh.q_empty(n)); };
@@ -846,7 +981,7 @@ struct PrefillSm90 {
     char* const staging = sh.q_slot(n);  // this consumer's q rows (kStagedOutput)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      RowResult r(row_m[h], row_l[h], scale);
+      RowResult r(row_m[h], row_l[h], row_scale[h]);
       const int row = 64 * g + 16 * warp + lane / 4 + 8 * h;
       if (row >= cta.valid_rows) continue;
       if (cta.takes_sink(p)) cta.add_sink(p, row, r);

@@ -145,10 +145,13 @@ __device__ __forceinline__ void custom_mask_scores(float (&s)[kTiles][4], const 
 // in weight (weights up to 256 are exact enough in 16 bits and far from overflow in the fp32
 // sums), so after the first tiles alpha is usually exactly 1 and the caller can skip the rescale. The
 // result is the same softmax: m is any reference both the weights and the sums share.
+//
+// `scale` is per row half: a kernel whose score product sees q scaled per row (the Hopper
+// prefill's fp8 products) folds the inverse into it.
 constexpr float kLazyMaxLog2 = 8.f;
 template <bool kLazyMax = false, int kTiles>
 __device__ __forceinline__ void softmax_step(float (&s)[kTiles][4], float (&row_m)[2], float (&row_l)[2],
-                                             float (&alpha)[2], float scale) {
+                                             float (&alpha)[2], const float (&row_scale)[2]) {
   float tile_max[2] = {fmaxf(s[0][0], s[0][1]), fmaxf(s[0][2], s[0][3])};
 #pragma unroll
   for (int j = 1; j < kTiles; ++j)
@@ -160,6 +163,7 @@ __device__ __forceinline__ void softmax_step(float (&s)[kTiles][4], float (&row_
     tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 1));
     tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xffffffffu, tile_max[h], 2));
     // (-inf - -inf is NaN: a row that has seen no key keeps m = -inf either way.)
+    const float scale = row_scale[h];
     const bool moves = !kLazyMax || (tile_max[h] - row_m[h]) * scale > kLazyMaxLog2;
     const float new_m = moves ? fmaxf(row_m[h], tile_max[h]) : row_m[h];
     alpha[h] = !moves || new_m == -INFINITY ? 1.f : fast_exp2((row_m[h] - new_m) * scale);
@@ -169,7 +173,7 @@ __device__ __forceinline__ void softmax_step(float (&s)[kTiles][4], float (&row_
 #pragma unroll
   for (int j = 0; j < kTiles; ++j)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) s[j][e] = fast_exp2(fmaf(s[j][e], scale, -m_scaled[e / 2]));
+    for (int e = 0; e < 4; ++e) s[j][e] = fast_exp2(fmaf(s[j][e], row_scale[e / 2], -m_scaled[e / 2]));
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     float sum = 0.f;
@@ -177,6 +181,14 @@ __device__ __forceinline__ void softmax_step(float (&s)[kTiles][4], float (&row_
     for (int j = 0; j < kTiles; ++j) sum += s[j][2 * h] + s[j][2 * h + 1];
     row_l[h] = row_l[h] * alpha[h] + sum;
   }
+}
+
+// The same with one scale for both row halves.
+template <bool kLazyMax = false, int kTiles>
+__device__ __forceinline__ void softmax_step(float (&s)[kTiles][4], float (&row_m)[2], float (&row_l)[2],
+                                             float (&alpha)[2], float scale) {
+  const float both[2] = {scale, scale};
+  softmax_step<kLazyMax>(s, row_m, row_l, alpha, both);
 }
 
 // Output rows o (kDimTiles n8 tiles of head dims) times alpha per row half.

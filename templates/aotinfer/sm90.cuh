@@ -6,6 +6,7 @@
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <stdint.h>
 
 #include <type_traits>
@@ -208,6 +209,46 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[128], const uint32_t (&a)[4]
         "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " AOTINFER_D128 ", {%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"
         : AOTINFER_F128(d, 0)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+  }
+}
+
+
+// wgmma for m64nNk32 over fp8 operands with fp32 accumulators, N = 64 or 128: d (64 x N) =
+// a (64 x 32, e4m3) * b (32 x N, TB: e4m3 or e5m2) + (accumulate ? d : 0), both in shared memory
+// and K-major (fp8 operands have no transposed form); d's layout is wgmma_ss's.
+template <typename TB>
+__device__ __forceinline__ void wgmma_ss_fp8(float (&d)[32], uint64_t a, uint64_t b, bool accumulate) {
+  static_assert(sizeof(TB) == 1, "e4m3 or e5m2");
+  if constexpr (std::is_same_v<TB, __nv_fp8_e4m3>) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " AOTINFER_D32 ", %32, %33, p, 1, 1;\n}\n"
+        : AOTINFER_F32(d, 0)
+        : "l"(a), "l"(b), "r"(int(accumulate)));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e5m2 " AOTINFER_D32 ", %32, %33, p, 1, 1;\n}\n"
+        : AOTINFER_F32(d, 0)
+        : "l"(a), "l"(b), "r"(int(accumulate)));
+  }
+}
+
+template <typename TB>
+__device__ __forceinline__ void wgmma_ss_fp8(float (&d)[64], uint64_t a, uint64_t b, bool accumulate) {
+  static_assert(sizeof(TB) == 1, "e4m3 or e5m2");
+  if constexpr (std::is_same_v<TB, __nv_fp8_e4m3>) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " AOTINFER_D64 ", %64, %65, p, 1, 1;\n}\n"
+        : AOTINFER_F64(d, 0)
+        : "l"(a), "l"(b), "r"(int(accumulate)));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e5m2 " AOTINFER_D64 ", %64, %65, p, 1, 1;\n}\n"
+        : AOTINFER_F64(d, 0)
+        : "l"(a), "l"(b), "r"(int(accumulate)));
   }
 }
 
