@@ -149,7 +149,9 @@ struct PrefillSm90 {
   // fp8 rows eight at a time (with bf16 q, 8 bytes still spill at head_dim 256); the consumers
   // keep the rest (no spills at these counts, ptxas -v).
   // kFp8Scores: 88, which its copies of K beside V's and split_q take (8 bytes spilled at 72),
-  // leaving the consumers 208, enough for the plain entry (no spills).
+  // leaving the consumers 208, enough for the plain entry (no spills); the general entry spills
+  // 36 bytes at head_dim 128 (values stored at entry and reloaded once per pair, outside the key
+  // loop: SASS) and 92 at 256, at every split tried between 56/224 and 120/192.
   static constexpr int kProducerRegs = kFp8Scores ? 88 : kSplitVo || kFp8 ? 72 : kRope || head_dim == 256 ? 56 : 48;
   static constexpr int kConsumerRegs = kFp8Scores ? 208 : kSplitVo || kFp8 ? 216 : 224;
   static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
