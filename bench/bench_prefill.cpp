@@ -7,7 +7,8 @@
 // 96 or 256, ragged:causal:1:32768:8:q256 a chunked prefill; AOTINFER_BENCH_SINKS=1 passes
 // attention sinks to every run, AOTINFER_BENCH_PAGE=64 another page size than 16,
 // AOTINFER_BENCH_KV=e4m3 (or e5m2) an fp8 K/V cache under the bf16 queries; the features of
-// bench_util.hpp, such as AOTINFER_BENCH_ROPE=1, apply to every row)
+// bench_util.hpp, such as AOTINFER_BENCH_ROPE=1, apply to every row; AOTINFER_BENCH_MASK=custom
+// or custom-holes runs every row under a custom mask, see below)
 // MLA prefill rows (DeepSeek-V3 / Kimi K2: head_dim 192 for q and K, head_dim_vo 128 for V and o,
 // 128 query and KV heads, bf16, causal, 4 x 4096) have their own table and names:
 // ragged:causal:4:4096:128:192v128 and paged:causal:4:4096:128:192v128:p64 (page 64 whatever
@@ -89,8 +90,17 @@ int main(int argc, char** argv) {
   const size_t kv_element = aotinfer::dtype_size(*kv_dtype);
   // AOTINFER_BENCH_MASK=custom: every row under a custom mask of the same work, its bits the
   // causal mask's (causal rows) or every key (none rows): the cost of reading the bits.
-  const bool custom = std::getenv("AOTINFER_BENCH_MASK") && std::string(std::getenv("AOTINFER_BENCH_MASK")) == "custom";
-  if (custom) std::printf("(every row under a custom mask: the causal mask's bits, or every key's)\n");
+  // AOTINFER_BENCH_MASK=custom-holes: the same bits with one in two cleared at random, so that
+  // every tile a row sees needs the per-element work (the tiles past the causal edge stay clear).
+  const std::string mask_env = std::getenv("AOTINFER_BENCH_MASK") ? std::getenv("AOTINFER_BENCH_MASK") : "";
+  if (!mask_env.empty() && mask_env != "custom" && mask_env != "custom-holes") {
+    std::fprintf(stderr, "AOTINFER_BENCH_MASK must be custom or custom-holes, got %s\n", mask_env.c_str());
+    return 2;
+  }
+  const bool custom = !mask_env.empty(), holes = mask_env == "custom-holes";
+  if (custom)
+    std::printf("(every row under a custom mask: the causal mask's bits, or every key's%s)\n",
+                holes ? ", one in two cleared at random" : "");
   std::printf("\nbatch_prefill: bf16 q and o, %s K/V, %d qo heads, qo_len = kv_len, paged: page %d NHD, kv_split %s %d, %s\n",
               std::string(aotinfer::dtype_name(*kv_dtype)).c_str(), qo_heads, page, aotinfer::kv_split_name(kv_split.mode), kv_split.tokens,
               features.describe().c_str());
@@ -216,6 +226,10 @@ int main(int argc, char** argv) {
         for (int i = 0; i < c.batch; ++i)
           for (int t = 0; t < qo; ++t)
             for (int j = c.len - qo + t + 1; j < c.len; ++j) bits[i * request_bytes + t * row_bytes + j / 8] &= ~(1u << (j % 8));
+      if (holes) {
+        std::mt19937 rng(5);
+        for (std::uint8_t& b : bits) b &= std::uint8_t(rng());
+      }
       d_mask = device(bits.size() + 4 * (c.batch + 1));
       check(cudaMemcpy(d_mask, bits.data(), bits.size(), cudaMemcpyHostToDevice), "upload");
       check(cudaMemcpy(static_cast<char*>(d_mask) + bits.size(), mask_indptr.data(), 4 * (c.batch + 1), cudaMemcpyHostToDevice), "upload");

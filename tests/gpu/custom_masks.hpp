@@ -9,15 +9,20 @@
 
 namespace gpu_test {
 
-enum class MaskShape { random, causal_like, tree };
+enum class MaskShape { random, causal_like, tree, blocks };
 
 inline const char* mask_shape_name(MaskShape s) {
-  return s == MaskShape::random ? "random" : s == MaskShape::causal_like ? "causal with holes" : "tree";
+  return s == MaskShape::random        ? "random"
+         : s == MaskShape::causal_like ? "causal with holes"
+         : s == MaskShape::tree        ? "tree"
+                                       : "blocks";
 }
 
 // Request i's [qo_lens[i]][kv_lens[i]] bits, row-major, in a shape: random bits (some rows
-// empty); causal with random holes; or a speculative-decoding tree over the last qo_len keys,
-// whose nodes see the whole prefix, themselves and their ancestors.
+// empty); causal with random holes; a speculative-decoding tree over the last qo_len keys,
+// whose nodes see the whole prefix, themselves and their ancestors; or blocks: runs of rows see
+// runs of keys (both 1-300 long) or none of them, so that whole KV tiles, anywhere in a row,
+// are unseen by every row of a query tile (bits within a seen block kept at random, or all).
 inline std::vector<std::vector<bool>> random_masks(std::mt19937_64& rng, const std::vector<std::int32_t>& qo_lens,
                                                    const std::vector<std::int32_t>& kv_lens, MaskShape shape) {
   std::vector<std::vector<bool>> out;
@@ -27,6 +32,24 @@ inline std::vector<std::vector<bool>> random_masks(std::mt19937_64& rng, const s
     std::vector<std::int64_t> parent(qo, -1);
     for (std::int64_t t = 1; t < qo; ++t) parent[t] = uniform<std::int64_t>(rng, -1, t - 1);
     const double density = uniform(rng, 0.05, 0.95);
+    if (shape == MaskShape::blocks) {
+      // Run boundaries along the keys, then per run of rows which key runs it sees.
+      std::vector<std::int64_t> key_runs{0};
+      while (key_runs.back() < kv) key_runs.push_back(std::min<std::int64_t>(kv, key_runs.back() + uniform(rng, 1, 300)));
+      const bool dense = uniform(rng, 0, 1) == 0;
+      for (std::int64_t t0 = 0; t0 < qo;) {
+        const std::int64_t t1 = std::min<std::int64_t>(qo, t0 + uniform(rng, 1, 300));
+        for (std::size_t r = 0; r + 1 < key_runs.size(); ++r) {
+          if (uniform(rng, 0, 1) == 0) continue;
+          for (std::int64_t t = t0; t < t1; ++t)
+            for (std::int64_t j = key_runs[r]; j < key_runs[r + 1]; ++j)
+              m[std::size_t(t * kv + j)] = dense || uniform(rng, 0.0, 1.0) < density;
+        }
+        t0 = t1;
+      }
+      out.push_back(std::move(m));
+      continue;
+    }
     for (std::int64_t t = 0; t < qo; ++t) {
       const bool empty_row = shape == MaskShape::random && uniform(rng, 0, 15) == 0;
       const std::int64_t pos = kv - qo + t;

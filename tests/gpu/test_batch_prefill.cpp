@@ -618,7 +618,7 @@ TEST_CASE("batch_prefill matches the fp64 reference for every prefill variant in
     const int features = combo++ % 8;
     c.mask = std::array{MaskMode::none, MaskMode::causal, MaskMode::custom}[mask++ % 3];
     Case k = with_features(rng, random_case(rng, c), features & 1, features & 2, features & 4);
-    if (c.mask == MaskMode::custom) k = with_custom_mask(rng, k, pick<MaskShape>(rng, {MaskShape::random, MaskShape::causal_like, MaskShape::tree}));
+    if (c.mask == MaskMode::custom) k = with_custom_mask(rng, k, pick<MaskShape>(rng, {MaskShape::random, MaskShape::causal_like, MaskShape::tree, MaskShape::blocks}));
     ran += run_case(rng, k).ran;
   }
   REQUIRE_SOME_RAN(ran);
@@ -869,13 +869,14 @@ TEST_CASE("batch_prefill with a sliding window: split and unsplit plans, windows
 }
 
 // Custom masks (FlashInfer's packed layout) of every shape, in both kernels' tiles: random,
-// causal with holes and speculative-decoding trees, across page sizes, GQA groups 1-8, split and
+// causal with holes, speculative-decoding trees and blocks (whole KV tiles no row of a query
+// tile sees, which the Hopper kernel skips), across page sizes, GQA groups 1-8, split and
 // unsplit plans, with windows, caps and sinks now and then; through the C API too.
 TEST_CASE("batch_prefill with custom masks: random, causal-like and tree masks, split and unsplit", "[gpu]") {
   SEEDED_RNG(rng);
   int ran = 0, split = 0, unsplit = 0;
   for (KvStorage storage : {KvStorage::paged, KvStorage::ragged})
-    for (MaskShape shape : {MaskShape::random, MaskShape::causal_like, MaskShape::tree}) {
+    for (MaskShape shape : {MaskShape::random, MaskShape::causal_like, MaskShape::tree, MaskShape::blocks}) {
       const int group = pick<int>(rng, {1, 2, 4, 8});
       // Random shapes (bits across and inside KV tiles, rows that keep nothing).
       {
@@ -927,7 +928,7 @@ TEST_CASE("batch_prefill with ALiBi: masks, windows, caps, large and small tiles
         return c;
       };
       auto finish = [&](Case c) {
-        if (mask == MaskMode::custom) c = with_custom_mask(rng, c, pick<MaskShape>(rng, {MaskShape::random, MaskShape::causal_like, MaskShape::tree}));
+        if (mask == MaskMode::custom) c = with_custom_mask(rng, c, pick<MaskShape>(rng, {MaskShape::random, MaskShape::causal_like, MaskShape::tree, MaskShape::blocks}));
         const Outcome o = run_case(rng, c);
         ran += o.ran, split += o.ran && o.split, unsplit += o.ran && !o.split, small += o.ran && !o.large_tile;
       };
@@ -1111,9 +1112,9 @@ TEST_CASE("batch_prefill at head_dim 192 / head_dim_vo 128 (MLA prefill) matches
       const Outcome o = run(c);
       if (o.ran) CHECK(o.split);
     }
-    // A custom mask of each shape (random, causal with holes, a speculative-decoding tree), V
+    // A custom mask of each shape (random, causal with holes, a speculative-decoding tree, blocks), V
     // strided half the time.
-    for (MaskShape shape : {MaskShape::random, MaskShape::causal_like, MaskShape::tree}) {
+    for (MaskShape shape : {MaskShape::random, MaskShape::causal_like, MaskShape::tree, MaskShape::blocks}) {
       const int group = pick<int>(rng, {1, 1, 2, 4});
       const int kv_heads = uniform(rng, 1, 8 / group);
       Case c{variant(MaskMode::custom, kv_heads * group, kv_heads), {}, {}};
