@@ -11,7 +11,9 @@
 //     or ragged rows), converting q and rotating q and K for RoPE on the way. fp8 K/V land raw
 //     and the producer widens them to f16 (load_kv_fp8), or, with bf16 q, only V, while K stays
 //     fp8 for a score product on fp8 tensor cores against q split into two e4m3 terms
-//     (kFp8Scores: split_q, load_kv_fp8_scores);
+//     (kFp8Scores: split_q, load_kv_fp8_scores). Under a custom mask (general entry) each
+//     stage also receives, with K and through K's barrier, every query token's run of mask bits
+//     for the tile (stage_words);
 //   - two consumers (warpgroups 1 and 2, the freed registers) own 64 rows each:
 //       S = Q K^T  wgmma, A = q and B = K from shared memory (both K-major),
 //       online softmax on S in registers (aotinfer/score_fragment.cuh),
@@ -21,7 +23,9 @@
 //     output rows there), so the producer moves on to the next pairs.
 // Each consumer overlaps its softmax with its own products (S of tile t goes out with P V of
 // tile t - 1), and the two take turns issuing (ping-pong), so one's softmax overlaps the other's
-// products.
+// products. Under a custom mask, a consumer first votes over its 128 threads (a reducing named
+// barrier) whether any of its rows sees a key of the tile; a tile none sees takes its turn and
+// releases its stages without products.
 #pragma once
 #include <limits.h>
 #include <math.h>
@@ -102,15 +106,25 @@ struct PrefillSm90 {
   static constexpr int kRawTileBytes = kFp8 ? kKv * head_dim : 0;  // fp8 K or V rows as they land
   // A tile's key offsets (bytes from K's base), and V's after them where its strides differ.
   static constexpr int kOffsetsPerTile = kSplitVo ? 2 * kKv : kKv;
+  // Custom masks (the general entry's custom loop): the producer copies each token's run of mask
+  // bits for a tile beside the tile's K, into word rows of the stage (stage_words), so that the
+  // consumers read them from shared memory after their K wait instead of from L2 on the
+  // softmax's path, and skip the products of tiles none of their rows sees. Not
+  // where the producer widens K (fp8 without kFp8Scores), whose raw tiles run ahead of the
+  // stages: there the consumers load the words as before and skip nothing.
+  static constexpr bool kStagedWords = kGeneral && (!kFp8 || kFp8Scores);
+  using Words = MaskWords<kKvTiles>;
+  static constexpr int kWordsBytes = kStagedWords ? kStages * kRows * Words::kAlignedWords * 4 : 0;
   // Slots of key offsets: the producer publishes a tile's offsets while the copies of the tile
   // before may still read theirs, and load_kv's V copies lag a tile behind K's (three slots);
   // load_kv_fp8 copies a tile's K and V together (two).
   static constexpr int kOffsetSlots = kFp8 ? 2 : 3;
   // Shared memory from a 1024-aligned base (the swizzle atoms must be; see run()): q slots, K
-  // stages, V stages, fp8's raw tiles, mbarriers, key offsets, announced pairs, RoPE
+  // stages, V stages, fp8's raw tiles, the stages' mask words, mbarriers, key offsets, announced pairs, RoPE
   // frequencies, q's per-row inverse scales (kFp8Scores, a row per q slot).
   static constexpr int smem_bytes(int q_slots, int raw_slots) {
-    return q_slots * kQBytes + kStages * (kTileBytes + kVTileBytes) + raw_slots * kRawTileBytes + 8 * (8 + 4 * kStages) +
+    return q_slots * kQBytes + kStages * (kTileBytes + kVTileBytes) + raw_slots * kRawTileBytes + kWordsBytes +
+           8 * (8 + 4 * kStages) +
            kOffsetSlots * kOffsetsPerTile * 8 + 4 * 4 + (kRope ? head_dim / 2 * 4 : 0) + (kFp8Scores ? q_slots * kRows * 4 : 0);
   }
   // Two q slots where they fit (not head_dim 256), so that the producer loads the next pair's q
@@ -131,7 +145,8 @@ struct PrefillSm90 {
   static constexpr int kKOffset = kQSlots * kQBytes;
   static constexpr int kVOffset = kKOffset + kStages * kTileBytes;
   static constexpr int kRawOffset = kVOffset + kStages * kVTileBytes;
-  static constexpr int kBarOffset = kRawOffset + kRawSlots * kRawTileBytes;
+  static constexpr int kWordsOffset = kRawOffset + kRawSlots * kRawTileBytes;
+  static constexpr int kBarOffset = kWordsOffset + kWordsBytes;
   static constexpr int kNumBars = 8 + 4 * kStages;
   static constexpr int kOffsetsOffset = kBarOffset + 8 * kNumBars;  // key offsets, kOffsetSlots tiles
   static constexpr int kPairOffset = kOffsetsOffset + kOffsetSlots * kOffsetsPerTile * 8;  // the announced pairs, 4 slots
@@ -139,6 +154,7 @@ struct PrefillSm90 {
   static constexpr int kQInvOffset = kFreqOffset + (kRope ? head_dim / 2 * 4 : 0);
   static constexpr int kSmemBytes = kQInvOffset + (kFp8Scores ? kQSlots * kRows * 4 : 0);
   static_assert(kSmemBytes == smem_bytes(kQSlots, kRawSlots), "the layout above is what smem_bytes counts");
+  static_assert(!kSm90Pass || kSmemBytes <= kSmemPerCta, "the layout fits a CTA's shared memory");
   // Registers per thread after reallocation. A CTA owns what it launched with: kThreads times
   // the count `__launch_bounds__(kThreads, 1)` allows (65536 / kThreads, in steps of 8). The
   // consumers' setmaxnreg.inc waits until the producer's .dec has freed enough, so a split
@@ -158,8 +174,9 @@ struct PrefillSm90 {
   static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= kThreads * kLaunchRegs,
                 "the register split must fit what the CTA launched with");
   // Named barriers: 1 among the producer's threads, kTurnBarrier + g for consumer g's turns,
-  // kOutputBarrier + g among consumer g's threads (staged output).
-  static constexpr int kProducerBarrier = 1, kTurnBarrier = 2, kOutputBarrier = 4;
+  // kOutputBarrier + g among consumer g's threads (staged output), kWordsBarrier + g among them
+  // too (whether any of its rows sees a tile: kStagedWords).
+  static constexpr int kProducerBarrier = 1, kTurnBarrier = 2, kOutputBarrier = 4, kWordsBarrier = 6;
   // Producer copies: a row's chunks c and c + kChunks / 2 (a RoPE pair) go to one thread, so
   // kThreadsPerRow threads share a row and an instruction of theirs covers consecutive chunks.
   // A power of two of them, so that they split the warpgroup: head_dim 96 gives a row 8 threads
@@ -180,7 +197,12 @@ struct PrefillSm90 {
     return kReadsQMap && p.tensor_maps_encoded;
   }
   static __device__ __forceinline__ bool kv_by_tma(const aotinfer_batch_prefill_params& p) {
-    return kReadsKvMaps && p.tensor_maps_encoded;
+    return kReadsKvMaps && p.tensor_maps_encoded && !stages_words(p);
+  }
+  // Whether the producer stages mask words: then its threads copy K and V too (their cp.async
+  // arrivals cover the words), instead of the TMA unit.
+  static __device__ __forceinline__ bool stages_words(const aotinfer_batch_prefill_params& p) {
+    return kStagedWords && p.mask_mode == AOTINFER_MASK_CUSTOM;
   }
 
   using Cta = PrefillCta<KvRows, dtype_kv>;
@@ -213,6 +235,7 @@ struct PrefillSm90 {
     int* pair;         // 4 slots: see announce()
     float* freq;
     float* q_inv;  // kFp8Scores: 1 / (q's scale) of each row, kRows per q slot
+    uint32_t* words;  // kStagedWords: stage s's run of mask words of the CTA's token i at words_of(s, i)
     __device__ __forceinline__ explicit Shared(char* base)
         : q(base),
           k(base + kKOffset),
@@ -222,10 +245,12 @@ struct PrefillSm90 {
           offsets(reinterpret_cast<int64_t*>(base + kOffsetsOffset)),
           pair(reinterpret_cast<int*>(base + kPairOffset)),
           freq(reinterpret_cast<float*>(base + kFreqOffset)),
-          q_inv(reinterpret_cast<float*>(base + kQInvOffset)) {}
+          q_inv(reinterpret_cast<float*>(base + kQInvOffset)),
+          words(reinterpret_cast<uint32_t*>(base + kWordsOffset)) {}
     // The CTA's n-th pair has its q in slot n % kQSlots, the (n / kQSlots)-th use of the slot.
     __device__ __forceinline__ char* q_slot(int n) const { return q + (n % kQSlots) * kQBytes; }
     __device__ __forceinline__ float* q_inv_slot(int n) const { return q_inv + (n % kQSlots) * kRows; }
+    __device__ __forceinline__ uint32_t* words_of(int s, int i) const { return words + (s * kRows + i) * Words::kAlignedWords; }
     __device__ __forceinline__ uint64_t* q_full(int n) const { return bars + n % kQSlots; }
     __device__ __forceinline__ uint64_t* q_empty(int n) const { return bars + 2 + n % kQSlots; }
     static __device__ __forceinline__ uint32_t q_parity(int n) { return uint32_t(n / kQSlots) & 1; }
@@ -573,6 +598,19 @@ struct PrefillSm90 {
     if constexpr (kSplitVo) slot[kKv + threadIdx.x] = at.v;
   }
 
+  // A custom mask's words for the tile of keys from `start` into stage s, beside its K (whose
+  // "full" barrier the copies arrive on with K's): thread i copies the run of token t_first + i.
+  // The consumers read a stage's words before they release its K.
+  static __device__ __forceinline__ void stage_words(const aotinfer_batch_prefill_params& p, const Cta& cta,
+                                                     const Shared& sh, int s, int start) {
+    const int i = threadIdx.x;
+    if (i > cta.t_last - cta.t_first) return;
+    const int64_t bit = int64_t(p.mask_indptr[cta.request]) * 8 + int64_t(cta.t_first + i) * cta.rows.length;
+    uint32_t* const dst = sh.words_of(s, i);
+#pragma unroll
+    for (int w = 0; w <= Words::kWords; ++w) Words::stage_word(p.custom_mask, dst + w, w, start, cta.end, bit);
+  }
+
   // K and V of the pair's tiles into the ring, from ring position `done`; `next_offset` is this
   // thread's key offset of tile 0; K goes kVLag tiles ahead of V.
   static __device__ __forceinline__ void load_kv(const aotinfer_batch_prefill_params& p, const Cta& cta, const Shared& sh,
@@ -597,6 +635,7 @@ struct PrefillSm90 {
         if (use > 0) sm90::mbar_wait(sh.k_empty(s), (use - 1) & 1);
         if (partial) copy_rows<true, head_dim>(k, offsets, sh.k + s * kTileBytes, valid_keys);
         else copy_rows<false, head_dim>(k, offsets, sh.k + s * kTileBytes, valid_keys);
+        if (stages_words(p)) stage_words(p, cta, sh, s, start);
         if constexpr (kRope) {  // rotated in place once landed
           cp_async_commit();
           cp_async_wait<0>();
@@ -742,6 +781,7 @@ struct PrefillSm90 {
         const int valid_keys = cta.end - (cta.begin + u * kKv);
         if (use > 0) sm90::mbar_wait(sh.k_empty(s), (use - 1) & 1);
         copy_raw<true>(k, offsets, sh.k + s * kTileBytes, valid_keys);
+        if (stages_words(p)) stage_words(p, cta, sh, s, cta.begin + u * kKv);
         sm90::cp_async_arrive(sh.k_full(s));
         copy_raw(v, offsets, sh.raw + (u % kRawSlots) * kRawTileBytes, valid_keys);
       }
@@ -853,16 +893,41 @@ struct PrefillSm90 {
     // Scores of tile t (landed in s) to weights, with the running max and sums; alpha rescales
     // the output before tile t's P V product.
     float alpha[2];
-    // A custom mask's words for tile t, loaded while its score product runs (their latency would
-    // otherwise sit between the product and the softmax). Rows past the tile's last valid one
-    // read its bits (their output is discarded).
-    MaskWords<kKvTiles> mask_words;
+    // A custom mask's words for tile t: staged (kStagedWords), read from the stage before its K
+    // is released; otherwise loaded while its score product runs (their latency would otherwise
+    // sit between the product and the softmax). Rows past the tile's last valid one read its
+    // bits (their output is discarded). A staged row's shift is the same on every tile (whole
+    // words of keys a tile).
+    constexpr bool kStaged = kCustom && kStagedWords;
+    Words mask_words;
+    int word_row[2];
+    uint32_t word_shift[2];
+    if constexpr (kStaged) {
+      const uint32_t first_bit = uint32_t(p.mask_indptr[cta.request]) * 8u + uint32_t(cta.begin);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int t = min(token(h), cta.t_last);
+        word_row[h] = t - cta.t_first;
+        word_shift[h] = (first_bit + uint32_t(t) * uint32_t(cta.rows.length)) & 31u;
+      }
+    }
     auto load_mask = [&](int t) {
-      if constexpr (!kCustom) return;
-      const int64_t base = int64_t(p.mask_indptr[cta.request]) * 8;
-      const int64_t row_bit[2] = {base + int64_t(min(token(0), cta.t_last)) * cta.rows.length,
-                                  base + int64_t(min(token(1), cta.t_last)) * cta.rows.length};
-      mask_words.load(p.custom_mask, cta.begin + t * kKv, cta.end, row_bit);
+      if constexpr (kStaged) {
+        const uint32_t* const rows[2] = {sh.words_of(stage(t), word_row[0]), sh.words_of(stage(t), word_row[1])};
+        mask_words.load_aligned(rows, word_shift);
+      } else if constexpr (kCustom) {
+        const int64_t base = int64_t(p.mask_indptr[cta.request]) * 8;
+        const int64_t row_bit[2] = {base + int64_t(min(token(0), cta.t_last)) * cta.rows.length,
+                                    base + int64_t(min(token(1), cta.t_last)) * cta.rows.length};
+        mask_words.load(p.custom_mask, cta.begin + t * kKv, cta.end, row_bit);
+      }
+    };
+    // Whether tile t has products to run: under staged words, whether any of the warpgroup's rows
+    // sees one of its keys (its K landed); a tile none sees costs them the barriers only.
+    auto seen = [&](int t) {
+      if constexpr (!kStaged) return true;
+      load_mask(t);
+      return sm90::named_barrier_any<128>(kWordsBarrier + g, mask_words.any());
     };
     auto softmax_scores = [&](int t) {
       const int start = cta.begin + t * kKv;
@@ -920,21 +985,56 @@ struct PrefillSm90 {
     // output, once the rows are out).
     auto release_q = [&]() { sm90::mbar_arrive(sh.q_empty(n)); };
     if (!kStagedOutput && cta.num_tiles == 0) release_q();
+    // Tiles a warpgroup sees nothing of (`seen`, custom masks) take their turn without products
+    // and release their stages; `pending` says whether p_frag holds weights whose output product
+    // has not gone out (the tile before's, where the loop issues it). Without skips it is true
+    // wherever it is read, and so is it compiled. Each path issues and waits for its products in
+    // a fixed order: ptxas cannot tie one branch on `pending` to another, and where a wait
+    // depended on one it serialized every wgmma of the kernel (C7514).
+    bool pending = !kStaged;
+    // Tile t's score product with no output product pending (the pair's first tile, or the first
+    // after unseen ones), its softmax and weights.
+    auto first_scores = [&](int t) {
+      turn_begin();
+      sm90::wgmma_fence();
+      issue_scores(t);
+      turn_end();
+      load_mask(t);
+      sm90::wgmma_wait<0>();
+      sm90::pin(s_flat);
+      sm90::mbar_arrive(sh.k_empty(stage(t)));
+      if (!kStagedOutput && t == cta.num_tiles - 1) release_q();
+      softmax_scores(t);
+#pragma unroll
+      for (int jj = 0; jj < kKv / 16; ++jj) weights_fragment<dtype>(p_frag[jj], s, jj);
+      pending = true;
+    };
+    // A turn without a score product: tile t's output product if pending, waited for (or not:
+    // the wait is then free).
+    auto output_turn = [&](int t) {
+      turn_begin();
+      if (pending) {
+        rescale_output();
+        sm90::wgmma_fence();
+        issue_output(t);
+      }
+      turn_end();
+      sm90::wgmma_wait<0>();
+      sm90::pin(o_flat);
+      sm90::pin(p_frag);
+      pending = false;
+    };
+    // A tile none of the warpgroup's rows sees: its turn, tile t - 1's pending output product.
+    auto unseen = [&](int t) {
+      output_turn(t - 1);
+      sm90::mbar_arrive(sh.k_empty(stage(t)));
+      if (!kStagedOutput && t == cta.num_tiles - 1) release_q();
+    };
     if (cta.num_tiles > 0) {
       sm90::mbar_wait(sh.k_full(stage(0)), parity(0));
       sm90::fence_async_shared();  // the copies landed through the generic proxy (see produce)
-      turn_begin();
-      sm90::wgmma_fence();
-      issue_scores(0);
-      turn_end();
-      load_mask(0);
-      sm90::wgmma_wait<0>();
-      sm90::pin(s_flat);
-      sm90::mbar_arrive(sh.k_empty(stage(0)));
-      if (!kStagedOutput && cta.num_tiles == 1) release_q();
-      softmax_scores(0);
-#pragma unroll
-      for (int jj = 0; jj < kKv / 16; ++jj) weights_fragment<dtype>(p_frag[jj], s, jj);
+      if (seen(0)) first_scores(0);
+      else unseen(0);  // nothing pending: the turn alone
     }
 #pragma unroll 1
     for (int t = 1; t < cta.num_tiles; ++t) {
@@ -943,38 +1043,39 @@ struct PrefillSm90 {
       sm90::mbar_wait(sh.k_full(stage(t)), parity(t));
       sm90::mbar_wait(sh.v_full(stage(t - 1)), parity(t - 1));
       sm90::fence_async_shared();
-      turn_begin();
-      sm90::wgmma_fence();
-      issue_scores(t);
-      rescale_output();  // by tile t - 1's alpha, while the score product runs
-      sm90::wgmma_fence();
-      issue_output(t - 1);
-      turn_end();
-      load_mask(t);
-      sm90::wgmma_wait<1>();  // the scores
-      sm90::pin(s_flat);
-      sm90::mbar_arrive(sh.k_empty(stage(t)));
-      if (!kStagedOutput && t == cta.num_tiles - 1) release_q();
-      softmax_scores(t);
-      sm90::wgmma_wait<0>();  // the output product of tile t - 1
-      sm90::pin(o_flat);
-      sm90::pin(p_frag);
-      sm90::mbar_arrive(sh.v_empty(stage(t - 1)));
+      if (!seen(t)) {
+        unseen(t);
+        sm90::mbar_arrive(sh.v_empty(stage(t - 1)));
+      } else if (kStaged && !pending) {
+        sm90::mbar_arrive(sh.v_empty(stage(t - 1)));  // no product read it
+        first_scores(t);
+      } else {
+        turn_begin();
+        sm90::wgmma_fence();
+        issue_scores(t);
+        rescale_output();  // by tile t - 1's alpha, while the score product runs
+        sm90::wgmma_fence();
+        issue_output(t - 1);
+        turn_end();
+        load_mask(t);
+        sm90::wgmma_wait<1>();  // the scores
+        sm90::pin(s_flat);
+        sm90::mbar_arrive(sh.k_empty(stage(t)));
+        if (!kStagedOutput && t == cta.num_tiles - 1) release_q();
+        softmax_scores(t);
+        sm90::wgmma_wait<0>();  // the output product of tile t - 1
+        sm90::pin(o_flat);
+        sm90::pin(p_frag);
+        sm90::mbar_arrive(sh.v_empty(stage(t - 1)));
 #pragma unroll
-      for (int jj = 0; jj < kKv / 16; ++jj) weights_fragment<dtype>(p_frag[jj], s, jj);
+        for (int jj = 0; jj < kKv / 16; ++jj) weights_fragment<dtype>(p_frag[jj], s, jj);
+      }
     }
     if (cta.num_tiles > 0) {
       const int last = cta.num_tiles - 1;
       sm90::mbar_wait(sh.v_full(stage(last)), parity(last));
       sm90::fence_async_shared();
-      turn_begin();
-      rescale_output();
-      sm90::wgmma_fence();
-      issue_output(last);
-      turn_end();
-      sm90::wgmma_wait<0>();
-      sm90::pin(o_flat);
-      sm90::pin(p_frag);
+      output_turn(last);
       sm90::mbar_arrive(sh.v_empty(stage(last)));
     }
 

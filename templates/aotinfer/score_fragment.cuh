@@ -108,9 +108,38 @@ struct MaskWords {
       for (int i = 0; i <= kWords; ++i) raw[h][i] = words[h][i];
     }
   }
+  // Staged runs kAlignedWords words apart, 16-byte aligned, read as whole 16-byte vectors; the
+  // shifts worked out by the caller (a tile of whole words keeps a row's shift over its tiles).
+  static constexpr int kAlignedWords = (kWords / 4 + 1) * 4;
+  __device__ __forceinline__ void load_aligned(const uint32_t* const (&words)[2], const uint32_t (&row_shift)[2]) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      shift[h] = row_shift[h];
+#pragma unroll
+      for (int v = 0; v < kAlignedWords / 4; ++v) {
+        const uint4 x = reinterpret_cast<const uint4*>(words[h])[v];
+        const uint32_t w[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (4 * v + e <= kWords) raw[h][4 * v + e] = w[e];
+      }
+    }
+  }
+
+  // Whether either row half sees any key of the tile (or, past its last key, a bit of what
+  // follows: a caller that skips unseen tiles only keeps a few more).
+  __device__ __forceinline__ bool any() const {
+    uint32_t seen = 0;
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int i = 0; i < kWords; ++i) seen |= __funnelshift_r(raw[h][i], raw[h][i + 1], shift[h]);
+    return seen != 0;
+  }
 
   // -inf where a bit is clear. A row whose tile bits are all set (a tile it sees whole) skips
-  // the per-element work.
+  // the per-element work. The words are shifted by the thread's key offset 2 (lane % 4) first,
+  // so that each element tests a bit at a constant position.
   __device__ __forceinline__ void apply(float (&s)[kTiles][4]) const {
     const int lane = threadIdx.x % 32;
 #pragma unroll
@@ -120,10 +149,12 @@ struct MaskWords {
       for (int i = 0; i < kWords; ++i) all &= bits[i] = __funnelshift_r(raw[h][i], raw[h][i + 1], shift[h]);
       if (all == ~0u) continue;
 #pragma unroll
+      for (int i = 0; i < kWords; ++i) bits[i] >>= 2 * (lane % 4);
+#pragma unroll
       for (int j = 0; j < kTiles; ++j)
 #pragma unroll
         for (int e = 2 * h; e < 2 * h + 2; ++e)
-          if (!((bits[8 * j / 32] >> (8 * j % 32 + 2 * (lane % 4) + e % 2)) & 1u)) s[j][e] = -INFINITY;
+          if (!((bits[8 * j / 32] >> (8 * j % 32 + e % 2)) & 1u)) s[j][e] = -INFINITY;
     }
   }
 };

@@ -322,6 +322,20 @@ template <int threads>
 __device__ __forceinline__ void named_barrier_arrive(int id) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(threads) : "memory");
 }
+// A sync on named barrier `id` that also tells every thread whether `pred` held for any of them.
+template <int threads>
+__device__ __forceinline__ bool named_barrier_any(int id, bool pred) {
+  uint32_t any;
+  asm volatile(
+      "{\n.reg .pred p, q;\nsetp.ne.u32 p, %1, 0;\nbar.red.or.pred q, %2, %3, p;\nselp.u32 %0, 1, 0, q;\n}\n"
+      : "=r"(any)
+      : "r"(uint32_t(pred)), "r"(id), "n"(threads)
+      : "memory");
+  // Read back through lane 0, so that the compiler knows the answer is the same in every lane: a
+  // branch on it around wgmma is then not divergent (otherwise ptxas serializes every wgmma of
+  // the kernel, C7518).
+  return __shfl_sync(0xffffffffu, any, 0) != 0;
+}
 
 // Register reallocation between warpgroups (the kernel needs a register cap at entry:
 // __launch_bounds__(threads, 1)).
