@@ -122,15 +122,18 @@ std::string build_ninja(const Manifest& plan, const Spec& spec, const NinjaOptio
   s += "ninja_required_version = 1.10\n\n";
   s += "nvcc = " + (o.launcher.empty() ? "" : o.launcher + " ") + ninja_path(o.nvcc.string()) + "\n";
   s += "templates = " + ninja_path(o.templates_dir.string()) + "\n";
-  s += "generator = " + ninja_path(o.generator.string()) + "\n";
+  // Not named `generator`: ninja reads an edge's `generator` binding as "this rule regenerates the
+  // build file" and then ignores changes to its command line, so a build from another templates
+  // folder (or another nvcc) would keep the old fatbins.
+  s += "aotinfer_gen = " + ninja_path(o.generator.string()) + "\n";
   s += "nvcc_flags = " + flags + "\n\n";
   // -c with -fatbin makes the compile cacheable by ccache/sccache; -MD records template deps.
   // `locked` holds the folder's lock for the compile (a bare ninja run and a build exclude each
   // other); the compiler cache sees only nvcc's command line.
   s += "rule fatbin\n";
-  s += "  command = $generator locked . -- $nvcc $nvcc_flags -I$templates -MD -MF $out.d -c -fatbin -o $out $in\n";
+  s += "  command = $aotinfer_gen locked . -- $nvcc $nvcc_flags -I$templates -MD -MF $out.d -c -fatbin -o $out $in\n";
   s += "  depfile = $out.d\n  deps = gcc\n  description = nvcc $variant\n\n";
-  s += "rule seal\n  command = $generator seal .\n  description = manifest: hash " +
+  s += "rule seal\n  command = $aotinfer_gen seal .\n  description = manifest: hash " +
        std::to_string(plan.variants.size()) + " fatbins\n  restat = 1\n\n";
   std::string fatbins;
   for (const auto& v : plan.variants) {
@@ -141,7 +144,7 @@ std::string build_ninja(const Manifest& plan, const Spec& spec, const NinjaOptio
     if (spec.family_sass_from_ptx.count(v.key.family)) s += "  nvcc_flags = " + nvcc_flags(spec, v.key.family) + "\n";
     fatbins += " " + ninja_path(out);
   }
-  s += "\nbuild package/manifest.json: seal variants.json |" + fatbins + " $generator\n";
+  s += "\nbuild package/manifest.json: seal variants.json |" + fatbins + " $aotinfer_gen\n";
   s += "default package/manifest.json\n";
   return s;
 }

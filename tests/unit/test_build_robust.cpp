@@ -220,6 +220,29 @@ TEST_CASE("seal, merge and a bare ninja run take the build lock too", "[build][s
   CHECK(build(spec, out, tmp.path / "after.log") == 0);
 }
 
+TEST_CASE("a build from another templates folder recompiles every fatbin; the same one again compiles nothing",
+          "[build][slow]") {
+  TempDir tmp;
+  const fs::path spec = tmp.path / "tiny.json", out = tmp.path / "out", log = tmp.path / "step.log";
+  write_file_atomic(spec, tiny_spec(64));
+  // Two copies of the templates, equal but for their folder: only the compile's command differs.
+  for (const char* copy : {"a", "b"})
+    fs::copy(fs::path(AOTINFER_SOURCE_DIR) / "templates", tmp.path / copy, fs::copy_options::recursive);
+  auto build_from = [&](const char* templates) {
+    const std::string command = std::string("'") + AOTINFER_GEN_EXE + "' build '" + spec.string() + "' -o '" +
+                                out.string() + "' --templates '" + (tmp.path / templates).string() +
+                                "' --launcher none -j 1 > '" + log.string() + "' 2>&1";
+    const int status = std::system(command.c_str());
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128;
+  };
+  REQUIRE(build_from("a") == 0);
+  REQUIRE(build_from("b") == 0);
+  CHECK_THAT(read_file(log), Contains("nvcc merge_state"));
+  REQUIRE(build_from("b") == 0);
+  CHECK_THAT(read_file(log), Contains("no work to do"));
+  CHECK(Package::open(out / "package").verify().empty());
+}
+
 TEST_CASE("two builds of one spec into one folder at once give one package or a clear refusal", "[build][slow]") {
   TempDir tmp;
   const fs::path out = tmp.path / "out";
