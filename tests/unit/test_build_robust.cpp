@@ -220,7 +220,7 @@ TEST_CASE("seal, merge and a bare ninja run take the build lock too", "[build][s
   CHECK(build(spec, out, tmp.path / "after.log") == 0);
 }
 
-TEST_CASE("a build from another templates folder recompiles every fatbin; the same one again compiles nothing",
+TEST_CASE("a build from another templates folder recompiles every fatbin, and the same one again compiles nothing",
           "[build][slow]") {
   TempDir tmp;
   const fs::path spec = tmp.path / "tiny.json", out = tmp.path / "out", log = tmp.path / "step.log";
