@@ -126,8 +126,8 @@ struct MaskWords {
     }
   }
 
-  // Whether either row half sees any key of the tile (or, past its last key, a bit of what
-  // follows: a caller that skips unseen tiles only keeps a few more).
+  // Whether either row half sees any key of the tile. Past the request's last key the words
+  // repeat, so a bit there may count too: the tile then only counts as seen.
   __device__ __forceinline__ bool any() const {
     uint32_t seen = 0;
 #pragma unroll
