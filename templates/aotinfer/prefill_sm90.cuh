@@ -11,9 +11,11 @@
 //     or ragged rows), converting q and rotating q and K for RoPE on the way. fp8 K/V land raw
 //     and the producer widens them to f16 (load_kv_fp8), or, with bf16 q, only V, while K stays
 //     fp8 for a score product on fp8 tensor cores against q split into two e4m3 terms
-//     (kFp8Scores: split_q, load_kv_fp8_scores). Under a custom mask (general entry) each
-//     stage also receives, with K and through K's barrier, every query token's run of mask bits
-//     for the tile (stage_words);
+//     (kFp8Scores: split_q, load_kv_fp8_scores). Under a custom mask (general entry) the
+//     producer first scans the pair's mask bits for the tiles some query token sees
+//     (scan_tiles: a bitmask and its count per q slot, behind a "scanned" mbarrier), and only
+//     those go through the ring; each stage also receives, with K and through K's barrier,
+//     every query token's run of mask bits for the tile (stage_words);
 //   - two consumers (warpgroups 1 and 2, the freed registers) own 64 rows each:
 //       S = Q K^T  wgmma, A = q and B = K from shared memory (both K-major),
 //       online softmax on S in registers (aotinfer/score_fragment.cuh),
@@ -115,16 +117,26 @@ struct PrefillSm90 {
   static constexpr bool kStagedWords = kGeneral && (!kFp8 || kFp8Scores);
   using Words = MaskWords<kKvTiles>;
   static constexpr int kWordsBytes = kStagedWords ? kStages * kRows * Words::kAlignedWords * 4 : 0;
+  // Under a custom mask the producer first scans a pair's mask bits for the tiles that some
+  // token of the pair sees (scan_tiles), and only those go through the ring: a bit per tile for
+  // the first kSeenTiles tiles (later ones all count as seen), and their count, per q slot.
+  static constexpr int kSeenWords = 16, kSeenTiles = 32 * kSeenWords;
+  static constexpr int kSeenSlotWords = kSeenWords + 4;  // the bits, the count, 16-byte aligned
+  static constexpr int kSeenBytes = kStagedWords ? kSeenSlotWords * 4 : 0;  // per q slot
+  // mbarriers: q full and empty (2 slots each), 4 announced pairs, K and V full and empty per
+  // stage, and under staged words a "scanned" barrier per q slot.
+  static constexpr int kNumBars = 8 + 4 * kStages + (kStagedWords ? 2 : 0);
   // Slots of key offsets: the producer publishes a tile's offsets while the copies of the tile
   // before may still read theirs, and load_kv's V copies lag a tile behind K's (three slots);
   // load_kv_fp8 copies a tile's K and V together (two).
   static constexpr int kOffsetSlots = kFp8 ? 2 : 3;
   // Shared memory from a 1024-aligned base (the swizzle atoms must be; see run()): q slots, K
-  // stages, V stages, fp8's raw tiles, the stages' mask words, mbarriers, key offsets, announced pairs, RoPE
-  // frequencies, q's per-row inverse scales (kFp8Scores, a row per q slot).
+  // stages, V stages, fp8's raw tiles, the stages' mask words, the q slots' seen tiles,
+  // mbarriers, key offsets, announced pairs, RoPE frequencies, q's per-row inverse scales
+  // (kFp8Scores, a row per q slot).
   static constexpr int smem_bytes(int q_slots, int raw_slots) {
     return q_slots * kQBytes + kStages * (kTileBytes + kVTileBytes) + raw_slots * kRawTileBytes + kWordsBytes +
-           8 * (8 + 4 * kStages) +
+           q_slots * kSeenBytes + 8 * kNumBars +
            kOffsetSlots * kOffsetsPerTile * 8 + 4 * 4 + (kRope ? head_dim / 2 * 4 : 0) + (kFp8Scores ? q_slots * kRows * 4 : 0);
   }
   // Two q slots where they fit (not head_dim 256), so that the producer loads the next pair's q
@@ -146,8 +158,8 @@ struct PrefillSm90 {
   static constexpr int kVOffset = kKOffset + kStages * kTileBytes;
   static constexpr int kRawOffset = kVOffset + kStages * kVTileBytes;
   static constexpr int kWordsOffset = kRawOffset + kRawSlots * kRawTileBytes;
-  static constexpr int kBarOffset = kWordsOffset + kWordsBytes;
-  static constexpr int kNumBars = 8 + 4 * kStages;
+  static constexpr int kSeenOffset = kWordsOffset + kWordsBytes;
+  static constexpr int kBarOffset = kSeenOffset + kQSlots * kSeenBytes;
   static constexpr int kOffsetsOffset = kBarOffset + 8 * kNumBars;  // key offsets, kOffsetSlots tiles
   static constexpr int kPairOffset = kOffsetsOffset + kOffsetSlots * kOffsetsPerTile * 8;  // the announced pairs, 4 slots
   static constexpr int kFreqOffset = kPairOffset + 4 * 4;
@@ -236,6 +248,7 @@ struct PrefillSm90 {
     float* freq;
     float* q_inv;  // kFp8Scores: 1 / (q's scale) of each row, kRows per q slot
     uint32_t* words;  // kStagedWords: stage s's run of mask words of the CTA's token i at words_of(s, i)
+    uint32_t* seen;   // kStagedWords: the q slots' seen tiles (seen_of)
     __device__ __forceinline__ explicit Shared(char* base)
         : q(base),
           k(base + kKOffset),
@@ -246,11 +259,16 @@ struct PrefillSm90 {
           pair(reinterpret_cast<int*>(base + kPairOffset)),
           freq(reinterpret_cast<float*>(base + kFreqOffset)),
           q_inv(reinterpret_cast<float*>(base + kQInvOffset)),
-          words(reinterpret_cast<uint32_t*>(base + kWordsOffset)) {}
+          words(reinterpret_cast<uint32_t*>(base + kWordsOffset)),
+          seen(reinterpret_cast<uint32_t*>(base + kSeenOffset)) {}
     // The CTA's n-th pair has its q in slot n % kQSlots, the (n / kQSlots)-th use of the slot.
     __device__ __forceinline__ char* q_slot(int n) const { return q + (n % kQSlots) * kQBytes; }
     __device__ __forceinline__ float* q_inv_slot(int n) const { return q_inv + (n % kQSlots) * kRows; }
     __device__ __forceinline__ uint32_t* words_of(int s, int i) const { return words + (s * kRows + i) * Words::kAlignedWords; }
+    // Pair n's seen tiles (bit t of word t / 32; kSeenWords words), then their count; written
+    // by the producer before it arrives on scanned(n).
+    __device__ __forceinline__ uint32_t* seen_of(int n) const { return seen + (n % kQSlots) * kSeenSlotWords; }
+    __device__ __forceinline__ uint64_t* scanned(int n) const { return bars + 8 + 4 * kStages + n % kQSlots; }
     __device__ __forceinline__ uint64_t* q_full(int n) const { return bars + n % kQSlots; }
     __device__ __forceinline__ uint64_t* q_empty(int n) const { return bars + 2 + n % kQSlots; }
     static __device__ __forceinline__ uint32_t q_parity(int n) { return uint32_t(n / kQSlots) & 1; }
@@ -298,6 +316,7 @@ struct PrefillSm90 {
       for (int slot = 0; slot < kQSlots; ++slot) {
         sm90::mbar_init(sh.q_full(slot), q_copiers);
         sm90::mbar_init(sh.q_empty(slot), 128 * kConsumers);
+        if constexpr (kStagedWords) sm90::mbar_init(sh.scanned(slot), 1);
       }
       for (int n = 1; n <= 4; ++n) sm90::mbar_init(sh.pair_full(n), 1);
       for (int s = 0; s < kStages; ++s) {
@@ -400,13 +419,22 @@ struct PrefillSm90 {
       const KeyOffset first_offset = kv_tma ? KeyOffset{0, 0} : key_offset(p, cta, 0);
       // The q slot's last pair is done with it (the consumers' last score product).
       if (n >= kQSlots) sm90::mbar_wait(sh.q_empty(n), sh.q_parity(n) ^ 1);
+      const bool custom = stages_words(p);
+      const int tiles = custom ? scan_tiles(p, cta, sh, n) : cta.num_tiles;  // through the ring
       if (!q_tma) load_q(p, cta, sh, n);
       else if (threadIdx.x == 0) load_q_by_tma(p, cta, sh, n);
-      if (kv_tma) load_kv_by_tma(p, cta, sh, done);
-      else if constexpr (kFp8Scores) load_kv_fp8_scores(p, cta, sh, done, first_offset);
-      else if constexpr (kFp8) load_kv_fp8(p, cta, sh, done, first_offset);
-      else load_kv(p, cta, sh, done, first_offset);
-      done += cta.num_tiles;
+      if (kv_tma) {
+        load_kv_by_tma(p, cta, sh, done);
+      } else if constexpr (kFp8Scores) {
+        if (custom) load_kv_fp8_scores<true>(p, cta, sh, done, tiles, sh.seen_of(n), first_offset);
+        else load_kv_fp8_scores<false>(p, cta, sh, done, tiles, nullptr, first_offset);
+      } else if constexpr (kFp8) {
+        load_kv_fp8(p, cta, sh, done, first_offset);
+      } else {
+        if (custom) load_kv<true>(p, cta, sh, done, tiles, sh.seen_of(n), first_offset);
+        else load_kv<false>(p, cta, sh, done, tiles, nullptr, first_offset);
+      }
+      done += tiles;
       if (threadIdx.x == 0) sh.announce(n + 1, next);
     }
     if (!kv_tma) {
@@ -611,23 +639,92 @@ struct PrefillSm90 {
     for (int w = 0; w <= Words::kWords; ++w) Words::stage_word(p.custom_mask, dst + w, w, start, cta.end, bit);
   }
 
-  // K and V of the pair's tiles into the ring, from ring position `done`; `next_offset` is this
-  // thread's key offset of tile 0; K goes kVLag tiles ahead of V.
+  // Under a custom mask (stages_words), pair n's tiles that some token of the pair sees. Each
+  // token's bits are read by `parts` producer threads (up to 8, as many as the warpgroup has
+  // for each token), part q taking tiles q, q + parts, ...: a pass reads kScanTiles tiles a
+  // thread, all in flight together, so a pair of 32 tokens and 32 tiles takes two passes. Each
+  // warp ORs its votes (a butterfly of shuffles) and ORs them into seen_of(n) with a shared
+  // atomic. Only these tiles go through the ring, so a tile no row sees costs no copy, wait or
+  // turn; the consumers learn their count and order from seen_of(n) once `scanned(n)`
+  // completes. Returns the count.
+  static constexpr int kScanTiles = 4;
+  static __device__ int scan_tiles(const aotinfer_batch_prefill_params& p, const Cta& cta, const Shared& sh, int n) {
+    uint32_t* const seen = sh.seen_of(n);
+    if (threadIdx.x < kSeenWords) seen[threadIdx.x] = 0;
+    sm90::named_barrier_sync<128>(kProducerBarrier);
+    const int tokens = cta.t_last - cta.t_first + 1, scanned = min(cta.num_tiles, kSeenTiles);
+    const int parts = min(8, 128 / tokens), token = threadIdx.x / parts, part = threadIdx.x % parts;
+    const bool mine = token < tokens;
+    const int64_t bit = int64_t(p.mask_indptr[cta.request]) * 8 + int64_t(cta.t_first + min(token, tokens - 1)) * cta.rows.length;
+    const int window = parts * kScanTiles;  // tiles a pass covers, at most 32
+#pragma unroll 1
+    for (int t0 = 0; t0 < scanned; t0 += window) {
+      uint32_t bits[kScanTiles][Words::kWords];
+#pragma unroll
+      for (int k = 0; k < kScanTiles; ++k)
+        Words::read_tile(p.custom_mask, bits[k], cta.begin + min(t0 + part + k * parts, scanned - 1) * kKv, cta.end, bit);
+      uint32_t votes = 0;  // bit w: tile t0 + w
+#pragma unroll
+      for (int k = 0; k < kScanTiles; ++k) {
+        const int w = part + k * parts;
+        votes |= uint32_t(mine && t0 + w < scanned && Words::tile_any(bits[k])) << w;
+      }
+#pragma unroll
+      for (int d = 16; d > 0; d /= 2) votes |= __shfl_xor_sync(0xffffffffu, votes, d);
+      if (threadIdx.x % 32 == 0 && votes != 0) {
+        const uint64_t at = uint64_t(votes) << (t0 % 32);  // tiles below `scanned` only
+        atomicOr(seen + t0 / 32, uint32_t(at));
+        if (at >> 32) atomicOr(seen + t0 / 32 + 1, uint32_t(at >> 32));
+      }
+    }
+    sm90::named_barrier_sync<128>(kProducerBarrier);
+    int count = cta.num_tiles - scanned;  // past kSeenTiles every tile counts as seen
+#pragma unroll
+    for (int w = 0; w < kSeenWords; ++w) count += __popc(seen[w]);
+    if (threadIdx.x == 0) {
+      seen[kSeenWords] = uint32_t(count);
+      sm90::mbar_arrive(sh.scanned(n));  // release: the bits and the count
+    }
+    return count;
+  }
+  // The tile after tile t in ring order: t + 1, or under a custom mask the next one seen.
+  template <bool custom>
+  static __device__ __forceinline__ int next_tile(const uint32_t* seen, int t) {
+    if constexpr (custom) {
+      for (int u = t + 1; u < kSeenTiles; u = (u / 32 + 1) * 32) {
+        const uint32_t w = seen[u / 32] >> (u % 32);
+        if (w != 0) return u + __ffs(w) - 1;
+      }
+      return max(t + 1, kSeenTiles);
+    } else {
+      return t + 1;
+    }
+  }
+
+  // K and V of the pair's `tiles` tiles (all of them, or the ones seen: next_tile) into the
+  // ring, from ring position `done`; `next_offset` is this thread's key offset of tile 0; K goes
+  // kVLag tiles ahead of V.
+  template <bool custom>
   static __device__ __forceinline__ void load_kv(const aotinfer_batch_prefill_params& p, const Cta& cta, const Shared& sh,
-                                                 int done, KeyOffset next_offset) {
+                                                 int done, int tiles, const uint32_t* seen, KeyOffset next_offset) {
     const char* const k = reinterpret_cast<const char*>(cta.rows.k);
     const char* const v = reinterpret_cast<const char*>(cta.rows.v);
+    // Under a custom mask, the tiles of ring positions j and j - kVLag (otherwise j and j - kVLag).
+    int seen_tile = next_tile<custom>(seen, -1), seen_v_tile = seen_tile;
+    if constexpr (custom) next_offset = key_offset(p, cta, seen_tile);
 #pragma unroll 1
-    for (int tile = 0; tile < cta.num_tiles + kVLag; ++tile) {
-      const int ring = done + tile;
-      if (tile < cta.num_tiles) {
+    for (int j = 0; j < tiles + kVLag; ++j) {
+      const int ring = done + j, tile = custom ? seen_tile : j;
+      int next = tile + 1;
+      if (j < tiles) {
         const int s = ring % kStages, use = ring / kStages, start = cta.begin + tile * kKv;
         int64_t* offsets = sh.offsets + (ring % 3) * kOffsetsPerTile;
         put_offsets(offsets, next_offset);
         // The tile's offsets are written. Their slot was last read by the V copies two
         // iterations ago, before the previous barrier (no V-only iteration has one).
         sm90::named_barrier_sync<128>(kProducerBarrier);
-        next_offset = key_offset(p, cta, tile + 1);
+        if constexpr (custom) next = next_tile<custom>(seen, tile);
+        next_offset = key_offset(p, cta, next);
         const int valid_keys = cta.end - start;
         // One copy loop only with RoPE, whose producer holds the rotation's state too (a second
         // spilled, ptxas -v).
@@ -635,7 +732,7 @@ struct PrefillSm90 {
         if (use > 0) sm90::mbar_wait(sh.k_empty(s), (use - 1) & 1);
         if (partial) copy_rows<true, head_dim>(k, offsets, sh.k + s * kTileBytes, valid_keys);
         else copy_rows<false, head_dim>(k, offsets, sh.k + s * kTileBytes, valid_keys);
-        if (stages_words(p)) stage_words(p, cta, sh, s, start);
+        if constexpr (custom) stage_words(p, cta, sh, s, start);
         if constexpr (kRope) {  // rotated in place once landed
           cp_async_commit();
           cp_async_wait<0>();
@@ -646,15 +743,19 @@ struct PrefillSm90 {
           sm90::cp_async_arrive(sh.k_full(s));
         }
       }
-      if (tile >= kVLag) {  // V of the tile kVLag before
+      if (j >= kVLag) {  // V of the tile kVLag before
         const int v_ring = ring - kVLag, s = v_ring % kStages, use = v_ring / kStages;
-        const int start = cta.begin + (tile - kVLag) * kKv;
+        const int start = cta.begin + (kVLag == 0 ? tile : custom ? seen_v_tile : j - kVLag) * kKv;
         const int64_t* offsets = sh.offsets + (v_ring % 3) * kOffsetsPerTile + (kSplitVo ? kKv : 0);
         const int valid_keys = cta.end - start;
         if (use > 0) sm90::mbar_wait(sh.v_empty(s), (use - 1) & 1);
         if (kRope || valid_keys < kKv) copy_rows<true, head_dim_vo>(v, offsets, sh.v + s * kVTileBytes, valid_keys);
         else copy_rows<false, head_dim_vo>(v, offsets, sh.v + s * kVTileBytes, valid_keys);
         sm90::cp_async_arrive(sh.v_full(s));
+      }
+      if constexpr (custom) {
+        seen_v_tile = tile;
+        if (j < tiles) seen_tile = next;
       }
     }
   }
@@ -765,23 +866,30 @@ struct PrefillSm90 {
   // for K's free stage before them cannot deadlock: with as many raw tiles as stages, K(u +
   // kRawSlots) waits for the score product of tile u, which needs only K(u) and V(u - 1), both
   // in before V(u) is widened.
+  template <bool custom>  // the tiles as load_kv's
   static __device__ __forceinline__ void load_kv_fp8_scores(const aotinfer_batch_prefill_params& p, const Cta& cta,
-                                                            const Shared& sh, int done, KeyOffset next_offset) {
+                                                            const Shared& sh, int done, int tiles,
+                                                            const uint32_t* seen, KeyOffset next_offset) {
     static_assert(kRawSlots == kStages, "K(u + kRawSlots) takes the stage of K(u), freed by a product V(u) does not gate");
-    if (cta.num_tiles == 0) return;
+    if (tiles == 0) return;
     const char* const k = reinterpret_cast<const char*>(cta.rows.k);
     const char* const v = reinterpret_cast<const char*>(cta.rows.v);
+    int seen_tile = next_tile<custom>(seen, -1);  // under a custom mask, the tile of the next copies
+    if constexpr (custom) next_offset = key_offset(p, cta, seen_tile);
     auto copy_tile = [&](int u) {
-      if (u < cta.num_tiles) {
+      if (u < tiles) {
         const int ring = done + u, s = ring % kStages, use = ring / kStages;
         int64_t* const offsets = sh.offsets + (ring % kOffsetSlots) * kOffsetsPerTile;
         put_offsets(offsets, next_offset);
         sm90::named_barrier_sync<128>(kProducerBarrier);
-        next_offset = key_offset(p, cta, u + 1);
-        const int valid_keys = cta.end - (cta.begin + u * kKv);
+        const int tile = custom ? seen_tile : u;
+        const int next = custom ? next_tile<custom>(seen, tile) : u + 1;
+        if constexpr (custom) seen_tile = next;
+        next_offset = key_offset(p, cta, next);
+        const int start = cta.begin + tile * kKv, valid_keys = cta.end - start;
         if (use > 0) sm90::mbar_wait(sh.k_empty(s), (use - 1) & 1);
         copy_raw<true>(k, offsets, sh.k + s * kTileBytes, valid_keys);
-        if (stages_words(p)) stage_words(p, cta, sh, s, cta.begin + u * kKv);
+        if constexpr (custom) stage_words(p, cta, sh, s, start);
         sm90::cp_async_arrive(sh.k_full(s));
         copy_raw(v, offsets, sh.raw + (u % kRawSlots) * kRawTileBytes, valid_keys);
       }
@@ -790,7 +898,7 @@ struct PrefillSm90 {
 #pragma unroll 1
     for (int u = 0; u < kRawSlots; ++u) copy_tile(u);
 #pragma unroll 1
-    for (int u = 0; u < cta.num_tiles; ++u) {
+    for (int u = 0; u < tiles; ++u) {
       const int ring = done + u, s = ring % kStages, use = ring / kStages;
       cp_async_wait<kRawSlots - 1>();  // tile u's copies landed
       if (use > 0) sm90::mbar_wait(sh.v_empty(s), (use - 1) & 1);
@@ -818,10 +926,9 @@ struct PrefillSm90 {
       const int w = n == 0 ? int(blockIdx.x) : sh.announced(n);
       if (w >= pairs.count) break;
       const Cta cta = pairs(p, w);
-      if constexpr (!kGeneral) attend<KeyLoop::plain>(p, sh, cta, pairs.by_group, g, done, n);
-      else if (p.mask_mode == AOTINFER_MASK_CUSTOM) attend<KeyLoop::custom>(p, sh, cta, pairs.by_group, g, done, n);
-      else attend<KeyLoop::features>(p, sh, cta, pairs.by_group, g, done, n);
-      done += cta.num_tiles;
+      if constexpr (!kGeneral) done += attend<KeyLoop::plain>(p, sh, cta, pairs.by_group, g, done, n);
+      else if (p.mask_mode == AOTINFER_MASK_CUSTOM) done += attend<KeyLoop::custom>(p, sh, cta, pairs.by_group, g, done, n);
+      else done += attend<KeyLoop::features>(p, sh, cta, pairs.by_group, g, done, n);
     }
     if (g == 0) sm90::named_barrier_sync<256>(kTurnBarrier);
   }
@@ -829,8 +936,9 @@ struct PrefillSm90 {
   // One pair: the attention of consumer g's 64 rows, from ring position `done`; n-th pair of the
   // CTA, in one of the key loops (prefill_work.cuh): a custom mask's words, loaded ahead, and a
   // window's or soft cap's tests would otherwise hold registers and issue slots in every loop.
+  // Returns the tiles it took from the ring.
   template <KeyLoop kLoop>
-  static __device__ __forceinline__ void attend(const aotinfer_batch_prefill_params& p, const Shared& sh,
+  static __device__ __forceinline__ int attend(const aotinfer_batch_prefill_params& p, const Shared& sh,
                                                 const Cta& cta, const FastDiv& by_group, int g, int done, int n) {
     const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
     // Softmax in log2 units (score_fragment.cuh).
@@ -929,8 +1037,11 @@ struct PrefillSm90 {
       load_mask(t);
       return sm90::named_barrier_any<128>(kWordsBarrier + g, mask_words.any());
     };
+    // The key tile of ring position t: t, or under staged words the one the loop is at (key;
+    // the producer put only the tiles some token sees through the ring: scan_tiles).
+    int key = -1;
     auto softmax_scores = [&](int t) {
-      const int start = cta.begin + t * kKv;
+      const int start = cta.begin + (kStaged ? key : t) * kKv;
       if (kFp8Scores && unscale_first) {
         const float q_unscale[2] = {sh.q_inv_slot(n)[row_in_pair(0)], sh.q_inv_slot(n)[row_in_pair(1)]};
         rescale_rows(s, q_unscale);
@@ -940,7 +1051,7 @@ struct PrefillSm90 {
       // kRows keys of begin, as in the mma.sync kernel; its first keys are worked out here, where
       // they cost no register across the loop); a custom mask's bits, on every tile.
       const bool edge = start + kKv > cta.end || (causal && start + kKv - 1 > cta.q_offset + cta.t_first) ||
-                        (kFeatures && p.window_left != AOTINFER_NO_WINDOW && t * kKv < kRows);
+                        (kFeatures && p.window_left != AOTINFER_NO_WINDOW && start - cta.begin < kRows);
       if (edge) {
         if constexpr (kFeatures) {
           const int key_lo[2] = {cta.q_offset + token(0) - p.window_left, cta.q_offset + token(1) - p.window_left};
@@ -977,6 +1088,16 @@ struct PrefillSm90 {
     // computed while the output product of tile t - 1 runs, and its softmax overlaps that
     // product too; the weights of tile t wait for it (P registers in flight).
     sm90::mbar_wait(sh.q_full(n), sh.q_parity(n));
+    int tiles = cta.num_tiles;  // through the ring for this pair
+    const uint32_t* const seen_tiles = sh.seen_of(n);
+    if constexpr (kStaged) {
+      sm90::mbar_wait(sh.scanned(n), sh.q_parity(n));
+      tiles = int(seen_tiles[kSeenWords]);
+    }
+    // Moves `key` to the key tile of the next ring position.
+    auto advance_key = [&]() {
+      if constexpr (kStaged) key = next_tile<true>(seen_tiles, key);
+    };
     if (kFp8Scores && !unscale_first) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) row_scale[h] = scale * sh.q_inv_slot(n)[row_in_pair(h)];
@@ -984,7 +1105,7 @@ struct PrefillSm90 {
     // q's slot is free for a later pair once the last score product is done (or, with staged
     // output, once the rows are out).
     auto release_q = [&]() { sm90::mbar_arrive(sh.q_empty(n)); };
-    if (!kStagedOutput && cta.num_tiles == 0) release_q();
+    if (!kStagedOutput && tiles == 0) release_q();
     // Tiles a warpgroup sees nothing of (`seen`, custom masks) take their turn without products
     // and release their stages; `pending` says whether p_frag holds weights whose output product
     // has not gone out (the tile before's, where the loop issues it). Without skips it is true
@@ -1003,7 +1124,7 @@ struct PrefillSm90 {
       sm90::wgmma_wait<0>();
       sm90::pin(s_flat);
       sm90::mbar_arrive(sh.k_empty(stage(t)));
-      if (!kStagedOutput && t == cta.num_tiles - 1) release_q();
+      if (!kStagedOutput && t == tiles - 1) release_q();
       softmax_scores(t);
 #pragma unroll
       for (int jj = 0; jj < kKv / 16; ++jj) weights_fragment<dtype>(p_frag[jj], s, jj);
@@ -1028,18 +1149,20 @@ struct PrefillSm90 {
     auto unseen = [&](int t) {
       output_turn(t - 1);
       sm90::mbar_arrive(sh.k_empty(stage(t)));
-      if (!kStagedOutput && t == cta.num_tiles - 1) release_q();
+      if (!kStagedOutput && t == tiles - 1) release_q();
     };
-    if (cta.num_tiles > 0) {
+    if (tiles > 0) {
+      advance_key();
       sm90::mbar_wait(sh.k_full(stage(0)), parity(0));
       sm90::fence_async_shared();  // the copies landed through the generic proxy (see produce)
       if (seen(0)) first_scores(0);
       else unseen(0);  // nothing pending: the turn alone
     }
 #pragma unroll 1
-    for (int t = 1; t < cta.num_tiles; ++t) {
+    for (int t = 1; t < tiles; ++t) {
       // Both waits before the fence: a wait loop between it and a wgmma makes the compiler fence
       // again (warning C7519).
+      advance_key();
       sm90::mbar_wait(sh.k_full(stage(t)), parity(t));
       sm90::mbar_wait(sh.v_full(stage(t - 1)), parity(t - 1));
       sm90::fence_async_shared();
@@ -1061,7 +1184,7 @@ struct PrefillSm90 {
         sm90::wgmma_wait<1>();  // the scores
         sm90::pin(s_flat);
         sm90::mbar_arrive(sh.k_empty(stage(t)));
-        if (!kStagedOutput && t == cta.num_tiles - 1) release_q();
+        if (!kStagedOutput && t == tiles - 1) release_q();
         softmax_scores(t);
         sm90::wgmma_wait<0>();  // the output product of tile t - 1
         sm90::pin(o_flat);
@@ -1071,8 +1194,8 @@ struct PrefillSm90 {
         for (int jj = 0; jj < kKv / 16; ++jj) weights_fragment<dtype>(p_frag[jj], s, jj);
       }
     }
-    if (cta.num_tiles > 0) {
-      const int last = cta.num_tiles - 1;
+    if (tiles > 0) {
+      const int last = tiles - 1;
       sm90::mbar_wait(sh.v_full(stage(last)), parity(last));
       sm90::fence_async_shared();
       output_turn(last);
@@ -1148,6 +1271,7 @@ struct PrefillSm90 {
       sm90::fence_async_shared();
       release_q();
     }
+    return tiles;
   }
 };
 

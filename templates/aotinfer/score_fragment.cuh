@@ -94,11 +94,31 @@ struct MaskWords {
   // The same words staged with a tile's keys instead: stage_word copies word i of the run of
   // row bit `bit` (cp.async, 4 bytes; past `end` the last word again), and load_staged takes row
   // half h's copied run from words[h] (bits row_bit[h] on, as load's).
+  __device__ __forceinline__ static const uint32_t* run_word(const uint8_t* mask, int i, int start, int end,
+                                                             int64_t bit) {
+    const int64_t last_word = (bit + end - 1) >> 5;  // end > 0: a stage holds keys
+    return reinterpret_cast<const uint32_t*>(mask) + min(((bit + start) >> 5) + i, last_word);
+  }
   __device__ __forceinline__ static void stage_word(const uint8_t* mask, uint32_t* dst, int i, int start, int end,
                                                     int64_t bit) {
-    const uint32_t* words = reinterpret_cast<const uint32_t*>(mask);
-    const int64_t last_word = (bit + end - 1) >> 5;  // end > 0: a stage holds keys
-    cp_async_4(dst, words + min(((bit + start) >> 5) + i, last_word));
+    cp_async_4(dst, run_word(mask, i, start, end, bit));
+  }
+  // A tile's bits of row bit `bit` into registers, key start + j at bit j % 32 of word j / 32,
+  // and whether any is set (tile_any): a row's test whether it sees any key of the tile.
+  __device__ __forceinline__ static void read_tile(const uint8_t* mask, uint32_t (&bits)[kWords], int start, int end,
+                                                   int64_t bit) {
+    uint32_t run[kWords + 1];
+#pragma unroll
+    for (int i = 0; i <= kWords; ++i) run[i] = __ldg(run_word(mask, i, start, end, bit));
+    const uint32_t shift = uint32_t((bit + start) & 31);
+#pragma unroll
+    for (int i = 0; i < kWords; ++i) bits[i] = __funnelshift_r(run[i], run[i + 1], shift);
+  }
+  __device__ __forceinline__ static bool tile_any(const uint32_t (&bits)[kWords]) {
+    uint32_t seen = 0;
+#pragma unroll
+    for (int i = 0; i < kWords; ++i) seen |= bits[i];
+    return seen != 0;
   }
   __device__ __forceinline__ void load_staged(const uint32_t* const (&words)[2], int start, const int64_t (&row_bit)[2]) {
 #pragma unroll
