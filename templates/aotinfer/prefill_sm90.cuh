@@ -709,7 +709,8 @@ struct PrefillSm90 {
                                                  int done, int tiles, const uint32_t* seen, KeyOffset next_offset) {
     const char* const k = reinterpret_cast<const char*>(cta.rows.k);
     const char* const v = reinterpret_cast<const char*>(cta.rows.v);
-    // Under a custom mask, the tiles of ring positions j and j - kVLag (otherwise j and j - kVLag).
+    // The key tiles of ring positions j (K) and j - kVLag (V): under a custom mask the seen ones in
+    // order, otherwise j and j - kVLag themselves.
     int seen_tile = next_tile<custom>(seen, -1), seen_v_tile = seen_tile;
     if constexpr (custom) next_offset = key_offset(p, cta, seen_tile);
 #pragma unroll 1

@@ -91,6 +91,11 @@ struct MaskWords {
     }
   }
 
+  // Word i of a tile's bits from the run of words that holds them, `shift` bits into its first.
+  __device__ __forceinline__ static uint32_t tile_word(const uint32_t* run, int i, uint32_t shift) {
+    return __funnelshift_r(run[i], run[i + 1], shift);
+  }
+
   // The same words staged with a tile's keys instead: stage_word copies word i of the run of
   // row bit `bit` (cp.async, 4 bytes; past `end` the last word again), and load_staged takes row
   // half h's copied run from words[h] (bits row_bit[h] on, as load's).
@@ -112,7 +117,7 @@ struct MaskWords {
     for (int i = 0; i <= kWords; ++i) run[i] = __ldg(run_word(mask, i, start, end, bit));
     const uint32_t shift = uint32_t((bit + start) & 31);
 #pragma unroll
-    for (int i = 0; i < kWords; ++i) bits[i] = __funnelshift_r(run[i], run[i + 1], shift);
+    for (int i = 0; i < kWords; ++i) bits[i] = tile_word(run, i, shift);
   }
   __device__ __forceinline__ static bool tile_any(const uint32_t (&bits)[kWords]) {
     uint32_t seen = 0;
@@ -153,7 +158,7 @@ struct MaskWords {
 #pragma unroll
     for (int h = 0; h < 2; ++h)
 #pragma unroll
-      for (int i = 0; i < kWords; ++i) seen |= __funnelshift_r(raw[h][i], raw[h][i + 1], shift[h]);
+      for (int i = 0; i < kWords; ++i) seen |= tile_word(raw[h], i, shift[h]);
     return seen != 0;
   }
 
@@ -166,7 +171,7 @@ struct MaskWords {
     for (int h = 0; h < 2; ++h) {
       uint32_t bits[kWords], all = ~0u;
 #pragma unroll
-      for (int i = 0; i < kWords; ++i) all &= bits[i] = __funnelshift_r(raw[h][i], raw[h][i + 1], shift[h]);
+      for (int i = 0; i < kWords; ++i) all &= bits[i] = tile_word(raw[h], i, shift[h]);
       if (all == ~0u) continue;
 #pragma unroll
       for (int i = 0; i < kWords; ++i) bits[i] >>= 2 * (lane % 4);
