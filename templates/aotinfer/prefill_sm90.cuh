@@ -648,6 +648,7 @@ struct PrefillSm90 {
   // turn; the consumers learn their count and order from seen_of(n) once `scanned(n)`
   // completes. Returns the count.
   static constexpr int kScanTiles = 4;
+  static_assert(8 * kScanTiles <= 32, "a pass's votes (up to 8 parts of kScanTiles tiles) fit one word");
   static __device__ int scan_tiles(const aotinfer_batch_prefill_params& p, const Cta& cta, const Shared& sh, int n) {
     uint32_t* const seen = sh.seen_of(n);
     if (threadIdx.x < kSeenWords) seen[threadIdx.x] = 0;
