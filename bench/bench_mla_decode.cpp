@@ -2,7 +2,10 @@
 // (a 512-wide latent and a 64-wide RoPE key per token; 16 heads per GPU under tensor parallelism,
 // 128 without), as achieved bandwidth (the cache's ckv and kpe rows plus q and o, each moved once)
 // against the device's copy bandwidth, and as TF/s (scores and outputs: rows x keys x 1088 x 2);
-// over a bf16 cache, then over an e4m3 one (bf16 q and o), whose rows read half the bytes.
+// over a bf16 cache, then over an e4m3 one (bf16 q and o), whose rows read half the bytes. Each
+// row is timed two ways: a call alone on an idle GPU (its launch latency included), and calls
+// queued back to back (as a model's layers run, and as FlashInfer's benchmarks time), from which
+// the bandwidth and TF/s columns come.
 // Writes its rows as JSON lines for a peer (FlashInfer's MLA wrapper) to run the same shapes.
 // Usage: aotinfer_bench_mla_decode PACKAGE_DIR RESULTS.jsonl
 //        (AOTINFER_BENCH_ONLY=16:1:64:4096:64:bf16 runs that row only: heads:q_len:batch:kv_len:page:cache)
@@ -24,6 +27,7 @@ namespace {
 
 using bench::check;
 using bench::median_us;
+using bench::median_us_queued;
 
 void* device(size_t bytes) {
   void* p = nullptr;
@@ -75,8 +79,8 @@ int main(int argc, char** argv) {
     }
     std::printf("\nbatch_mla_decode: bf16 q and o, %s cache; kv_lora_rank 512, qk_rope_head_dim 64; every request kv_len keys\n",
                 kv_name.c_str());
-    std::printf("%5s %5s %6s %7s %5s %6s %10s %8s %7s %8s\n", "heads", "q_len", "batch", "kv_len", "page", "split", "time us",
-                "TB/s", "of copy", "TF/s");
+    std::printf("%5s %5s %6s %7s %5s %6s %10s %10s %8s %7s %8s\n", "heads", "q_len", "batch", "kv_len", "page", "split",
+                "alone us", "queued us", "TB/s", "of copy", "TF/s");
     for (const Case& c : cases) {
       const std::string name = std::to_string(c.heads) + ":" + std::to_string(c.q_len) + ":" + std::to_string(c.batch) + ":" +
                                std::to_string(c.kv_len) + ":" + std::to_string(c.page) + ":" + kv_name;
@@ -109,17 +113,19 @@ int main(int argc, char** argv) {
       a.q_nope = q_nope, a.q_pe = q_pe, a.ckv = ckv, a.kpe = kpe, a.kv_indices = d_indices, a.o = o;
       a.sm_scale = 1.f / std::sqrt(192.f);
       if (kv_size == 1) a.ckv_scale = 0.05f, a.kpe_scale = 0.04f;
-      const double us = median_us(5, 30, [&](int) { mla.run(a, nullptr); });
+      const double alone_us = median_us(5, 30, [&](int) { mla.run(a, nullptr); });
+      const double us = median_us_queued(5, 30, [&](int) { mla.run(a, nullptr); });
       check(cudaGetLastError(), "batch_mla_decode");
 
       const double cache = double(c.batch) * c.kv_len * 576 * kv_size;
       const double bytes = cache + double(rows) * 576 * 2 + double(rows) * 512 * 2;
       const double flops = double(rows) * c.kv_len * (576 + 512) * 2;
       const double tbs = bytes / us / 1e6;
-      std::printf("%5d %5d %6d %7d %5d %6s %10.1f %8.2f %6.0f%% %8.1f\n", c.heads, c.q_len, c.batch, c.kv_len, c.page,
-                  mla.work_plan().split ? "yes" : "no", us, tbs, 100 * tbs * 1e3 / copy_gbs, flops / us / 1e6);
+      std::printf("%5d %5d %6d %7d %5d %6s %10.1f %10.1f %8.2f %6.0f%% %8.1f\n", c.heads, c.q_len, c.batch, c.kv_len,
+                  c.page, mla.work_plan().split ? "yes" : "no", alone_us, us, tbs, 100 * tbs * 1e3 / copy_gbs,
+                  flops / us / 1e6);
       results << "{\"op\": \"mla_decode\", \"kv\": \"" << kv_name << "\", \"heads\": " << c.heads
-              << ", \"q_len\": " << c.q_len << ", \"batch\": " << c.batch << ", \"kv_len\": " << c.kv_len << ", \"page\": " << c.page << ", \"us\": " << us << ", \"bytes\": " << bytes
+              << ", \"q_len\": " << c.q_len << ", \"batch\": " << c.batch << ", \"kv_len\": " << c.kv_len << ", \"page\": " << c.page << ", \"us\": " << us << ", \"alone_us\": " << alone_us << ", \"bytes\": " << bytes
               << ", \"flops\": " << flops << "}\n";
       for (void* p : {ckv, kpe, q_nope, q_pe, o, static_cast<void*>(d_indices), ws.float_buffer, ws.int_buffer}) cudaFree(p);
     }

@@ -5,8 +5,9 @@
 // ("decode/2048"); both also under a custom mask of a speculative tree over the new tokens
 // ("decode/tree", "prefill/tree": token t's parent is (t - 1) / 2, and it sees the whole prefix,
 // its ancestors and itself), FlashInfer's packed bits. The work is memory-bound: each row prints the bytes moved (K and V of every
-// request once, q and o) per second against the device's copy bandwidth. Writes its rows as JSON
-// lines.
+// request once, q and o) per second against the device's copy bandwidth, each row timed alone and
+// queued back to back (bench_util.hpp; the bandwidth from the queued time, as FlashInfer's
+// benchmarks time). Writes its rows as JSON lines.
 // Usage: aotinfer_bench_specdec PACKAGE_DIR RESULTS.jsonl
 // AOTINFER_BENCH_ONLY="decode:32:4:1024-8192" runs that row only (path:batch:q_len:kv lengths).
 #include <cuda_runtime.h>
@@ -28,6 +29,13 @@ namespace {
 
 using bench::check;
 using bench::median_us;
+using bench::median_us_queued;
+
+// A row's time two ways (bench_util.hpp): a call alone on an idle GPU, and calls queued back to
+// back (as FlashInfer's benchmarks time them), from which the bandwidth columns come.
+struct Times {
+  double alone_us, queued_us;
+};
 
 constexpr int kQoHeads = 32, kKvHeads = 8, kHeadDim = 128, kPage = 16;
 
@@ -150,23 +158,25 @@ struct DeviceTreeMask {
 
 
 // The median of 30 runs (after 5), each over the next of the problem's K/V copies (run_on(copy)),
-// under the tree mask when asked (set in a's custom_mask and mask_indptr); frees the workspace.
+// alone and queued, under the tree mask when asked (set in a's custom_mask and mask_indptr);
+// frees the workspace.
 template <typename Args, typename RunOn>
-double time_runs(const Shape& s, Problem& p, Args& a, bool tree, const aotinfer::Workspace& ws, RunOn run_on) {
+Times time_runs(const Shape& s, Problem& p, Args& a, bool tree, const aotinfer::Workspace& ws, RunOn run_on) {
   std::optional<DeviceTreeMask> mask;
   if (tree) {
     mask.emplace(s, p.lens);
     a.custom_mask = mask->custom_mask(), a.mask_indptr = mask->mask_indptr();
   }
-  const double us = median_us(5, 30, [&](int i) { run_on(i % p.sets); });
+  const Times t{median_us(5, 30, [&](int i) { run_on(i % p.sets); }),
+                median_us_queued(5, 30, [&](int i) { run_on(i % p.sets); })};
   check(cudaDeviceSynchronize(), "run");
   cudaFree(ws.float_buffer), cudaFree(ws.int_buffer);
-  return us;
+  return t;
 }
 
 // chunk > 0: every request cut into chunks of that many keys (the fixed KV split), to show what
 // splitting a skewed batch would gain over the adaptive plan. tree: under the tree mask.
-double run_decode(const aotinfer::Package& pkg, const Shape& s, Problem& p, bool& split, int chunk, bool tree) {
+Times run_decode(const aotinfer::Package& pkg, const Shape& s, Problem& p, bool& split, int chunk, bool tree) {
   aotinfer::BatchDecodeConfig cfg;
   cfg.num_qo_heads = kQoHeads, cfg.num_kv_heads = kKvHeads, cfg.head_dim = kHeadDim, cfg.page_size = kPage;
   cfg.q_len = s.q_len;
@@ -186,7 +196,7 @@ double run_decode(const aotinfer::Package& pkg, const Shape& s, Problem& p, bool
   });
 }
 
-double run_prefill(const aotinfer::Package& pkg, const Shape& s, Problem& p, bool& split, bool tree) {
+Times run_prefill(const aotinfer::Package& pkg, const Shape& s, Problem& p, bool& split, bool tree) {
   aotinfer::BatchPrefillConfig cfg;
   cfg.num_qo_heads = kQoHeads, cfg.num_kv_heads = kKvHeads, cfg.head_dim = kHeadDim, cfg.page_size = kPage;
   cfg.kv_storage = aotinfer::KvStorage::paged;
@@ -211,10 +221,10 @@ double run_prefill(const aotinfer::Package& pkg, const Shape& s, Problem& p, boo
 int main(int argc, char** argv) {
   bench::Session run = bench::start(argc, argv);
   std::printf("\nspeculative verification: bf16, %d qo / %d kv heads, head_dim %d, page %d, causal among the new tokens;\n"
-              "KV lengths evenly spaced over the range; time is eager run(), median of 30\n",
+              "KV lengths evenly spaced over the range; time is eager run(), median of 30, alone and queued back to back\n",
               kQoHeads, kKvHeads, kHeadDim, kPage);
-  std::printf("%-12s %6s %6s %12s %6s %10s %10s %8s %8s\n", "path", "batch", "q_len", "kv_len", "split", "MB moved", "time us",
-              "GB/s", "of copy");
+  std::printf("%-12s %6s %6s %12s %6s %10s %10s %10s %8s %8s\n", "path", "batch", "q_len", "kv_len", "split", "MB moved",
+              "alone us", "queued us", "GB/s", "of copy");
   // The last three are plain decode (one token) over skewed batches that fill a wave of CTAs by
   // themselves: lengths evenly spaced, and one 128k-key request among 31 short ones.
   const std::vector<Shape> shapes = {{32, 4, 1024, 8192}, {32, 4, 4096, 4096}, {8, 8, 2048, 32768}, {64, 2, 4096, 4096},
@@ -247,12 +257,14 @@ int main(int argc, char** argv) {
       const bool tree = path.size() > 5 && path.substr(path.size() - 5) == "/tree";
       const int chunk = decode && !tree && path.size() > 7 ? std::stoi(path.substr(7)) : 0;
       bool split = false;
-      const double us = decode ? run_decode(run.pkg, s, p, split, chunk, tree) : run_prefill(run.pkg, s, p, split, tree);
-      const double gbs = p.moved / us / 1e3;
-      std::printf("%-12s %6d %6d %12s %6s %10.1f %10.1f %8.0f %7.0f%%\n", path.c_str(), s.batch, s.q_len, s.lengths().c_str(),
-                  split ? "yes" : "no", p.moved / 1e6, us, gbs, 100 * gbs / run.copy_gbs);
+      const Times t = decode ? run_decode(run.pkg, s, p, split, chunk, tree) : run_prefill(run.pkg, s, p, split, tree);
+      const double gbs = p.moved / t.queued_us / 1e3;
+      std::printf("%-12s %6d %6d %12s %6s %10.1f %10.1f %10.1f %8.0f %7.0f%%\n", path.c_str(), s.batch, s.q_len,
+                  s.lengths().c_str(), split ? "yes" : "no", p.moved / 1e6, t.alone_us, t.queued_us, gbs,
+                  100 * gbs / run.copy_gbs);
       run.results << "{\"path\": \"" << path << "\", \"batch\": " << s.batch << ", \"q_len\": " << s.q_len << ", \"kv_len\": \""
-                  << s.lengths() << "\", \"us\": " << us << ", \"bytes\": " << p.moved << "}\n";
+                  << s.lengths() << "\", \"us\": " << t.queued_us << ", \"alone_us\": " << t.alone_us
+                  << ", \"bytes\": " << p.moved << "}\n";
     }
   }
   return 0;

@@ -83,7 +83,8 @@ inline void check(cudaError_t e, const char* what) {
 }
 
 // Median of `iters` event-timed calls of body(i), after `warmup` untimed ones, in microseconds.
-// The events go on `stream` (the default stream unless given).
+// The events go on `stream` (the default stream unless given). Each call starts on an idle GPU
+// (the host waits for the one before), so its time includes its launches' latency.
 template <typename Body>
 double median_us(int warmup, int iters, Body&& body, cudaStream_t stream = nullptr) {
   for (int i = 0; i < warmup; ++i) body(i);
@@ -102,6 +103,32 @@ double median_us(int warmup, int iters, Body&& body, cudaStream_t stream = nullp
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+// The same, with the calls queued back to back and the host waiting once at the end, as a
+// model's layers run and as FlashInfer's benchmarks time (events around each call, one
+// synchronization): a call's launches overlap the call before, so its time is the GPU's alone.
+template <typename Body>
+double median_us_queued(int warmup, int iters, Body&& body, cudaStream_t stream = nullptr) {
+  for (int i = 0; i < warmup; ++i) body(i);
+  check(cudaStreamSynchronize(stream), "warmup");
+  std::vector<cudaEvent_t> events(2 * iters);
+  for (cudaEvent_t& e : events) cudaEventCreate(&e);
+  for (int i = 0; i < iters; ++i) {
+    cudaEventRecord(events[2 * i], stream);
+    body(i);
+    cudaEventRecord(events[2 * i + 1], stream);
+  }
+  check(cudaStreamSynchronize(stream), "timed region");
+  std::vector<double> times;
+  for (int i = 0; i < iters; ++i) {
+    float ms = 0;
+    cudaEventElapsedTime(&ms, events[2 * i], events[2 * i + 1]);
+    times.push_back(ms * 1e3);
+  }
+  for (cudaEvent_t e : events) cudaEventDestroy(e);
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
 }
