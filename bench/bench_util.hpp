@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace bench {
@@ -82,6 +83,12 @@ inline void check(cudaError_t e, const char* what) {
   }
 }
 
+// The median of a run's per-call times.
+inline double median_of(std::vector<double> times) {
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
 // Median of `iters` event-timed calls of body(i), after `warmup` untimed ones, in microseconds.
 // The events go on `stream` (the default stream unless given). Each call starts on an idle GPU
 // (the host waits for the one before), so its time includes its launches' latency.
@@ -103,8 +110,7 @@ double median_us(int warmup, int iters, Body&& body, cudaStream_t stream = nullp
   }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return median_of(std::move(times));
 }
 
 // The same, with the calls queued back to back and the host waiting once at the end, as a
@@ -129,8 +135,7 @@ double median_us_queued(int warmup, int iters, Body&& body, cudaStream_t stream 
     times.push_back(ms * 1e3);
   }
   for (cudaEvent_t e : events) cudaEventDestroy(e);
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return median_of(std::move(times));
 }
 
 // The device's copy bandwidth: a 1 GiB device-to-device copy, counting bytes read plus written.
