@@ -8,8 +8,11 @@
 // products. A CTA takes kRows = 64 packed rows (one wgmma M tile) of one work item, in three
 // warpgroups:
 //   - the producer (warpgroup 0, few registers) copies the rows' q once, then the item's cache
-//     rows, kKv keys a stage, into a ring of kStages 128-byte-swizzled stages by cp.async, one
-//     page lookup per thread and key (any page size);
+//     rows, kKv keys a stage, into a ring of kStages 128-byte-swizzled stages: by TMA where the
+//     host encoded the cache's maps (16-bit caches in pages of 8, 16, 32 or a multiple of 64
+//     keys: one thread issues a tile's boxes, nine a page-64 tile; the item's partial last tile
+//     goes row by row), else by cp.async, one page
+//     lookup per thread and key (any page size);
 //   - the score consumer (warpgroup 1):
 //       S = Q K^T        wgmma, A = q and B = the stage from shared memory (both K-major, 576 deep),
 //       online softmax   on S in registers (aotinfer/score_fragment.cuh),
@@ -19,7 +22,8 @@
 // O (64 x 512 fp32) would be 256 registers a thread in one warpgroup: split by columns, each
 // consumer holds 128, and the score product, the larger (576 deep), is computed once.
 //
-// Barriers (mbarriers): q_full (q landed); per stage k_full (its copies landed) and k_empty (both
+// Barriers (mbarriers): q_full (q landed); per stage k_full (its copies landed: one arrival per
+// producer thread's cp.async, or the TMA thread's with the tile's bytes) and k_empty (both
 // consumers' products of it are done, so the producer may refill it); p_full (tile t's P and
 // rescale factors are published) and p_free (the value consumer's product of tile t is done, so
 // they may be overwritten); inv_full (the rows' 1 / l are in shared memory, for the value
@@ -98,9 +102,10 @@ struct MlaDecodeSm90 {
   static constexpr int kWideBlockBytes = kKv * 128;
   static constexpr int kQBatch = 5;  // q chunks converted together (fp8)
   static_assert(kRawOffset + kBlocks * kRawBlockBytes == kStageBytes, "the raw tile fills the upper half");
-  static constexpr int kProducerBarrier = 1;  // named barrier of the producer warpgroup (fp8)
+  static constexpr int kProducerBarrier = 1;  // named barrier of the producer warpgroup
 
-  static constexpr aotinfer_launch_info launch = make_launch_info<Params>(kThreads, kSmemBytes, kRows, kKv, kCkv);
+  static constexpr aotinfer_launch_info launch =
+      make_launch_info<Params>(kThreads, kSmemBytes, kRows, kKv, kCkv, kFp8 ? 0u : AOTINFER_MLA_READS_CACHE_MAPS);
 
   struct Shared {
     char* q;
@@ -149,18 +154,21 @@ struct MlaDecodeSm90 {
     if (cta.item >= *p.num_work) return;
     extern __shared__ __align__(1024) char smem_raw[];
     const Shared sh(smem_raw);
+    const Item it(p, cta.item, cta.row_group);
     if (threadIdx.x == 0) {
       sm90::mbar_init(sh.q_full(), 128);  // every producer thread's copies
       sm90::mbar_init(sh.p_full(), 128);
       sm90::mbar_init(sh.p_free(), 128);
       sm90::mbar_init(sh.inv_full(), 128);
+      // A stage's copies arrive by themselves, one arrival a producer thread; by TMA its one
+      // thread arms the barrier for the tile's bytes (see produce).
+      const int copy_arrivals = tma_tiles(p, it) ? 1 : 128;
       for (int s = 0; s < kStages; ++s) {
-        sm90::mbar_init(sh.k_full(s), 128);
+        sm90::mbar_init(sh.k_full(s), copy_arrivals);
         sm90::mbar_init(sh.k_empty(s), 256);
       }
     }
     __syncthreads();
-    const Item it(p, cta.item, cta.row_group);
     const int role = threadIdx.x / 128;
     if (role == 0) {
       sm90::shrink_registers<kProducerRegs>();
@@ -211,6 +219,10 @@ struct MlaDecodeSm90 {
       copy_row<kRows>(sh.q + dst0 + i * kRowsPerPass * 128, nope, pe, valid);
     }
     sm90::cp_async_arrive(sh.q_full());
+    if (tma_tiles(p, it)) {
+      produce_tma(p, sh, it, dst0, c);
+      return;
+    }
 
     const FastDiv by_page(uint32_t(p.page_size));
     const char* const ckv = static_cast<const char*>(p.ckv) + c * 16;
@@ -239,6 +251,87 @@ struct MlaDecodeSm90 {
     }
     cp_async_commit();
     cp_async_wait<0>();  // nothing in flight when the producer's threads exit
+  }
+
+  // Whether the item's full tiles come by TMA: the host encoded the maps for a page size whose
+  // boxes tile a stage whole (aotinfer/params/batch_mla_decode.h), and the item starts on a box
+  // (the planner cuts requests in whole tiles).
+  static __device__ __forceinline__ bool tma_tiles(const Params& p, const Item& it) {
+    return !kFp8 && p.cache_maps_encoded && it.begin % min(p.page_size, kKv) == 0;
+  }
+
+  // The cache's tiles by TMA: one thread arms a stage's barrier for its bytes and issues, for
+  // each box of min(page_size, 64) keys, the box of each 64-wide column block (nine boxes a
+  // page-64 tile), so the other producer threads take no issue slot from the consumers. A box
+  // lands in the stage's 128-byte swizzle as the row copies would. The boxes go through L2
+  // evict-first: a tile is read by the item's row groups at about the same time, and then only
+  // the split states that the merge reads need L2 (3 % faster on most rows, 12 % on a split
+  // 128-head row; docs/PERF.md). An L2 prefetch of the next tile's boxes made every row slower
+  // (1.1-1.6x). The item's last tile, when
+  // partial, goes row by row as in produce: past the request's last key a box would bring
+  // whatever the page holds there (or another request's page), and a NaN there would reach
+  // the output through a zero weight; the row copies write zeros instead.
+  static __device__ void produce_tma(const Params& p, const Shared& sh, const Item& it, int dst0, int c) {
+    const int box_rows = min(p.page_size, kKv);
+    const FastDiv by_page(uint32_t(p.page_size));
+    const int full_tiles = (it.end - it.begin) / kKv;
+    if (threadIdx.x % 128 == 0) {
+      sm90::tma_prefetch_map(&p.ckv_map);
+      sm90::tma_prefetch_map(&p.kpe_map);
+      const uint64_t once = sm90::l2_evict_first();
+#pragma unroll 1
+      for (int t = 0; t < full_tiles; ++t) {
+        // The tile's first page looked up before the stage wait, which hides its latency; a
+        // tile's later boxes (pages under 64 keys) start their pages.
+        const int start = it.begin + t * kKv;
+        const int first = int(by_page(uint32_t(start))), first_slot = start - first * p.page_size;
+        const int first_page = it.pages[first];
+        if (t >= kStages) sm90::mbar_wait(sh.k_empty(t), Shared::parity(t) ^ 1);
+        uint64_t* const full = sh.k_full(t);
+        sm90::mbar_arrive_expect_tx(full, kStageBytes);
+        char* const stage = sh.stage(t);
+#pragma unroll 1
+        for (int key = 0; key < kKv; key += box_rows) {
+          const int slot = key == 0 ? first_slot : 0, page = key == 0 ? first_page : it.pages[first + key / box_rows];
+#pragma unroll
+          for (int b = 0; b < kBlocks - 1; ++b)
+            sm90::tma_load_3d(stage + b * kKv * 128 + key * 128, &p.ckv_map, full, b * 64, slot, page, once);
+          sm90::tma_load_3d(stage + (kBlocks - 1) * kKv * 128 + key * 128, &p.kpe_map, full, 0, slot, page, once);
+        }
+      }
+    }
+    if (full_tiles < it.num_tiles) produce_last_rows(p, sh, it, full_tiles, dst0, c, by_page);
+    cp_async_commit();
+    cp_async_wait<0>();  // q's copies: nothing in flight when the producer's threads exit
+  }
+
+  // The partial last tile t of produce_tma: every producer thread's row copies, zeros past the
+  // end, then one arrival once all have landed. The threads meet thread 0 first: their stage
+  // wait may then be for the phase after the one thread 0 last waited for, never further on (a
+  // parity wait cannot tell phases two apart).
+  static __device__ void produce_last_rows(const Params& p, const Shared& sh, const Item& it, int t, int dst0, int c,
+                                           const FastDiv& by_page) {
+    sm90::named_barrier_sync<128>(kProducerBarrier);
+    const int start = it.begin + t * kKv;
+    constexpr int kElem = int(sizeof(dtype));
+    const int row0 = int(threadIdx.x % 128) / 8;
+    const char* const ckv = static_cast<const char*>(p.ckv) + c * 16;
+    const char* const kpe = static_cast<const char*>(p.kpe) + c * 16;
+    if (t >= kStages) sm90::mbar_wait(sh.k_empty(t), Shared::parity(t) ^ 1);
+    char* const dst = sh.stage(t) + dst0;
+#pragma unroll 1
+    for (int i = 0; i < kKeysPerThread; ++i) {
+      const int pos = start + row0 + i * kRowsPerPass;
+      const int index = int(by_page(uint32_t(pos))), slot = pos - index * p.page_size;
+      const bool valid = pos < it.end;
+      const int64_t page = valid ? it.pages[index] : 0;
+      copy_row<kKv>(dst + i * kRowsPerPass * 128, ckv + page * p.ckv_stride_page * kElem + slot * (kCkv * kElem),
+                    kpe + page * p.kpe_stride_page * kElem + slot * (kKpe * kElem), valid);
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+    sm90::named_barrier_sync<128>(kProducerBarrier);  // every thread's rows landed
+    if (threadIdx.x % 128 == 0) sm90::mbar_arrive(sh.k_full(t));
   }
 
   // fp8 cache: q converted to f16 (q_pe by kpe_scale / ckv_scale) through registers, then
@@ -410,8 +503,9 @@ struct MlaDecodeSm90 {
 
     // Software pipeline: tile t - 1's output product goes out before tile t's score product,
     // so that it is done, and the stage of tile t - 1 released to the producer, while the score
-    // product runs (the other order let the softmax overlap the output product, but held both
-    // stages through the score product: 1.07-1.16x slower on every row, docs/PERF.md).
+    // product runs. (The other order lets the softmax overlap the output product, but holds
+    // both stages through the score product: 1.07-1.16x slower on every row with row copies,
+    // 1.13-1.24x on the 128-head rows with the copies by TMA, docs/PERF.md.)
     sm90::mbar_wait(sh.q_full(), 0);
     const int n = it.num_tiles;
     if (n > 0) {

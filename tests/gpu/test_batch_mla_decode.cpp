@@ -1,6 +1,7 @@
 // batch_mla_decode on the GPU through its front-end (aotinfer::BatchMlaDecode), from the package
 // under test, against the fp64 CPU reference (tests/reference/mla_reference.hpp) on freshly drawn
-// shapes and values: batch 1-256, lengths 0-64k, page sizes 1/16/64, 1-128 heads, 1-4 query
+// shapes and values: batch 1-256, lengths 0-64k, page sizes 1-128 (those the Hopper kernel copies
+// by TMA, 8/16/32/64/128, and others it copies row by row), 1-128 heads, 1-4 query
 // tokens, split and unsplit plans, CUDA-graph replay, 16-bit caches and e4m3 caches with random
 // per-tensor scales (the reference sees the dequantised values). The seed is printed with every failure; AOTINFER_TEST_SEED
 // replays it. The cache is a random permutation of physical pages; spare pages, unwritten slots
@@ -217,6 +218,13 @@ std::vector<int> draw_lengths(std::mt19937_64& rng, int batch, int q_len, int lo
   return out;
 }
 
+// Page sizes whose stages the Hopper kernel copies by TMA (boxes of min(page, 64) keys: 8, 16, 32,
+// 64 and 128), and ones it copies row by row (1, 48).
+int draw_page_size(std::mt19937_64& rng) {
+  const int sizes[] = {1, 8, 16, 32, 48, 64, 128};
+  return sizes[std::uniform_int_distribution<int>(0, 6)(rng)];
+}
+
 }  // namespace
 
 TEST_CASE("batch_mla_decode matches the fp64 reference on random shapes", "[gpu][mla]") {
@@ -229,7 +237,7 @@ TEST_CASE("batch_mla_decode matches the fp64 reference on random shapes", "[gpu]
       Shape sh;
       sh.heads = round % 5 == 4 ? std::uniform_int_distribution<int>(1, 128)(rng) : head_choices[round % 4];
       sh.q_len = std::uniform_int_distribution<int>(1, 4)(rng);
-      sh.page_size = std::vector<int>{1, 16, 64}[std::uniform_int_distribution<int>(0, 2)(rng)];
+      sh.page_size = draw_page_size(rng);
       // Round 0: one long request (a split plan); round 1: many short ones (unsplit); the rest
       // drawn. The reference's work (rows x keys) stays within a few seconds.
       const int rows = sh.q_len * sh.heads;
@@ -283,7 +291,7 @@ void graph_replays_later_plans(Types types, std::mt19937_64& rng) {
   c.cuda_graph = true, c.max_batch = 24;
   c.q_len = std::uniform_int_distribution<int>(1, 4)(rng);
   c.num_heads = std::vector<int>{16, 32, 128}[std::uniform_int_distribution<int>(0, 2)(rng)];
-  c.page_size = std::vector<int>{1, 16, 64}[std::uniform_int_distribution<int>(0, 2)(rng)];
+  c.page_size = draw_page_size(rng);
   INFO(BatchMlaDecode::variant_key(c).uri() << ", heads " << c.num_heads << ", q_len " << c.q_len << ", page " << c.page_size);
   auto mla = make_mla(c);
   if (!mla) FAIL("the package lacks " << BatchMlaDecode::variant_key(c).uri());

@@ -13,6 +13,7 @@
 #include "planning/plan_inputs.hpp"
 #include "planning/plan_upload.hpp"
 #include "checks/tensor_checks.hpp"
+#include "ops/tensor_map.hpp"
 
 namespace aotinfer {
 
@@ -28,6 +29,14 @@ constexpr int kCkv = AOTINFER_MLA_CKV_DIM;
 std::size_t float_bytes(std::int32_t work, std::int32_t rows) {
   const std::size_t states = std::size_t(work) * rows;
   return align_up(states * kCkv * 4) + align_up(states * 4);
+}
+
+// Whether run() gives the kernel the cache's TMA maps: the loaded kernel reads them (its launch
+// info says so) and the cache suits its boxes: 16-bit, in pages that 64-key stages tile whole.
+bool encodes_cache_maps(const Kernel& kernel, const BatchMlaDecodeConfig& c) {
+  const int page = c.page_size;
+  return (kernel.launch_info().tile[3] & AOTINFER_MLA_READS_CACHE_MAPS) && mla_cache_dtype(c) == c.dtype &&
+         (page % 64 == 0 || page == 8 || page == 16 || page == 32);
 }
 
 }  // namespace
@@ -232,6 +241,11 @@ void BatchMlaDecode::run(const MlaDecodeRunArgs& a, Stream stream) const {
   p.sm_scale = a.sm_scale;
   p.ckv_scale = a.ckv_scale;
   p.kpe_scale = a.kpe_scale;
+  if (encodes_cache_maps(s.decode, c)) {
+    p.ckv_map = detail::paged_tensor_map(c.dtype, p.ckv, kCkv, c.page_size, p.ckv_stride_page);
+    p.kpe_map = detail::paged_tensor_map(c.dtype, p.kpe, AOTINFER_MLA_KPE_DIM, c.page_size, p.kpe_stride_page);
+    p.cache_maps_encoded = 1;
+  }
   s.decode.launch(Grid{unsigned(s.work.padded_work), unsigned(s.row_groups)}, p, stream);
   if (!s.work.split) return;
 

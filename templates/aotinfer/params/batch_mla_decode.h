@@ -33,11 +33,21 @@
  * partial_o [padded work, q_len * num_heads, 512] and partial_lse, which merge_state's
  * merge_varlen entry then combines per request; otherwise items write o and lse.
  *
- * Launch info: tile[0] = rows per CTA, tile[1] = keys per pipeline stage, tile[2] = 512. */
+ * Launch info: tile[0] = rows per CTA, tile[1] = keys per pipeline stage, tile[2] = 512,
+ * tile[3] = flags: AOTINFER_MLA_READS_CACHE_MAPS: where cache_maps_encoded is 1 the kernel copies
+ *   the cache's full tiles through ckv_map and kpe_map (TMA) rather than row by row. The host
+ *   encodes them for a 16-bit cache whose page_size is a multiple of 64 or one of 8, 16, 32:
+ *   ckv as the 3-d tensor (512, page_size, pages) with strides 512 and ckv_stride_page elements,
+ *   kpe as (64, page_size, pages) with kpe_stride_page, both in boxes of 64 x min(page_size, 64)
+ *   x 1 with the 128-byte swizzle; their page count is 2^31 - 1 (pages come from kv_indices,
+ *   which plan() checked against the pool). */
+#define AOTINFER_MLA_READS_CACHE_MAPS 1u
 #ifndef AOTINFER_PARAMS_BATCH_MLA_DECODE_H
 #define AOTINFER_PARAMS_BATCH_MLA_DECODE_H
 
 #include <stdint.h>
+
+#include "aotinfer/abi.h"
 
 #define AOTINFER_MLA_CKV_DIM 512
 #define AOTINFER_MLA_KPE_DIM 64
@@ -71,6 +81,9 @@ typedef struct aotinfer_batch_mla_decode_params {
   float sm_scale;
   float ckv_scale; /* fp8 caches: the dequantisation scales */
   float kpe_scale;
+  int32_t cache_maps_encoded; /* 1: ckv_map and kpe_map hold the cache's maps (tile[3]) */
+  aotinfer_tensor_map ckv_map;
+  aotinfer_tensor_map kpe_map;
 } aotinfer_batch_mla_decode_params;
 
 #endif
