@@ -198,6 +198,35 @@ struct MlaDecodeSm90 {
     cp_async_16(dst + (kBlocks - 1) * rows * 128, pe, valid);
   }
 
+  // This thread's rows of tile t, copied by cp.async (zeros past the item's end): the keys
+  // row0 + 16 i, their pages looked up when constructed, which the caller does before it waits
+  // for the stage so that the lookups' latency hides behind the wait.
+  struct TileRows {
+    const char* nope[kKeysPerThread];
+    const char* pe[kKeysPerThread];
+    bool valid[kKeysPerThread];
+    __device__ __forceinline__ TileRows(const Params& p, const Item& it, const FastDiv& by_page, int t, int row0, int c) {
+      constexpr int kElem = int(sizeof(dtype));
+      const char* const ckv = static_cast<const char*>(p.ckv) + c * 16;
+      const char* const kpe = static_cast<const char*>(p.kpe) + c * 16;
+      const int start = it.begin + t * kKv;
+#pragma unroll
+      for (int i = 0; i < kKeysPerThread; ++i) {
+        const int pos = start + row0 + i * kRowsPerPass;
+        const int index = int(by_page(uint32_t(pos))), slot = pos - index * p.page_size;
+        valid[i] = pos < it.end;
+        const int64_t page = valid[i] ? it.pages[index] : 0;
+        nope[i] = ckv + page * p.ckv_stride_page * kElem + slot * (kCkv * kElem);
+        pe[i] = kpe + page * p.kpe_stride_page * kElem + slot * (kKpe * kElem);
+      }
+    }
+    // Into the stage; dst is this thread's chunk of the stage's first row.
+    __device__ __forceinline__ void copy(char* dst) const {
+#pragma unroll
+      for (int i = 0; i < kKeysPerThread; ++i) copy_row<kKv>(dst + i * kRowsPerPass * 128, nope[i], pe[i], valid[i]);
+    }
+  };
+
   // Warpgroup 0: q, then every tile's cache rows (zeros past the item's end). The copies arrive
   // on their barrier by themselves once landed (cp.async.mbarrier.arrive.noinc), so the producer
   // runs ahead as far as the ring allows; a tile's page lookups go out before it waits for the
@@ -225,28 +254,11 @@ struct MlaDecodeSm90 {
     }
 
     const FastDiv by_page(uint32_t(p.page_size));
-    const char* const ckv = static_cast<const char*>(p.ckv) + c * 16;
-    const char* const kpe = static_cast<const char*>(p.kpe) + c * 16;
-    const int64_t ckv_page = p.ckv_stride_page * kElem, kpe_page = p.kpe_stride_page * kElem;
 #pragma unroll 1
     for (int t = 0; t < it.num_tiles; ++t) {
-      const int start = it.begin + t * kKv;
-      const char* nope[kKeysPerThread];
-      const char* pe[kKeysPerThread];
-      bool valid[kKeysPerThread];
-#pragma unroll
-      for (int i = 0; i < kKeysPerThread; ++i) {
-        const int pos = start + row0 + i * kRowsPerPass;
-        const int index = int(by_page(uint32_t(pos))), slot = pos - index * p.page_size;
-        valid[i] = pos < it.end;
-        const int64_t page = valid[i] ? it.pages[index] : 0;
-        nope[i] = ckv + page * ckv_page + slot * (kCkv * kElem);
-        pe[i] = kpe + page * kpe_page + slot * (kKpe * kElem);
-      }
+      const TileRows rows(p, it, by_page, t, row0, c);
       if (t >= kStages) sm90::mbar_wait(sh.k_empty(t), Shared::parity(t) ^ 1);
-      char* const dst = sh.stage(t) + dst0;
-#pragma unroll
-      for (int i = 0; i < kKeysPerThread; ++i) copy_row<kKv>(dst + i * kRowsPerPass * 128, nope[i], pe[i], valid[i]);
+      rows.copy(sh.stage(t) + dst0);
       sm90::cp_async_arrive(sh.k_full(t));
     }
     cp_async_commit();
@@ -312,22 +324,9 @@ struct MlaDecodeSm90 {
   static __device__ void produce_last_rows(const Params& p, const Shared& sh, const Item& it, int t, int dst0, int c,
                                            const FastDiv& by_page) {
     sm90::named_barrier_sync<128>(kProducerBarrier);
-    const int start = it.begin + t * kKv;
-    constexpr int kElem = int(sizeof(dtype));
-    const int row0 = int(threadIdx.x % 128) / 8;
-    const char* const ckv = static_cast<const char*>(p.ckv) + c * 16;
-    const char* const kpe = static_cast<const char*>(p.kpe) + c * 16;
+    const TileRows rows(p, it, by_page, t, int(threadIdx.x % 128) / 8, c);
     if (t >= kStages) sm90::mbar_wait(sh.k_empty(t), Shared::parity(t) ^ 1);
-    char* const dst = sh.stage(t) + dst0;
-#pragma unroll 1
-    for (int i = 0; i < kKeysPerThread; ++i) {
-      const int pos = start + row0 + i * kRowsPerPass;
-      const int index = int(by_page(uint32_t(pos))), slot = pos - index * p.page_size;
-      const bool valid = pos < it.end;
-      const int64_t page = valid ? it.pages[index] : 0;
-      copy_row<kKv>(dst + i * kRowsPerPass * 128, ckv + page * p.ckv_stride_page * kElem + slot * (kCkv * kElem),
-                    kpe + page * p.kpe_stride_page * kElem + slot * (kKpe * kElem), valid);
-    }
+    rows.copy(sh.stage(t) + dst0);
     cp_async_commit();
     cp_async_wait<0>();
     sm90::named_barrier_sync<128>(kProducerBarrier);  // every thread's rows landed
