@@ -279,10 +279,10 @@ struct MlaDecodeSm90 {
   // evict-first: a tile is read by the item's row groups at about the same time, and then only
   // the split states that the merge reads need L2 (3 % faster on most rows, 12 % on a split
   // 128-head row; docs/PERF.md). An L2 prefetch of the next tile's boxes made every row slower
-  // (1.1-1.6x). The item's last tile, when
-  // partial, goes row by row as in produce: past the request's last key a box would bring
-  // whatever the page holds there (or another request's page), and a NaN there would reach
-  // the output through a zero weight; the row copies write zeros instead.
+  // (1.1-1.6x). The item's last tile, when partial, goes row by row as in produce: past the
+  // request's last key a box would bring whatever the page holds there (or another request's
+  // page), and a NaN there would reach the output through a zero weight; the row copies write
+  // zeros instead.
   static __device__ void produce_tma(const Params& p, const Shared& sh, const Item& it, int dst0, int c) {
     const int box_rows = min(p.page_size, kKv);
     const FastDiv by_page(uint32_t(p.page_size));
