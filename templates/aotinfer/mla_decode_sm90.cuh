@@ -198,21 +198,24 @@ struct MlaDecodeSm90 {
     cp_async_16(dst + (kBlocks - 1) * rows * 128, pe, valid);
   }
 
-  // This thread's rows of tile t, copied by cp.async (zeros past the item's end): the keys
-  // row0 + 16 i, their pages looked up when constructed, which the caller does before it waits
-  // for the stage so that the lookups' latency hides behind the wait.
-  struct TileRows {
-    const char* nope[kKeysPerThread];
-    const char* pe[kKeysPerThread];
-    bool valid[kKeysPerThread];
-    __device__ __forceinline__ TileRows(const Params& p, const Item& it, const FastDiv& by_page, int t, int row0, int c) {
-      constexpr int kElem = int(sizeof(dtype));
+  // The cache addresses of this thread's keys of tile t, row0 + kPass i (chunk c, 16 bytes, of
+  // each), whether each is in the item, and their pages looked up when constructed, which the
+  // caller does before it waits for the stage so that the lookups' latency hides behind the
+  // wait. TileRows copies them whole (16-bit caches); produce_fp8 copies them raw.
+  template <int kPass>
+  struct KeyRows {
+    static constexpr int kKeys = kKv / kPass;
+    const char* nope[kKeys];
+    const char* pe[kKeys];
+    bool valid[kKeys];
+    __device__ __forceinline__ KeyRows(const Params& p, const Item& it, const FastDiv& by_page, int t, int row0, int c) {
+      constexpr int kElem = int(sizeof(dtype_kv));
       const char* const ckv = static_cast<const char*>(p.ckv) + c * 16;
       const char* const kpe = static_cast<const char*>(p.kpe) + c * 16;
       const int start = it.begin + t * kKv;
 #pragma unroll
-      for (int i = 0; i < kKeysPerThread; ++i) {
-        const int pos = start + row0 + i * kRowsPerPass;
+      for (int i = 0; i < kKeys; ++i) {
+        const int pos = start + row0 + i * kPass;
         const int index = int(by_page(uint32_t(pos))), slot = pos - index * p.page_size;
         valid[i] = pos < it.end;
         const int64_t page = valid[i] ? it.pages[index] : 0;
@@ -220,10 +223,15 @@ struct MlaDecodeSm90 {
         pe[i] = kpe + page * p.kpe_stride_page * kElem + slot * (kKpe * kElem);
       }
     }
-    // Into the stage; dst is this thread's chunk of the stage's first row.
+  };
+  // A 16-bit tile's rows, copied by cp.async into the stage (zeros past the item's end); dst is
+  // this thread's chunk of the stage's first row.
+  struct TileRows : KeyRows<kRowsPerPass> {
+    using KeyRows<kRowsPerPass>::KeyRows;
     __device__ __forceinline__ void copy(char* dst) const {
 #pragma unroll
-      for (int i = 0; i < kKeysPerThread; ++i) copy_row<kKv>(dst + i * kRowsPerPass * 128, nope[i], pe[i], valid[i]);
+      for (int i = 0; i < kKeysPerThread; ++i)
+        copy_row<kKv>(dst + i * kRowsPerPass * 128, this->nope[i], this->pe[i], this->valid[i]);
     }
   };
 
@@ -379,23 +387,12 @@ struct MlaDecodeSm90 {
 
     const int c = int(threadIdx.x) % 4, row0 = int(threadIdx.x) / 4;
     const FastDiv by_page(uint32_t(p.page_size));
-    const char* const ckv = static_cast<const char*>(p.ckv) + c * 16;
-    const char* const kpe = static_cast<const char*>(p.kpe) + c * 16;
 #pragma unroll 1
     for (int t = 0; t < it.num_tiles; ++t) {
-      const int start = it.begin + t * kKv;
-      const char* nope[kRawKeysPerThread];
-      const char* pe[kRawKeysPerThread];
-      bool valid[kRawKeysPerThread];
-#pragma unroll
-      for (int i = 0; i < kRawKeysPerThread; ++i) {
-        const int pos = start + row0 + i * kRawRowsPerPass;
-        const int index = int(by_page(uint32_t(pos))), slot = pos - index * p.page_size;
-        valid[i] = pos < it.end;
-        const int64_t page = valid[i] ? it.pages[index] : 0;
-        nope[i] = ckv + page * p.ckv_stride_page + slot * kCkv;
-        pe[i] = kpe + page * p.kpe_stride_page + slot * kKpe;
-      }
+      const KeyRows<kRawRowsPerPass> keys(p, it, by_page, t, row0, c);
+      const auto& nope = keys.nope;
+      const auto& pe = keys.pe;
+      const auto& valid = keys.valid;
       if (t >= kStages) sm90::mbar_wait(sh.k_empty(t), Shared::parity(t) ^ 1);
       char* const stage = sh.stage(t);
       char* const raw = stage + kRawOffset + c * 16;
