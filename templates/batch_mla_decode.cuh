@@ -33,6 +33,16 @@ struct AOTINFER_FAMILY("batch_mla_decode")
   static constexpr aotinfer_launch_info decode_launch = Kernel::launch;
 
   AOTINFER_ENTRY static __device__ void decode(const aotinfer_batch_mla_decode_params& p) { Kernel::run(p); }
+
+  // The Hopper kernel's seesaw schedule for full row groups, a separate entry so that `decode`'s
+  // code stays as it is (the two in one kernel cost the memory-bound rows 2-3 %, docs/PERF.md).
+  // Elsewhere (other passes, fp8 caches) the entry is empty and its launch info says so.
+  static constexpr bool kSeesaw = kSm90Pass && sizeof(dtype_kv) == 2;
+  static constexpr aotinfer_launch_info decode_seesaw_launch = kSeesaw ? MlaDecodeSm90<dtype, dtype_kv>::seesaw_launch
+                                                                       : Kernel::launch;
+  AOTINFER_ENTRY static __device__ void decode_seesaw(const aotinfer_batch_mla_decode_params& p) {
+    if constexpr (kSeesaw) MlaDecodeSm90<dtype, dtype_kv>::run_seesaw(p);
+  }
 };
 
 }  // namespace aotinfer

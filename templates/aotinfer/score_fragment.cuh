@@ -282,12 +282,19 @@ __device__ __forceinline__ void weights_fragment(uint32_t (&a)[4], const float (
 // lse (-inf then). Sums the quad's partial row sums.
 struct RowResult {
   float inv, lse;
+  RowResult() = default;
   __device__ __forceinline__ RowResult(float row_m, float partial_l, float scale) {
     float l = partial_l;
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
-    inv = l > 0.f ? 1.f / l : 0.f;
-    lse = l > 0.f ? (row_m * scale + log2f(l)) * kLn2 : -INFINITY;
+    *this = of_sum(row_m, l, scale);
+  }
+  // From the row's whole sum l.
+  static __device__ __forceinline__ RowResult of_sum(float row_m, float l, float scale) {
+    RowResult r;
+    r.inv = l > 0.f ? 1.f / l : 0.f;
+    r.lse = l > 0.f ? (row_m * scale + log2f(l)) * kLn2 : -INFINITY;
+    return r;
   }
   // The row's attention sink (attention.cuh), folded into inv and lse.
   __device__ __forceinline__ void add_sink(float sink) { inv *= fold_sink(lse, sink); }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include "aotinfer/merge_state.hpp"
@@ -44,6 +45,7 @@ bool encodes_cache_maps(const Kernel& kernel, const BatchMlaDecodeConfig& c) {
 struct BatchMlaDecode::Impl {
   BatchMlaDecodeConfig config;
   Kernel decode, merge;
+  std::optional<Kernel> seesaw;  // decode_seesaw, where the package's code has it
   DecodePlanLimits limits;
   int tile_rows = 0;
 
@@ -84,6 +86,13 @@ BatchMlaDecode::BatchMlaDecode(const Package& package, const BatchMlaDecodeConfi
   s.config = c;
   detail::check_family_axes(package, variant_key(c));
   s.decode = package.kernel(variant_key(c), "decode");
+  // The seesaw schedule: a second entry (packages built before it lack it), served where its
+  // launch info says so (the Hopper code of 16-bit caches); same params, plans and geometry.
+  const auto& entries = package.find(variant_key(c)).entries;
+  if (std::any_of(entries.begin(), entries.end(), [](const auto& e) { return e.name == "decode_seesaw"; })) {
+    Kernel k = package.kernel(variant_key(c), "decode_seesaw");
+    if (k.launch_info().tile[3] & AOTINFER_MLA_SEESAW) s.seesaw = std::move(k);
+  }
   s.merge = package.kernel(MergeState::variant_key(c.dtype, kCkv), "merge_varlen");
   const aotinfer_launch_info& info = s.decode.launch_info();
   if (int(info.tile[2]) != kCkv)
@@ -241,12 +250,16 @@ void BatchMlaDecode::run(const MlaDecodeRunArgs& a, Stream stream) const {
   p.sm_scale = a.sm_scale;
   p.ckv_scale = a.ckv_scale;
   p.kpe_scale = a.kpe_scale;
-  if (encodes_cache_maps(s.decode, c)) {
+  // Full row groups (128 heads, or 64 x 2 tokens...) are compute-bound: the seesaw's schedule
+  // keeps the tensor cores busy through each softmax. Fewer rows are bound by the copies, which
+  // decode's schedule keeps more of in flight (docs/PERF.md).
+  const Kernel& kernel = s.seesaw && rows >= s.tile_rows ? *s.seesaw : s.decode;
+  if (encodes_cache_maps(kernel, c)) {
     p.ckv_map = detail::paged_tensor_map(c.dtype, p.ckv, kCkv, c.page_size, p.ckv_stride_page);
     p.kpe_map = detail::paged_tensor_map(c.dtype, p.kpe, AOTINFER_MLA_KPE_DIM, c.page_size, p.kpe_stride_page);
     p.cache_maps_encoded = 1;
   }
-  s.decode.launch(Grid{unsigned(s.work.padded_work), unsigned(s.row_groups)}, p, stream);
+  kernel.launch(Grid{unsigned(s.work.padded_work), unsigned(s.row_groups)}, p, stream);
   if (!s.work.split) return;
 
   // Every request's item states (rows of q_len * num_heads) into its rows of o. In CUDA-graph

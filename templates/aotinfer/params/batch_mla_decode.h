@@ -40,8 +40,13 @@
  *   ckv as the 3-d tensor (512, page_size, pages) with strides 512 and ckv_stride_page elements,
  *   kpe as (64, page_size, pages) with kpe_stride_page, both in boxes of 64 x min(page_size, 64)
  *   x 1 with the 128-byte swizzle; their page count is 2^31 - 1 (pages come from kv_indices,
- *   which plan() checked against the pool). */
+ *   which plan() checked against the pool).
+ *   AOTINFER_MLA_SEESAW (in the launch info of the entry `decode_seesaw`): that entry serves the
+ *   same params and plans with a schedule for full row groups (num_heads * q_len >= tile[0]),
+ *   where the tensor cores, not the copies, set the pace; the host launches it for those. Where
+ *   the flag is clear the entry is empty and `decode` serves every batch. */
 #define AOTINFER_MLA_READS_CACHE_MAPS 1u
+#define AOTINFER_MLA_SEESAW 2u
 #ifndef AOTINFER_PARAMS_BATCH_MLA_DECODE_H
 #define AOTINFER_PARAMS_BATCH_MLA_DECODE_H
 
