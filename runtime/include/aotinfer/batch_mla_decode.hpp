@@ -16,11 +16,12 @@
 //
 // plan() partitions the keys with the decode planner (decode_plan.hpp: one KV head, the rows of
 // a request in groups of the kernel's tile) and ships the partition with one async copy; run()
-// launches the kernel and, when the plan splits, merge_state's merge_varlen. In CUDA-graph mode
-// (config cuda_graph, max_batch, q_len) the grids are fixed and every plan splits, so a graph
-// captured once replays correctly after any later plan of up to max_batch requests of q_len
-// tokens with the same workspace; the capture freezes the run arguments (pointers, sm_scale), so
-// later plans' page ids go into the same kv_indices buffer.
+// launches the kernel (on Hopper, with 16-bit caches, the `decode_seesaw` entry where the rows
+// fill the tile: num_heads x q_len >= 64) and, when the plan splits, merge_state's merge_varlen.
+// In CUDA-graph mode (config cuda_graph, max_batch, q_len) the grids are fixed and every plan
+// splits, so a graph captured once replays correctly after any later plan of up to max_batch
+// requests of q_len tokens with the same workspace; the capture freezes the run arguments
+// (pointers, sm_scale), so later plans' page ids go into the same kv_indices buffer.
 #pragma once
 #include <cstdint>
 #include <memory>
