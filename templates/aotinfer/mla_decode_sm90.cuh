@@ -517,6 +517,29 @@ struct MlaDecodeSm90 {
     }
   }
 
+  // The consumers' shared steps on a warpgroup's score fragment (both schedules).
+  // The last key CTA row `row` sees (several query tokens: causal among them).
+  static __device__ __forceinline__ int last_key_of(const Params& p, const Item& it, int row) {
+    return it.kv_len - p.q_len + min(it.row_base + row, it.rows - 1) / p.num_heads;
+  }
+  // Tile t's softmax step, its keys past the item's end or a row's last key masked first.
+  static __device__ __forceinline__ void tile_softmax(const Params& p, const Item& it, int t, float (&s)[kKv / 8][4],
+                                                      float (&row_m)[2], float (&row_l)[2], float (&alpha)[2],
+                                                      float scale, const int (&last_key)[2]) {
+    const int start = it.begin + t * kKv;
+    if (start + kKv > it.end || start + kKv - 1 > it.kv_len - p.q_len)
+      mask_scores(s, start, it.end, {INT_MIN, INT_MIN}, last_key);
+    softmax_step</*kLazyMax=*/true>(s, row_m, row_l, alpha, scale);
+  }
+  // Row half h of the weights into the P slot: rows of 128 bytes, 16-byte chunk j of row r at
+  // chunk j ^ (r % 8) (sw128).
+  static __device__ __forceinline__ void store_weights(char* slot, const float (&s)[kKv / 8][4], int h, int row, int lane) {
+#pragma unroll
+    for (int j = 0; j < kKv / 8; ++j)
+      *reinterpret_cast<uint32_t*>(slot + row * 128 + ((j ^ (row & 7)) << 4) + (lane % 4) * 4) =
+          pack2<op>(s[j][2 * h], s[j][2 * h + 1]);
+  }
+
   // Warpgroup 1: the scores, the softmax, and output columns 0 .. kHalf - 1.
   static __device__ void consume_scores(const Params& p, const Shared& sh, const Item& it) {
     const int warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
@@ -532,13 +555,7 @@ struct MlaDecodeSm90 {
     auto& s_flat = reinterpret_cast<float(&)[kKv / 2]>(s);
     uint32_t p_frag[kKv / 16][4];  // weights of the tile whose output product is next or in flight
 
-    // The last key each of this thread's rows sees (several query tokens: causal among them).
-    int last_key[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int n = min(it.row_base + 16 * warp + lane / 4 + 8 * h, it.rows - 1);
-      last_key[h] = it.kv_len - p.q_len + n / p.num_heads;
-    }
+    const int last_key[2] = {last_key_of(p, it, 16 * warp + lane / 4), last_key_of(p, it, 16 * warp + lane / 4 + 8)};
 
     // S = Q K^T of tile t, issued: 576 deep in k16 steps, a step 32 bytes along a 128-byte row
     // and every 4 steps the next 64-wide block.
@@ -559,23 +576,15 @@ struct MlaDecodeSm90 {
       for (int jj = 0; jj < kKv / 16; ++jj) sm90::wgmma_rs<op>(o_flat, p_frag[jj], sm90::desc_advance(v_desc, jj * 2048));
       sm90::wgmma_commit();
     };
-    auto softmax_scores = [&](int t) {
-      const int start = it.begin + t * kKv;
-      if (start + kKv > it.end || start + kKv - 1 > it.kv_len - p.q_len)
-        mask_scores(s, start, it.end, {INT_MIN, INT_MIN}, last_key);
-      softmax_step</*kLazyMax=*/true>(s, row_m, row_l, alpha, scale);
-    };
+    auto softmax_scores = [&](int t) { tile_softmax(p, it, t, s, row_m, row_l, alpha, scale, last_key); };
     // Tile t's weights and rescale factors to the value consumer, once it is done with tile
-    // t - 1's; P rows are 128 bytes, 16-byte chunk j of row r at chunk j ^ (r % 8) (sw128).
+    // t - 1's.
     auto publish = [&](int t) {
       if (t > 0) sm90::mbar_wait(sh.p_free(), uint32_t(t - 1) & 1);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int row = 16 * warp + lane / 4 + 8 * h;
-#pragma unroll
-        for (int j = 0; j < kKv / 8; ++j)
-          *reinterpret_cast<uint32_t*>(sh.p + row * 128 + ((j ^ (row & 7)) << 4) + (lane % 4) * 4) =
-              pack2<op>(s[j][2 * h], s[j][2 * h + 1]);
+        store_weights(sh.p, s, h, row, lane);
         if (lane % 4 == 0) sh.alpha[row] = alpha[h];
       }
       sm90::fence_async_shared();  // P is read by the value consumer's wgmma (async proxy)

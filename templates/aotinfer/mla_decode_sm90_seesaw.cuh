@@ -66,9 +66,7 @@ struct MlaSeesawConsumer {
     auto& o_flat = reinterpret_cast<float(&)[kHalf / 2]>(o);
     auto& s_flat = reinterpret_cast<float(&)[kKv / 2]>(s);
     uint32_t p_frag[kKv / 16][4];
-    int last_key[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) last_key[h] = it.kv_len - p.q_len + min(it.row_base + rows[h], it.rows - 1) / p.num_heads;
+    const int last_key[2] = {Kernel::last_key_of(p, it, rows[0]), Kernel::last_key_of(p, it, rows[1])};
 
     const uint64_t q_desc = sm90::sw128_desc(sm90::smem_u32(sh.q));
     const uint64_t p_desc = sm90::sw128_desc(sm90::smem_u32(sh.p));
@@ -109,10 +107,7 @@ struct MlaSeesawConsumer {
     };
     // The own tile's softmax against the last published max, and its weights as A fragments.
     auto softmax = [&](int t) {
-      const int start = it.begin + t * kKv;
-      if (start + kKv > it.end || start + kKv - 1 > it.kv_len - p.q_len)
-        mask_scores(s, start, it.end, {INT_MIN, INT_MIN}, last_key);
-      softmax_step</*kLazyMax=*/true>(s, row_m, row_l, alpha, scale);
+      Kernel::tile_softmax(p, it, t, s, row_m, row_l, alpha, scale, last_key);
 #pragma unroll
       for (int jj = 0; jj < kKv / 16; ++jj) weights_fragment<op>(p_frag[jj], s, jj);
     };
@@ -126,17 +121,14 @@ struct MlaSeesawConsumer {
       for (int jj = 0; jj < kKv / 16; ++jj) sm90::wgmma_rs<op>(o_flat, p_frag[jj], sm90::desc_advance(v_desc, jj * 2048));
       sm90::wgmma_commit();
     };
-    // The own tile's P (rows of 128 bytes, sw128), factors and maxima to the other warpgroup.
+    // The own tile's P, factors and maxima to the other warpgroup.
     // Every lane has read the other's factors and maxima (other_output) before lane 0 of its quad
     // overwrites them: the warp's lanes meet first.
     auto publish = [&]() {
       __syncwarp();
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-#pragma unroll
-        for (int j = 0; j < kKv / 8; ++j)
-          *reinterpret_cast<uint32_t*>(sh.p + rows[h] * 128 + ((j ^ (rows[h] & 7)) << 4) + (lane % 4) * 4) =
-              pack2<op>(s[j][2 * h], s[j][2 * h + 1]);
+        Kernel::store_weights(sh.p, s, h, rows[h], lane);
         if (lane % 4 == 0) {
           sh.alpha[rows[h]] = alpha[h];
           sh.max[rows[h]] = row_m[h];
