@@ -1,8 +1,8 @@
 // Speculative verification benchmark: q_len new tokens per request against a long paged KV,
 // causal among themselves, run two ways on the same shapes: BatchDecode with q_len (the decode
 // kernel, a request's tokens packed with its GQA heads into the MMA's rows) and BatchPrefill
-// (the paged prefill kernels); skewed batches also on the decode kernel with fixed KV chunks
-// ("decode/2048"); both also under a custom mask of a speculative tree over the new tokens
+// (the paged prefill kernels); skewed batches and several tokens a request also on the decode
+// kernel with fixed KV chunks ("decode/2048"); both also under a custom mask of a speculative tree over the new tokens
 // ("decode/tree", "prefill/tree": token t's parent is (t - 1) / 2, and it sees the whole prefix,
 // its ancestors and itself), FlashInfer's packed bits. The work is memory-bound: each row prints the bytes moved (K and V of every
 // request once, q and o) per second against the device's copy bandwidth, each row timed alone and
@@ -237,10 +237,11 @@ int main(int argc, char** argv) {
   const bool has_prefill = bench::has_variant<aotinfer::BatchPrefill>(run.pkg, prefill_cfg);
   const bench::OnlyRows only;
   for (const Shape& s : shapes) {
-    // Skewed batches also run with fixed chunks ("decode/2048": the fixed KV split).
+    // Skewed batches and speculative rows also run with fixed chunks ("decode/2048": the fixed
+    // KV split), which show whether a plan of more, shorter items would read faster.
     std::vector<std::string> paths = {"decode", "prefill"};
     if (s.q_len > 1) paths.insert(paths.end(), {"decode/tree", "prefill/tree"});
-    if (s.min_len != s.max_len || s.long_len > 0) paths.insert(paths.begin() + 1, {"decode/2048", "decode/4096"});
+    if (s.min_len != s.max_len || s.long_len > 0 || s.q_len > 1) paths.insert(paths.begin() + 1, {"decode/2048", "decode/4096"});
     auto name = [&](const std::string& path) {
       return path + ":" + std::to_string(s.batch) + ":" + std::to_string(s.q_len) + ":" + s.lengths();
     };
