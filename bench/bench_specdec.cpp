@@ -2,9 +2,9 @@
 // causal among themselves, run two ways on the same shapes: BatchDecode with q_len (the decode
 // kernel, a request's tokens packed with its GQA heads into the MMA's rows) and BatchPrefill
 // (the paged prefill kernels); skewed batches and several tokens a request also on the decode
-// kernel with fixed KV chunks ("decode/2048"); both also under a custom mask of a speculative tree over the new tokens
-// ("decode/tree", "prefill/tree": token t's parent is (t - 1) / 2, and it sees the whole prefix,
-// its ancestors and itself), FlashInfer's packed bits. The work is memory-bound: each row prints the bytes moved (K and V of every
+// kernel with fixed KV chunks ("decode/2048"); both also under a custom mask of a speculative
+// tree over the new tokens ("decode/tree", "prefill/tree": token t's parent is (t - 1) / 2, and
+// it sees the whole prefix, its ancestors and itself), FlashInfer's packed bits. The work is memory-bound: each row prints the bytes moved (K and V of every
 // request once, q and o) per second against the device's copy bandwidth, each row timed alone and
 // queued back to back (bench_util.hpp; the bandwidth from the queued time, as FlashInfer's
 // benchmarks time). Writes its rows as JSON lines.
