@@ -120,8 +120,12 @@ struct PrefillSm90 {
   // Under a custom mask the producer first scans a pair's mask bits for the tiles that some
   // token of the pair sees (scan_tiles), and only those go through the ring: a bit per tile for
   // the first kSeenTiles tiles (later ones all count as seen), and their count, per q slot.
+  // Of the tiles seen, those the mask cuts (some token of the pair misses one of their keys) are
+  // the only ones whose words are staged and whose scores go through the mask: a tile every
+  // token sees whole costs what an unmasked tile does.
   static constexpr int kSeenWords = 16, kSeenTiles = 32 * kSeenWords;
-  static constexpr int kSeenSlotWords = kSeenWords + 4;  // the bits, the count, 16-byte aligned
+  static constexpr int kCutWord = kSeenWords + 4;  // after the seen bits and the count, 16-byte aligned
+  static constexpr int kSeenSlotWords = kCutWord + kSeenWords;  // then the cut bits
   static constexpr int kSeenBytes = kStagedWords ? kSeenSlotWords * 4 : 0;  // per q slot
   // mbarriers: q full and empty (2 slots each), 4 announced pairs, K and V full and empty per
   // stage, and under staged words a "scanned" barrier per q slot.
@@ -180,7 +184,9 @@ struct PrefillSm90 {
   // leaving the consumers 208, enough for the plain entry (no spills); the general entry spills
   // 36 bytes at head_dim 128 (values stored at entry and reloaded once per pair, outside the key
   // loop: SASS) and 92 at 256, at every split tried between 56/224 and 120/192.
-  static constexpr int kProducerRegs = kFp8Scores ? 88 : kSplitVo || kFp8 ? 72 : kRope || head_dim == 256 ? 56 : 48;
+  // The general entry's producer takes 56: its custom-mask scan holds a pass's words and two
+  // votes per tile (12 bytes spilled at 48).
+  static constexpr int kProducerRegs = kFp8Scores ? 88 : kSplitVo || kFp8 ? 72 : kRope || head_dim == 256 || kGeneral ? 56 : 48;
   static constexpr int kConsumerRegs = kFp8Scores ? 208 : kSplitVo || kFp8 ? 216 : 224;
   static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8;
   static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= kThreads * kLaunchRegs,
@@ -265,7 +271,8 @@ struct PrefillSm90 {
     __device__ __forceinline__ char* q_slot(int n) const { return q + (n % kQSlots) * kQBytes; }
     __device__ __forceinline__ float* q_inv_slot(int n) const { return q_inv + (n % kQSlots) * kRows; }
     __device__ __forceinline__ uint32_t* words_of(int s, int i) const { return words + (s * kRows + i) * Words::kAlignedWords; }
-    // Pair n's seen tiles (bit t of word t / 32; kSeenWords words), then their count; written
+    // Pair n's seen tiles (bit t of word t / 32; kSeenWords words), then their count, then the
+    // tiles the mask cuts (from word kCutWord, as is_cut reads them); written
     // by the producer before it arrives on scanned(n).
     __device__ __forceinline__ uint32_t* seen_of(int n) const { return seen + (n % kQSlots) * kSeenSlotWords; }
     __device__ __forceinline__ uint64_t* scanned(int n) const { return bars + 8 + 4 * kStages + n % kQSlots; }
@@ -651,7 +658,7 @@ struct PrefillSm90 {
   static_assert(8 * kScanTiles <= 32, "a pass's votes (up to 8 parts of kScanTiles tiles) fit one word");
   static __device__ int scan_tiles(const aotinfer_batch_prefill_params& p, const Cta& cta, const Shared& sh, int n) {
     uint32_t* const seen = sh.seen_of(n);
-    if (threadIdx.x < kSeenWords) seen[threadIdx.x] = 0;
+    if (threadIdx.x < kSeenWords) seen[threadIdx.x] = seen[kCutWord + threadIdx.x] = 0;
     sm90::named_barrier_sync<128>(kProducerBarrier);
     const int tokens = cta.t_last - cta.t_first + 1, scanned = min(cta.num_tiles, kSeenTiles);
     const int parts = min(8, 128 / tokens), token = threadIdx.x / parts, part = threadIdx.x % parts;
@@ -664,19 +671,28 @@ struct PrefillSm90 {
 #pragma unroll
       for (int k = 0; k < kScanTiles; ++k)
         Words::read_tile(p.custom_mask, bits[k], cta.begin + min(t0 + part + k * parts, scanned - 1) * kKv, cta.end, bit);
-      uint32_t votes = 0;  // bit w: tile t0 + w
+      uint32_t votes = 0, cut = 0;  // bit w: tile t0 + w
 #pragma unroll
       for (int k = 0; k < kScanTiles; ++k) {
         const int w = part + k * parts;
-        votes |= uint32_t(mine && t0 + w < scanned && Words::tile_any(bits[k])) << w;
+        const bool counts = mine && t0 + w < scanned;
+        votes |= uint32_t(counts && Words::tile_any(bits[k])) << w;
+        cut |= uint32_t(counts && !Words::tile_all(bits[k])) << w;
       }
 #pragma unroll
-      for (int d = 16; d > 0; d /= 2) votes |= __shfl_xor_sync(0xffffffffu, votes, d);
-      if (threadIdx.x % 32 == 0 && votes != 0) {
-        const uint64_t at = uint64_t(votes) << (t0 % 32);  // tiles below `scanned` only
-        atomicOr(seen + t0 / 32, uint32_t(at));
-        if (at >> 32) atomicOr(seen + t0 / 32 + 1, uint32_t(at >> 32));
+      for (int d = 16; d > 0; d /= 2) {
+        votes |= __shfl_xor_sync(0xffffffffu, votes, d);
+        cut |= __shfl_xor_sync(0xffffffffu, cut, d);
       }
+      // Tiles below `scanned` only; a tile none sees may count as cut too (it never goes
+      // through the ring).
+      auto put = [&](uint32_t* word, uint32_t bits_of_pass) {
+        const uint64_t at = uint64_t(bits_of_pass) << (t0 % 32);
+        atomicOr(word + t0 / 32, uint32_t(at));
+        if (at >> 32) atomicOr(word + t0 / 32 + 1, uint32_t(at >> 32));
+      };
+      if (threadIdx.x % 32 == 0 && votes != 0) put(seen, votes);
+      if (threadIdx.x % 32 == 0 && cut != 0) put(seen + kCutWord, cut);
     }
     sm90::named_barrier_sync<128>(kProducerBarrier);
     int count = cta.num_tiles - scanned;  // past kSeenTiles every tile counts as seen
@@ -687,6 +703,11 @@ struct PrefillSm90 {
       sm90::mbar_arrive(sh.scanned(n));  // release: the bits and the count
     }
     return count;
+  }
+  // Whether the mask cuts seen tile t: some token of the pair misses one of its keys (past
+  // kSeenTiles: every tile).
+  static __device__ __forceinline__ bool is_cut(const uint32_t* seen, int t) {
+    return t >= kSeenTiles || (seen[kCutWord + t / 32] >> (t % 32)) & 1u;
   }
   // The tile after tile t in ring order: t + 1, or under a custom mask the next one seen.
   template <bool custom>
@@ -734,7 +755,8 @@ struct PrefillSm90 {
         if (use > 0) sm90::mbar_wait(sh.k_empty(s), (use - 1) & 1);
         if (partial) copy_rows<true, head_dim>(k, offsets, sh.k + s * kTileBytes, valid_keys);
         else copy_rows<false, head_dim>(k, offsets, sh.k + s * kTileBytes, valid_keys);
-        if constexpr (custom) stage_words(p, cta, sh, s, start);
+        if constexpr (custom)
+          if (is_cut(seen, tile)) stage_words(p, cta, sh, s, start);
         if constexpr (kRope) {  // rotated in place once landed
           cp_async_commit();
           cp_async_wait<0>();
@@ -891,7 +913,8 @@ struct PrefillSm90 {
         const int start = cta.begin + tile * kKv, valid_keys = cta.end - start;
         if (use > 0) sm90::mbar_wait(sh.k_empty(s), (use - 1) & 1);
         copy_raw<true>(k, offsets, sh.k + s * kTileBytes, valid_keys);
-        if constexpr (custom) stage_words(p, cta, sh, s, start);
+        if constexpr (custom)
+          if (is_cut(seen, tile)) stage_words(p, cta, sh, s, start);
         sm90::cp_async_arrive(sh.k_full(s));
         copy_raw(v, offsets, sh.raw + (u % kRawSlots) * kRawTileBytes, valid_keys);
       }
@@ -1034,8 +1057,16 @@ struct PrefillSm90 {
     };
     // Whether tile t has products to run: under staged words, whether any of the warpgroup's rows
     // sees one of its keys (its K landed); a tile none sees costs them the barriers only.
+    // A tile every token sees whole (not `cut`, scan_tiles) has no words staged and needs none.
+    // Its words are cleared instead, so that no tile's words stay live into the next (spills).
+    bool cut = kCustom;
+    auto load_cut_mask = [&](int t) {
+      if (cut) load_mask(t);
+      else mask_words = Words{};
+    };
     auto seen = [&](int t) {
       if constexpr (!kStaged) return true;
+      if (!cut) return true;
       load_mask(t);
       return sm90::named_barrier_any<128>(kWordsBarrier + g, mask_words.any());
     };
@@ -1062,7 +1093,8 @@ struct PrefillSm90 {
           mask_scores(s, start, cta.end, {INT_MIN, INT_MIN}, key_hi);
         }
       }
-      if constexpr (kCustom) mask_words.apply(s);
+      if constexpr (kCustom)
+        if (cut) mask_words.apply(s);
       // ALiBi after the masks (a masked -inf stays -inf), once the mask's words are dead: beside
       // them its terms made the head_dim 96 consumers spill (ptxas -v).
       if (kFeatures && p.alibi_scale != 0.f) {
@@ -1098,7 +1130,12 @@ struct PrefillSm90 {
     }
     // Moves `key` to the key tile of the next ring position.
     auto advance_key = [&]() {
-      if constexpr (kStaged) key = next_tile<true>(seen_tiles, key);
+      if constexpr (kStaged) {
+        key = next_tile<true>(seen_tiles, key);
+        // Through lane 0, so that ptxas sees the branches on it uniform (it serialized the
+        // kernel's wgmma behind a branch it could not tell was: C7518).
+        cut = __shfl_sync(0xffffffffu, int(is_cut(seen_tiles, key)), 0) != 0;
+      }
     };
     if (kFp8Scores && !unscale_first) {
 #pragma unroll
@@ -1122,7 +1159,7 @@ struct PrefillSm90 {
       sm90::wgmma_fence();
       issue_scores(t);
       turn_end();
-      load_mask(t);
+      load_cut_mask(t);
       sm90::wgmma_wait<0>();
       sm90::pin(s_flat);
       sm90::mbar_arrive(sh.k_empty(stage(t)));
@@ -1182,7 +1219,7 @@ struct PrefillSm90 {
         sm90::wgmma_fence();
         issue_output(t - 1);
         turn_end();
-        load_mask(t);
+        load_cut_mask(t);
         sm90::wgmma_wait<1>();  // the scores
         sm90::pin(s_flat);
         sm90::mbar_arrive(sh.k_empty(stage(t)));

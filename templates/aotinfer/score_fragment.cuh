@@ -125,6 +125,15 @@ struct MaskWords {
     for (int i = 0; i < kWords; ++i) seen |= bits[i];
     return seen != 0;
   }
+  // Whether a row sees every key of the tile. Past the request's last key the words repeat, so
+  // a clear bit there may count: the tile then only counts as cut (its scores go through the
+  // mask, which is exact either way).
+  __device__ __forceinline__ static bool tile_all(const uint32_t (&bits)[kWords]) {
+    uint32_t all = ~0u;
+#pragma unroll
+    for (int i = 0; i < kWords; ++i) all &= bits[i];
+    return all == ~0u;
+  }
   __device__ __forceinline__ void load_staged(const uint32_t* const (&words)[2], int start, const int64_t (&row_bit)[2]) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
