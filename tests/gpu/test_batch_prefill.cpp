@@ -982,10 +982,6 @@ void check_graph_replays(std::mt19937_64& rng, BatchPrefillConfig config, int v_
       o(config.max_total_q * H * dv);
   DeviceBuffer<float> lse(config.max_total_q * H);
   DeviceBuffer<std::int32_t> qo_indptr(config.max_batch + 1), kv_indptr(config.max_batch + 1);
-  // Under a custom mask: the largest plan's bits (300 x 30000), padded to whole words.
-  const bool custom = config.mask == MaskMode::custom;
-  DeviceBuffer<std::uint8_t> mask_bytes(custom ? 300 * 30000 / 8 + 64 : 0);
-  DeviceBuffer<std::int32_t> mask_indptr(custom ? config.max_batch + 1 : 0);
   Workspace ws(prefill->workspace_sizes(config.max_total_q, config.max_batch));
   cudaStream_t stream;
   CUDA_CHECK(cudaStreamCreate(&stream));
@@ -998,9 +994,7 @@ void check_graph_replays(std::mt19937_64& rng, BatchPrefillConfig config, int v_
     Case c{config, shapes[i].first, shapes[i].second};
     c.soft_cap = cap;
     c.v_pad = v_pad;
-    if (custom) c = with_custom_mask(rng, c, pick<MaskShape>(rng, {MaskShape::random, MaskShape::causal_like, MaskShape::blocks}));
     const Problem p = make_problem(rng, c);
-    REQUIRE(p.mask_bytes.size() <= mask_bytes.count);
     REQUIRE(p.q_bytes.size() <= q.count * 2);
     REQUIRE(p.k_bytes.size() <= k.count * 2);
     REQUIRE(p.v_bytes.size() <= v.count * 2);
@@ -1021,25 +1015,15 @@ void check_graph_replays(std::mt19937_64& rng, BatchPrefillConfig config, int v_
       a.v_stride = p.v_stride;
       a.o = o.ptr, a.lse = lse.ptr;
       a.logits_soft_cap = cap;
-      if (custom) a.custom_mask = mask_bytes.ptr, a.mask_indptr = mask_indptr.ptr;
       CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
       prefill->run(a, aotinfer::Stream(stream));
       CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
       CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
     }
-    // Two replays, the first poisoned after it: the second must find the workspace as the plan
-    // left it. Under a custom mask the first replays every bit flipped, so that the second must
-    // not reuse what the first found of the tiles.
-    if (custom) {
-      std::vector<std::uint8_t> flipped(p.mask_bytes);
-      for (std::uint8_t& b : flipped) b = std::uint8_t(~b);
-      CUDA_CHECK(cudaMemcpy(mask_bytes.ptr, flipped.data(), flipped.size(), cudaMemcpyHostToDevice));
-      CUDA_CHECK(cudaMemcpy(mask_indptr.ptr, p.mask_indptr.data(), p.mask_indptr.size() * 4, cudaMemcpyHostToDevice));
-    }
+    // Two replays, the first poisoned after it: the second must find the workspace as the plan left it.
     CUDA_CHECK(cudaGraphLaunch(exec, stream));
     CUDA_CHECK(cudaStreamSynchronize(stream));
     o.poison();
-    if (custom) CUDA_CHECK(cudaMemcpy(mask_bytes.ptr, p.mask_bytes.data(), p.mask_bytes.size(), cudaMemcpyHostToDevice));
     CUDA_CHECK(cudaGraphLaunch(exec, stream));
     CUDA_CHECK(cudaStreamSynchronize(stream));
     // The graph froze batch/total_q of the first plan only as run() arguments it validated; the
@@ -1060,13 +1044,6 @@ void check_graph_replays(std::mt19937_64& rng, BatchPrefillConfig config, int v_
 TEST_CASE("BatchPrefill in CUDA-graph mode: one captured graph replays later plans", "[gpu]") {
   SEEDED_RNG(rng);
   check_graph_replays(rng, base_config(KvStorage::ragged, MaskMode::causal, 8, 2));
-}
-
-// The same under custom masks whose bits change between replays, with several KV heads (the
-// Hopper kernel's pairs of an item share what they find of its tiles within a launch).
-TEST_CASE("BatchPrefill in CUDA-graph mode under custom masks: replays see each launch's bits", "[gpu]") {
-  SEEDED_RNG(rng);
-  check_graph_replays(rng, base_config(KvStorage::ragged, MaskMode::custom, 8, 4));
 }
 
 // The prefill of MLA models (DeepSeek-V3, Kimi K2: q and K rows 192 wide, V and o rows 128, as
