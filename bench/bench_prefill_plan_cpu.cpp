@@ -35,11 +35,11 @@ std::size_t plan_and_image(std::span<const std::int32_t> qo_indptr, std::span<co
   PrefillIntLayout layout{0, 0};
   aotinfer::plan_prefill_work(qo_indptr, kv_lengths, limits, work, [&](const aotinfer::PrefillWorkPlan& w) {
     layout = PrefillIntLayout(w.padded_work, w.num_outputs());
-    if (image.size() < layout.image_bytes) image.resize(layout.image_bytes);
+    if (image.size() < layout.bytes) image.resize(layout.bytes);
     return layout.arrays(image.data());
   });
   layout.write_counts(image.data(), work);
-  return work.split ? layout.image_bytes : layout.unsplit_bytes;  // what would be uploaded
+  return work.split ? layout.bytes : layout.unsplit_bytes;  // what would be uploaded
 }
 
 template <typename Body>

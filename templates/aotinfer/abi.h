@@ -19,9 +19,8 @@
  * query tokens per request); 6: prefill params carry alibi_scale (ALiBi at run time); 7: prefill
  * params carry V's strides (head_dim_vo != head_dim); 8: MLA decode params carry ckv_scale and
  * kpe_scale (fp8 latent caches); 9: decode params carry custom_mask and mask_indptr (speculative
- * trees on the decode kernel); 10: MLA decode params carry the cache's TMA maps; 11: prefill
- * params carry mask_tiles, and their pair_counter counts launches too */
-#define AOTINFER_ABI_VERSION 11u
+ * trees on the decode kernel); 10: MLA decode params carry the cache's TMA maps */
+#define AOTINFER_ABI_VERSION 10u
 
 typedef struct aotinfer_launch_info {
   uint32_t abi_version;        /* AOTINFER_ABI_VERSION of the kernel's build */

@@ -127,16 +127,6 @@ struct PrefillSm90 {
   static constexpr int kCutWord = kSeenWords + 4;  // after the seen bits and the count, 16-byte aligned
   static constexpr int kSeenSlotWords = kCutWord + kSeenWords;  // then the cut bits
   static constexpr int kSeenBytes = kStagedWords ? kSeenSlotWords * 4 : 0;  // per q slot
-  // What the first of an item's KV heads found goes to the item's entries of p.mask_tiles, a
-  // word each, where the pairs of its other KV heads read it (pair_tiles). Not with RoPE, whose
-  // producer then spilled 150-170 bytes (ptxas -v; 4-24 without). A variant property (launch
-  // info flag AOTINFER_PREFILL_SHARES_MASK_TILES), so that the runtime knows which plans hold
-  // the entries.
-  static constexpr bool kSharesTiles = !kRope && (!kFp8 || kFp8Scores);
-  static constexpr bool kSharedTiles = kStagedWords && kSharesTiles;
-  static constexpr int kLaunchBytes = kSharedTiles ? 16 : 0;  // 16, so that what follows keeps its alignment
-  static_assert(kSeenSlotWords == AOTINFER_PREFILL_TILE_CLASS_WORDS && kSeenSlotWords <= 128,
-                "a seen slot is an item's entries, a producer thread a word");
   // mbarriers: q full and empty (2 slots each), 4 announced pairs, K and V full and empty per
   // stage, and under staged words a "scanned" barrier per q slot.
   static constexpr int kNumBars = 8 + 4 * kStages + (kStagedWords ? 2 : 0);
@@ -151,7 +141,7 @@ struct PrefillSm90 {
   static constexpr int smem_bytes(int q_slots, int raw_slots) {
     return q_slots * kQBytes + kStages * (kTileBytes + kVTileBytes) + raw_slots * kRawTileBytes + kWordsBytes +
            q_slots * kSeenBytes + 8 * kNumBars +
-           kOffsetSlots * kOffsetsPerTile * 8 + 4 * 4 + kLaunchBytes + (kRope ? head_dim / 2 * 4 : 0) + (kFp8Scores ? q_slots * kRows * 4 : 0);
+           kOffsetSlots * kOffsetsPerTile * 8 + 4 * 4 + (kRope ? head_dim / 2 * 4 : 0) + (kFp8Scores ? q_slots * kRows * 4 : 0);
   }
   // Two q slots where they fit (not head_dim 256), so that the producer loads the next pair's q
   // while the consumers still use this one's; fp8 counts its two raw tiles (K's and V's) first.
@@ -176,8 +166,7 @@ struct PrefillSm90 {
   static constexpr int kBarOffset = kSeenOffset + kQSlots * kSeenBytes;
   static constexpr int kOffsetsOffset = kBarOffset + 8 * kNumBars;  // key offsets, kOffsetSlots tiles
   static constexpr int kPairOffset = kOffsetsOffset + kOffsetSlots * kOffsetsPerTile * 8;  // the announced pairs, 4 slots
-  static constexpr int kLaunchOffset = kPairOffset + 4 * 4;  // kStagedWords: the launch's number
-  static constexpr int kFreqOffset = kLaunchOffset + kLaunchBytes;
+  static constexpr int kFreqOffset = kPairOffset + 4 * 4;
   static constexpr int kQInvOffset = kFreqOffset + (kRope ? head_dim / 2 * 4 : 0);
   static constexpr int kSmemBytes = kQInvOffset + (kFp8Scores ? kQSlots * kRows * 4 : 0);
   static_assert(kSmemBytes == smem_bytes(kQSlots, kRawSlots), "the layout above is what smem_bytes counts");
@@ -220,8 +209,7 @@ struct PrefillSm90 {
 
   static constexpr aotinfer_launch_info launch = make_launch_info<aotinfer_batch_prefill_params>(
       kThreads, kSmemBytes, kRows, kKv, head_dim,
-      AOTINFER_PREFILL_PERSISTENT | (kReadsQMap ? AOTINFER_PREFILL_READS_TENSOR_MAPS : 0u) |
-          (kSharesTiles ? AOTINFER_PREFILL_SHARES_MASK_TILES : 0u));
+      AOTINFER_PREFILL_PERSISTENT | (kReadsQMap ? AOTINFER_PREFILL_READS_TENSOR_MAPS : 0u));
   // Whether this launch's copies go through the maps (the host encodes them where it can).
   static __device__ __forceinline__ bool q_by_tma(const aotinfer_batch_prefill_params& p) {
     return kReadsQMap && p.tensor_maps_encoded;
@@ -233,10 +221,6 @@ struct PrefillSm90 {
   // arrivals cover the words), instead of the TMA unit.
   static __device__ __forceinline__ bool stages_words(const aotinfer_batch_prefill_params& p) {
     return kStagedWords && p.mask_mode == AOTINFER_MASK_CUSTOM;
-  }
-  // Whether this launch's pairs share what they find of the mask's tiles (pair_tiles).
-  static __device__ __forceinline__ bool shares_tiles(const aotinfer_batch_prefill_params& p) {
-    return kSharedTiles && p.mask_tiles != nullptr;
   }
 
   using Cta = PrefillCta<KvRows, dtype_kv>;
@@ -267,7 +251,6 @@ struct PrefillSm90 {
     uint64_t* bars;
     int64_t* offsets;  // byte offsets of a tile's keys (K's, then V's where kSplitVo), slot n % kOffsetSlots for the n-th tile of the CTA
     int* pair;         // 4 slots: see announce()
-    uint32_t* launch;  // kSharedTiles: this launch's number (pair_counter), for the mask_tiles entries' tags
     float* freq;
     float* q_inv;  // kFp8Scores: 1 / (q's scale) of each row, kRows per q slot
     uint32_t* words;  // kStagedWords: stage s's run of mask words of the CTA's token i at words_of(s, i)
@@ -280,7 +263,6 @@ struct PrefillSm90 {
           bars(reinterpret_cast<uint64_t*>(base + kBarOffset)),
           offsets(reinterpret_cast<int64_t*>(base + kOffsetsOffset)),
           pair(reinterpret_cast<int*>(base + kPairOffset)),
-          launch(reinterpret_cast<uint32_t*>(base + kLaunchOffset)),
           freq(reinterpret_cast<float*>(base + kFreqOffset)),
           q_inv(reinterpret_cast<float*>(base + kQInvOffset)),
           words(reinterpret_cast<uint32_t*>(base + kWordsOffset)),
@@ -430,13 +412,6 @@ struct PrefillSm90 {
       sm90::tma_prefetch_map(&p.k_map);
       sm90::tma_prefetch_map(&p.v_map);
     }
-    // This launch's number, for the mask_tiles entries (pair_tiles). Thread 0 reads it before
-    // its first take from the counter, so before the launch's last take, after which it changes
-    // (next_pair): the read and the takes are of one word.
-    if (stages_words(p) && shares_tiles(p)) {
-      if (threadIdx.x == 0) *sh.launch = uint32_t(sm90::load_relaxed(p.pair_counter) >> 32);
-      sm90::named_barrier_sync<128>(kProducerBarrier);
-    }
     const int active = min(int(gridDim.x), pairs.count);  // CTAs that take pairs
     int done = 0;  // tiles this CTA loaded before the current pair: the ring position
     int w = blockIdx.x;
@@ -447,13 +422,12 @@ struct PrefillSm90 {
       // The next pair, taken now so that the atomic's round trip hides behind this pair's copies.
       const int next = threadIdx.x == 0 ? next_pair(p.pair_counter, active, pairs.count) : 0;
       const Cta cta = pairs(p, w);
-      // The first page lookup, and under a custom mask the item's entries, go out before any wait.
+      // The first page lookup goes out before any wait.
       const KeyOffset first_offset = kv_tma ? KeyOffset{0, 0} : key_offset(p, cta, 0);
-      const bool custom = stages_words(p);
-      const unsigned long long entry = custom && looks_up(p, cta) ? sm90::load_relaxed(item_entries(p, cta) + threadIdx.x) : 0;
       // The q slot's last pair is done with it (the consumers' last score product).
       if (n >= kQSlots) sm90::mbar_wait(sh.q_empty(n), sh.q_parity(n) ^ 1);
-      const int tiles = custom ? pair_tiles(p, cta, sh, n, entry) : cta.num_tiles;  // through the ring
+      const bool custom = stages_words(p);
+      const int tiles = custom ? scan_tiles(p, cta, sh, n) : cta.num_tiles;  // through the ring
       if (!q_tma) load_q(p, cta, sh, n);
       else if (threadIdx.x == 0) load_q_by_tma(p, cta, sh, n);
       if (kv_tma) {
@@ -476,15 +450,13 @@ struct PrefillSm90 {
     }
   }
 
-  // Pair 0 of every active CTA is its blockIdx.x; later ones come from the low half of
-  // `counter`, which counts the pairs taken beyond those. A CTA takes once per pair it works on,
-  // the last time in vain, so a launch takes exactly `pairs` times, and the take that returns
-  // pairs - 1 is the last: it sets the low half back to 0 for the next launch and counts the
-  // launch in the high half (each plan uploads both as 0).
-  static __device__ __forceinline__ int next_pair(unsigned long long* counter, int active, int pairs) {
-    const unsigned long long before = atomicAdd(counter, 1ull);
-    const int taken = int(uint32_t(before));
-    if (taken == pairs - 1) atomicExch(counter, ((before >> 32) + 1) << 32);
+  // Pair 0 of every active CTA is its blockIdx.x; later ones come from `counter`, which counts
+  // the pairs taken beyond those. A CTA takes once per pair it works on, the last time in vain,
+  // so a launch takes exactly `pairs` times, and the take that returns pairs - 1 is the last: it
+  // sets the counter back to 0 for the next launch (each plan uploads it as 0).
+  static __device__ __forceinline__ int next_pair(int* counter, int active, int pairs) {
+    const int taken = atomicAdd(counter, 1);
+    if (taken == pairs - 1) atomicExch(counter, 0);
     return active + taken;
   }
 
@@ -674,55 +646,17 @@ struct PrefillSm90 {
     for (int w = 0; w <= Words::kWords; ++w) Words::stage_word(p.custom_mask, dst + w, w, start, cta.end, bit);
   }
 
-  // Under a custom mask (stages_words), pair n's tiles that some token of the pair sees, and
-  // those the mask cuts, into seen_of(n); only the seen ones go through the ring, so a tile no
-  // row sees costs no copy, wait or turn, and the consumers learn their count and order from
-  // seen_of(n) once `scanned(n)` completes. Every KV head of an item sees the same tiles: the
-  // pairs of KV head 0, which come first (PairList), scan the mask and put what they found in
-  // the item's entries (the tag: this launch's number + 1), and the others' take it from there
-  // (`entry`, this thread's, loaded before the q slot's wait), or scan where it is not there yet.
-  // A pair of 32 tokens and 32 tiles scans in two passes, one of 128 tokens in eight, each a
-  // round trip to the mask; the entries are one. Returns the count.
-  static __device__ __forceinline__ unsigned long long* item_entries(const aotinfer_batch_prefill_params& p, const Cta& cta) {
-    return p.mask_tiles + int64_t(cta.item) * kSeenSlotWords;
-  }
-  // Whether this pair looks for its item's entries (and this thread for one of them).
-  static __device__ __forceinline__ bool looks_up(const aotinfer_batch_prefill_params& p, const Cta& cta) {
-    return shares_tiles(p) && cta.kv_head > 0 && threadIdx.x < kSeenSlotWords;
-  }
-  static __device__ __forceinline__ int pair_tiles(const aotinfer_batch_prefill_params& p, const Cta& cta, const Shared& sh, int n,
-                                   unsigned long long entry) {
-    uint32_t* const seen = sh.seen_of(n);
-    const bool mine = threadIdx.x < kSeenSlotWords;
-    const bool found = shares_tiles(p) && cta.kv_head > 0 &&
-                       !sm90::named_barrier_any<128>(kProducerBarrier, mine && uint32_t(entry >> 32) != *sh.launch + 1);
-    if (found) {
-      if (mine) seen[threadIdx.x] = uint32_t(entry);
-      sm90::named_barrier_sync<128>(kProducerBarrier);
-    } else {
-      scan_tiles(p, cta, sh, n);
-      // Not the count's word, which thread 0 writes below, nor the padding after it.
-      const bool bits = threadIdx.x < kSeenWords || threadIdx.x >= kCutWord;
-      if (shares_tiles(p) && mine)
-        sm90::store_relaxed(item_entries(p, cta) + threadIdx.x, (uint64_t(*sh.launch + 1) << 32) | (bits ? seen[threadIdx.x] : 0u));
-    }
-    int count = cta.num_tiles - min(cta.num_tiles, kSeenTiles);  // past kSeenTiles every tile counts as seen
-#pragma unroll
-    for (int w = 0; w < kSeenWords; ++w) count += __popc(seen[w]);
-    if (threadIdx.x == 0) {
-      seen[kSeenWords] = uint32_t(count);
-      sm90::mbar_arrive(sh.scanned(n));  // release: the bits and the count
-    }
-    return count;
-  }
-
-  // Each token's bits are read by `parts` producer threads (up to 8, as many as the warpgroup
-  // has for each token), part q taking tiles q, q + parts, ...: a pass reads kScanTiles tiles a
-  // thread, all in flight together. Each warp ORs its votes (a butterfly of shuffles) and ORs
-  // them into seen_of(n) with a shared atomic; a barrier ends the scan.
+  // Under a custom mask (stages_words), pair n's tiles that some token of the pair sees. Each
+  // token's bits are read by `parts` producer threads (up to 8, as many as the warpgroup has
+  // for each token), part q taking tiles q, q + parts, ...: a pass reads kScanTiles tiles a
+  // thread, all in flight together, so a pair of 32 tokens and 32 tiles takes two passes. Each
+  // warp ORs its votes (a butterfly of shuffles) and ORs them into seen_of(n) with a shared
+  // atomic. Only these tiles go through the ring, so a tile no row sees costs no copy, wait or
+  // turn; the consumers learn their count and order from seen_of(n) once `scanned(n)`
+  // completes. Returns the count.
   static constexpr int kScanTiles = 4;
   static_assert(8 * kScanTiles <= 32, "a pass's votes (up to 8 parts of kScanTiles tiles) fit one word");
-  static __device__ __forceinline__ void scan_tiles(const aotinfer_batch_prefill_params& p, const Cta& cta, const Shared& sh, int n) {
+  static __device__ int scan_tiles(const aotinfer_batch_prefill_params& p, const Cta& cta, const Shared& sh, int n) {
     uint32_t* const seen = sh.seen_of(n);
     if (threadIdx.x < kSeenWords) seen[threadIdx.x] = seen[kCutWord + threadIdx.x] = 0;
     sm90::named_barrier_sync<128>(kProducerBarrier);
@@ -761,6 +695,14 @@ struct PrefillSm90 {
       if (threadIdx.x % 32 == 0 && cut != 0) put(seen + kCutWord, cut);
     }
     sm90::named_barrier_sync<128>(kProducerBarrier);
+    int count = cta.num_tiles - scanned;  // past kSeenTiles every tile counts as seen
+#pragma unroll
+    for (int w = 0; w < kSeenWords; ++w) count += __popc(seen[w]);
+    if (threadIdx.x == 0) {
+      seen[kSeenWords] = uint32_t(count);
+      sm90::mbar_arrive(sh.scanned(n));  // release: the bits and the count
+    }
+    return count;
   }
   // Whether the mask cuts seen tile t: some token of the pair misses one of its keys (past
   // kSeenTiles: every tile).

@@ -328,17 +328,6 @@ __device__ __forceinline__ void tma_prefetch_map(const void* map) {
 // async proxy, which wgmma reads through.
 __device__ __forceinline__ void fence_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
-// 64-bit global loads and stores that other CTAs' accesses see whole (morally strong, relaxed
-// at GPU scope): a word published with its tag in one store is read with the same tag or not.
-__device__ __forceinline__ unsigned long long load_relaxed(const unsigned long long* at) {
-  unsigned long long v;
-  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];\n" : "=l"(v) : "l"(at) : "memory");
-  return v;
-}
-__device__ __forceinline__ void store_relaxed(unsigned long long* at, unsigned long long v) {
-  asm volatile("st.relaxed.gpu.global.u64 [%0], %1;\n" ::"l"(at), "l"(v) : "memory");
-}
-
 // Named barrier `id` (1..15; 0 is __syncthreads) among `threads` threads of the CTA: sync waits
 // for all of them, arrive counts this thread without waiting.
 template <int threads>

@@ -14,7 +14,6 @@ struct Driver {
   X(cuCtxSetCurrent) X(cuCtxGetDevice) X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) \
   X(cuModuleGetGlobal) X(cuMemcpyDtoH) X(cuLaunchKernel) X(cuFuncSetAttribute)                   \
   X(cuOccupancyMaxActiveBlocksPerMultiprocessor) X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemcpyHtoDAsync)  \
-  X(cuMemsetD32Async)                                                                            \
   X(cuEventCreate) X(cuEventRecord) X(cuEventSynchronize) X(cuEventDestroy) X(cuTensorMapEncodeTiled)
 #define AOTINFER_DECLARE(name) decltype(&::name) name = nullptr;
   AOTINFER_DRIVER_FUNCTIONS(AOTINFER_DECLARE)

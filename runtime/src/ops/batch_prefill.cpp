@@ -64,8 +64,6 @@ struct BatchPrefill::Impl {
   // and custom masks too); the small tile's one entry serves every feature
   // (templates/batch_prefill.cuh).
   Kernel large, large_general, small, merge;
-  // Whether plans hold the general entry's custom-mask entries (PrefillIntLayout).
-  bool mask_tiles = false;
   PrefillPlanLimits limits;
   PrefillCapacity graph_capacity;  // CUDA-graph mode
 
@@ -130,7 +128,6 @@ BatchPrefill::BatchPrefill(const Package& package, const BatchPrefillConfig& c) 
     invalid("variant " + s.large.uri() + ": entries prefill and prefill_general have different tiles (a package built "
             "from mismatched templates); rebuild it");
   s.merge = package.kernel(MergeState::variant_key(c.dtype_o, c.vo_dim()), "merge_varlen");  // merges o rows
-  s.mask_tiles = c.mask == MaskMode::custom && (s.large_general.launch_info().tile[3] & AOTINFER_PREFILL_SHARES_MASK_TILES) != 0;
 
   const aotinfer_launch_info& info = s.large.launch_info();
   if (int(info.tile[2]) != c.head_dim)
@@ -177,7 +174,7 @@ WorkspaceSizes BatchPrefill::workspace_sizes(std::int64_t max_total_q, std::int3
   const Impl& s = *impl_;
   const PrefillCapacity cap =
       s.config.cuda_graph ? s.graph_capacity : prefill_capacity(max_total_q, max_batch, s.limits, max_kv_len);
-  return {float_bytes(cap.states, s.config.vo_dim()), PrefillIntLayout(cap.work, cap.outputs, s.mask_tiles).bytes};
+  return {float_bytes(cap.states, s.config.vo_dim()), PrefillIntLayout(cap.work, cap.outputs).bytes};
 }
 
 void BatchPrefill::plan_paged(std::span<const std::int32_t> qo_indptr, std::span<const std::int32_t> kv_indptr,
@@ -224,8 +221,8 @@ void BatchPrefill::plan_lengths(std::span<const std::int32_t> qo_indptr, std::sp
   char* image = nullptr;
   s.work_arrays = false;
   plan_prefill_work(qo_indptr, kv_lengths, s.limits, s.work, [&](const PrefillWorkPlan& w) {
-    layout = c.cuda_graph ? PrefillIntLayout(s.graph_capacity.work, s.graph_capacity.outputs, s.mask_tiles)
-                          : PrefillIntLayout(w.padded_work, w.num_outputs(), s.mask_tiles);
+    layout = c.cuda_graph ? PrefillIntLayout(s.graph_capacity.work, s.graph_capacity.outputs)
+                          : PrefillIntLayout(w.padded_work, w.num_outputs());
     states = c.cuda_graph ? s.graph_capacity.states : w.num_states;
     if (w.num_states > states || (c.cuda_graph && w.num_outputs() > s.graph_capacity.outputs))
       invalid("this batch's split states exceed the CUDA-graph capacity (a request is longer than max_kv_len)");
@@ -235,17 +232,12 @@ void BatchPrefill::plan_lengths(std::span<const std::int32_t> qo_indptr, std::sp
     // other byte (not the gaps between the 256-byte aligned arrays, nor the split-only arrays of
     // an unsplit plan, which uploads only the arrays before them, nor in CUDA-graph mode the
     // merge entries past num_outputs, which the merge skips).
-    image = s.upload.raw_image(layout.image_bytes);
+    image = s.upload.raw_image(layout.bytes);
     return layout.arrays(image);
   });
   layout.write_counts(image, s.work);
   s.qo_indptr.assign(qo_indptr.begin(), qo_indptr.end());
-  s.upload.send(ws.int_buffer, s.work.split ? layout.image_bytes : layout.unsplit_bytes, stream);
-  // No entry may look written by a launch of this plan (their tags count launches from 0 again).
-  if (layout.mask_tiles_bytes > 0)
-    detail::check(detail::driver().cuMemsetD32Async(CUdeviceptr(static_cast<char*>(ws.int_buffer) + layout.mask_tiles), 0,
-                                                    layout.mask_tiles_bytes / 4, stream),
-                  "batch_prefill plan: clearing the custom-mask entries");
+  s.upload.send(ws.int_buffer, s.work.split ? layout.bytes : layout.unsplit_bytes, stream);
 
   s.batch = batch;
   s.total_q = total_q;
@@ -347,9 +339,7 @@ void BatchPrefill::run(const PrefillRunArgs& a, Stream stream) const {
   p.work_state_stride = int_array(s.layout.state_stride);
   p.num_work = int_array(s.layout.counts);
   p.num_merge_rows = int_array(s.layout.counts) + 1;
-  p.pair_counter = reinterpret_cast<unsigned long long*>(static_cast<char*>(s.workspace.int_buffer) + s.layout.counts + 8);
-  if (s.layout.mask_tiles_bytes > 0)
-    p.mask_tiles = reinterpret_cast<unsigned long long*>(static_cast<char*>(s.workspace.int_buffer) + s.layout.mask_tiles);
+  p.pair_counter = reinterpret_cast<std::int32_t*>(static_cast<char*>(s.workspace.int_buffer) + s.layout.counts) + 2;
   if (s.state_capacity > 0) {
     p.partial_o = static_cast<float*>(s.workspace.float_buffer);
     p.partial_lse = reinterpret_cast<float*>(static_cast<char*>(s.workspace.float_buffer) +

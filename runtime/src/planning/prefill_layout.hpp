@@ -6,28 +6,22 @@
 #include <cstdint>
 #include <cstring>
 
-#include "aotinfer/params/batch_prefill.h"
 #include "aotinfer/prefill_plan.hpp"
 #include "planning/plan_inputs.hpp"
 
 namespace aotinfer::detail {
 
 struct PrefillIntLayout {
-  // [num_work, num_outputs, pair counter: 64 bits at byte 8, pairs taken and launches]
-  std::size_t counts = 0;
+  std::size_t counts = 0;  // [num_work, num_outputs, pair counter]
   std::size_t request = 0, q_row = 0, kv_end = 0, kv_begin = 0, state = 0, state_stride = 0;
   std::size_t merge_indptr = 0, merge_row = 0;
-  // The persistent kernels' custom-mask entries (aotinfer/params/batch_prefill.h, mask_tiles):
-  // not uploaded but zeroed by each plan; 0 where the layout has none.
-  std::size_t mask_tiles = 0, mask_tiles_bytes = 0;
-  std::size_t bytes = 0;  // the workspace it needs
-  // What a plan uploads: with split tiles every array (image_bytes), without them request and
-  // q_row (the kernels read no other array).
-  std::size_t image_bytes = 0, unsplit_bytes = 0;
+  std::size_t bytes = 0;
+  // What a plan without split tiles uploads: request and q_row (the kernels read no other array).
+  std::size_t unsplit_bytes = 0;
 
-  PrefillIntLayout(std::int64_t work, std::int64_t outputs, bool with_mask_tiles = false) {
+  PrefillIntLayout(std::int64_t work, std::int64_t outputs) {
     const std::size_t per_work = align_up(std::size_t(work) * 4);
-    request = align_up(4 * 4);
+    request = align_up(3 * 4);
     q_row = request + per_work;
     unsplit_bytes = q_row + per_work;
     kv_end = unsplit_bytes;
@@ -36,12 +30,7 @@ struct PrefillIntLayout {
     state_stride = state + per_work;
     merge_indptr = state_stride + per_work;
     merge_row = merge_indptr + align_up(std::size_t(outputs + 1) * 4);
-    image_bytes = merge_row + align_up(std::size_t(outputs) * 4);
-    if (with_mask_tiles) {
-      mask_tiles = image_bytes;
-      mask_tiles_bytes = std::size_t(work) * AOTINFER_PREFILL_TILE_CLASS_WORDS * 8;
-    }
-    bytes = image_bytes + align_up(mask_tiles_bytes);
+    bytes = merge_row + align_up(std::size_t(outputs) * 4);
   }
 
   // The plan's arrays inside an image of the workspace.
@@ -53,7 +42,7 @@ struct PrefillIntLayout {
   // The device counts the kernels read (the grids are fixed in CUDA-graph mode), and the
   // persistent kernel's pair counter at 0.
   void write_counts(char* image, const PrefillWorkPlan& plan) const {
-    const std::int32_t values[4] = {plan.num_work, plan.num_outputs(), 0, 0};
+    const std::int32_t values[3] = {plan.num_work, plan.num_outputs(), 0};
     std::memcpy(image + counts, values, sizeof values);
   }
 };

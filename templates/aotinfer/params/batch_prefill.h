@@ -52,17 +52,13 @@
  *   AOTINFER_PREFILL_PERSISTENT clear: grid (padded work, num_kv_heads) as above; set:
  *     persistent, grid.x = at most one wave of CTAs (SMs x resident CTAs per SM), which take the
  *     (item, KV head) pairs w = kv_head * *num_work + item below *num_work * num_kv_heads: first
- *     w = blockIdx.x, then the next untaken one from pair_counter (below);
+ *     w = blockIdx.x, then the next untaken one from *pair_counter (which the launch leaves at 0
+ *     again);
  *   AOTINFER_PREFILL_READS_TENSOR_MAPS: the kernel reads q (and ragged k and v) through the
  *     tensor maps of the params when tensor_maps_encoded says the host encoded them, and copies
- *     their rows itself when not. Paged kernels read q_map only;
- *   AOTINFER_PREFILL_SHARES_MASK_TILES: the general entry reads and writes mask_tiles under a
- *     custom mask (the runtime passes NULL to the others). */
+ *     their rows itself when not. Paged kernels read q_map only. */
 #define AOTINFER_PREFILL_PERSISTENT 1u
 #define AOTINFER_PREFILL_READS_TENSOR_MAPS 2u
-#define AOTINFER_PREFILL_SHARES_MASK_TILES 4u
-/* Entries of mask_tiles per work item (below). */
-#define AOTINFER_PREFILL_TILE_CLASS_WORDS 36
 #ifndef AOTINFER_PARAMS_BATCH_PREFILL_H
 #define AOTINFER_PARAMS_BATCH_PREFILL_H
 
@@ -116,16 +112,7 @@ typedef struct aotinfer_batch_prefill_params {
   const int32_t* work_state_stride; /* [padded work] split plans only */
   const int32_t* num_work;          /* device scalar */
   const int32_t* num_merge_rows;    /* device scalar: rows merge_varlen combines; 0: no tile is split */
-  /* Persistent kernels: device [pairs taken (low 32 bits), launches since the plan (high 32)].
-   * CTAs take pairs from the low half, which each launch leaves at 0 again; the launch that takes
-   * the last pair adds 1 to the high half (the plan uploads both as 0). */
-  unsigned long long* pair_counter;
-  /* AOTINFER_MASK_CUSTOM with AOTINFER_PREFILL_SHARES_MASK_TILES, or NULL: per work item, the tiles the item's
-   * tokens see and the ones the mask cuts, as the first of the item's KV heads found them
-   * (AOTINFER_PREFILL_TILE_CLASS_WORDS 64-bit entries an item: the word in the low half, the
-   * launch number + 1 that wrote it in the high half), so that the item's other KV heads read
-   * them instead of the mask. The plan zeroes them. */
-  unsigned long long* mask_tiles;
+  int32_t* pair_counter;            /* device scalar, 0 between launches: persistent CTAs take pairs from it */
   float* partial_o;
   float* partial_lse;
 
