@@ -349,6 +349,36 @@ def packbits_little(bits):
     return (padded.view(-1, 8).to(torch.int32) * weights).sum(1).to(torch.uint8)
 
 
+def multi_items(batch):
+    """Requests for multi-item scoring: cached keys, the prefix's tail among the query tokens,
+    then items of 1-40 tokens, each opened by a delimiter. Returns (qo, kv, the plan's arguments,
+    the masks): the masks are formed from item numbers, not from the positions the wrapper reads.
+    A token sees the prefix (the cached keys and the tail) and its own item up to itself, less
+    the delimiter; a delimiter sees the prefix only, a token of the tail the keys up to itself."""
+    qo, kv, prefix, rows, masks = [], [], [], [], []
+    for _ in range(batch):
+        cached, tail = random.randint(0, 300), random.randint(0, 20)
+        items = [random.randint(1, 40) for _ in range(random.randint(1, 5))]
+        m = tail + sum(items)
+        number = torch.tensor([0] * tail + [i + 1 for i, n in enumerate(items) for _ in range(n)], device=DEV)
+        opens = torch.tensor([False] * tail + [j == 0 for n in items for j in range(n)], device=DEV)
+        key_number = torch.cat([torch.zeros(cached, dtype=torch.long, device=DEV), number])
+        key_opens = torch.cat([torch.zeros(cached, dtype=torch.bool, device=DEV), opens])
+        at = torch.arange(m, device=DEV)[:, None] + cached
+        own = (key_number[None, :] == number[:, None]) & (number[:, None] > 0) & ~key_opens[None, :]
+        masks.append((torch.arange(cached + m, device=DEV)[None, :] <= at) & ((key_number[None, :] == 0) | own))
+        qo.append(m), kv.append(cached + m), prefix.append(cached + tail)
+        rows.append([j for n in items for j in range(n)])
+    stride = max(map(len, rows)) + random.randint(0, 7)
+    positions = torch.zeros(batch * stride, dtype=torch.int32)
+    for i, r in enumerate(rows):
+        positions[i * stride:i * stride + len(r)] = torch.tensor(r, dtype=torch.int32)
+    args = dict(prefix_len_ptr=torch.tensor(prefix, dtype=torch.int64).to(torch.uint32).to(DEV),
+                token_pos_in_items_ptr=positions.to(torch.uint16).to(DEV), token_pos_in_items_len=stride,
+                max_item_len_ptr=torch.tensor([max(r) for r in rows], dtype=torch.int32).to(torch.uint16).to(DEV))
+    return qo, kv, args, masks
+
+
 def reference_prefill(q, qo, kv_get, masks=None, **kw):
     out, lse, start = [], [], 0
     for r, m in enumerate(qo):
@@ -362,14 +392,17 @@ def paged_prefill_case(name, group, page, layout, form, dtype="bf16", head_dim=1
                        window=-1, cap=None, o_dtype=None, lse_base="log2", lse_layout="NH", give_out=False,
                        sinks=False, kv_dtype=None, k_scale=None, v_scale=None, custom=None):
     """custom: "bool" or "packed", a random custom mask per request (FlashInfer's custom_mask or
-    packed_custom_mask; it replaces causal)."""
+    packed_custom_mask; it replaces causal), or "items", multi-item scoring (prefix_len_ptr, ...)."""
     kv_dtype = kv_dtype or dtype
     kv_heads = random.choice([1, 2, 4])
     heads, batch = kv_heads * group, random.randint(1, 6)
     qo, kv = prefill_lengths(batch, causal)
+    mask_args, masks = {}, None
+    if custom == "items":
+        qo, kv, mask_args, masks = multi_items(batch)
+    elif custom:
+        masks = [torch.rand(m, n, device=DEV) < random.uniform(0.1, 0.9) for m, n in zip(qo, kv)]
     cache = Paged(kv, page, kv_heads, head_dim, layout, form, kv_dtype)
-    masks = [torch.rand(m, n, device=DEV) < random.uniform(0.1, 0.9) for m, n in zip(qo, kv)] if custom else None
-    mask_args = {}
     if custom == "bool":
         mask_args["custom_mask"] = torch.cat([m.reshape(-1) for m in masks])
     elif custom == "packed":
@@ -506,6 +539,9 @@ def paged_prefill_cases():
     guarded("paged prefill packed mask", lambda: paged_prefill_case(
         "packed_custom_mask, window, sinks", 2, 1, "HND", "single", "f16", 64, custom="packed",
         window=random.randint(0, 100), sinks=True))
+    guarded("paged prefill multi-item scoring", lambda: paged_prefill_case(
+        "multi-item scoring, rope, soft cap", 4, random.choice([1, 5, 16]), "NHD", "single", "f16", pos="ROPE_LLAMA",
+        cap=30.0, custom="items"))
     guarded("paged prefill custom mask e4m3", lambda: paged_prefill_case(
         "custom_mask, fp8 e4m3 KV", 8, 64, "NHD", "single", kv_dtype="e4m3", k_scale=0.8, v_scale=1.3, custom="bool"))
     guarded("decode q_len_per_req", decode_multi_token_case)
@@ -561,14 +597,18 @@ def paged_prefill_graph():
 
 def ragged_case(name, group, dtype="bf16", head_dim=128, causal=True, pos="NONE", window=-1, cap=None,
                 kv_dtype=None, o_dtype=None, fused=True, custom=False):
+    """custom: True, a random custom_mask per request; "items", multi-item scoring."""
     kv_dtype = kv_dtype or dtype
     kv_heads = random.choice([1, 2, 4])
     heads, batch = kv_heads * group, random.randint(1, 6)
     qo, kv = prefill_lengths(batch, causal)
     if causal:
         qo = kv if random.random() < 0.5 else qo  # prompts (qo == kv) and chunked prefill
-    masks = [torch.rand(m, n, device=DEV) < 0.5 for m, n in zip(qo, kv)] if custom else None
-    mask_args = dict(custom_mask=torch.cat([m.reshape(-1) for m in masks])) if custom else {}
+    if custom == "items":
+        qo, kv, mask_args, masks = multi_items(batch)
+    else:
+        masks = [torch.rand(m, n, device=DEV) < 0.5 for m, n in zip(qo, kv)] if custom else None
+        mask_args = dict(custom_mask=torch.cat([m.reshape(-1) for m in masks])) if custom else {}
     wrapper = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(WORKSPACE, "NHD")
     wrapper.plan(indptr_of(qo), indptr_of(kv), heads, kv_heads, head_dim, **mask_args, causal=causal,
                  pos_encoding_mode=pos,
@@ -604,6 +644,8 @@ def ragged_cases():
     guarded("ragged window+cap", lambda: ragged_case("window + soft cap", 2, causal=False,
                                                      window=random.randint(0, 100), cap=1.5))
     guarded("ragged custom mask", lambda: ragged_case("custom_mask", 8, "f16", 128, custom=True))
+    guarded("ragged multi-item scoring", lambda: ragged_case("multi-item scoring, window", 2, window=20,
+                                                             custom="items"))
     guarded("ragged alibi", lambda: ragged_case("alibi", 4, pos="ALIBI"))
     guarded("ragged alibi custom mask", lambda: ragged_case("alibi + custom_mask + cap", 2, "f16", 128, custom=True,
                                                             pos="ALIBI", cap=30.0))

@@ -313,8 +313,9 @@ class MappingTest(unittest.TestCase):
         self.assertEqual(scalars[1:], (50.0, 1.0, 1e4))
         self.assertEqual(_args.prefill_plan("p", 8, 8, 64)[0]["mask"], "none")
         self.assertEqual(_args.prefill_plan("p", 8, 8, 64, pos_encoding_mode="ALIBI")[0]["pos_encoding"], "alibi")
-        # A custom mask, packed or not, replaces causal (as in FlashInfer).
-        for mask in (dict(custom_mask=Stand()), dict(packed_custom_mask=Stand())):
+        # A custom mask, packed or not, replaces causal (as in FlashInfer), and so does multi-item scoring.
+        items = _args.multi_items("p", Stand(), Stand(), 100, Stand())
+        for mask in (dict(custom_mask=Stand()), dict(packed_custom_mask=Stand()), dict(items=items)):
             self.assertEqual(_args.prefill_plan("p", 8, 8, 64, causal=True, **mask)[0]["mask"], "custom")
         for name, short in (("float8_e4m3fn", "e4m3"), ("float8_e5m2", "e5m2")):  # fp8 caches, 16-bit queries
             config = _args.prefill_plan("p", 32, 8, 128, q_data_type="bfloat16", kv_data_type=name)[0]
@@ -478,6 +479,26 @@ class WindowTest(unittest.TestCase):
         # Their key counts, from a paged cache's host metadata (an empty request included).
         self.assertEqual(_base.paged_kv_lengths([0, 1, 1, 4], [16, 0, 5], 16), [16, 0, 37])
 
+    def test_multi_item_arguments(self):
+        """prefix_len_ptr turns multi-item scoring on; its companions alone are refused, and it
+        needs token_pos_in_items_ptr and a count of entries per request."""
+        self.assertIsNone(_args.multi_items("p", None, None, 0, None))
+        prefix, positions = Stand(), Stand()
+        self.assertEqual(_args.multi_items("p", prefix, positions, 0, None), (prefix, positions, 0))
+        for bad in (-1, 1.0, True, "8"):
+            with self.subTest(token_pos_in_items_len=bad), self.assertRaises(ValueError) as e:
+                _args.multi_items("p", prefix, positions, bad, None)
+            self.assertIn("token_pos_in_items_len must be an int >= 0", str(e.exception))
+        with self.assertRaises(ValueError) as e:
+            _args.multi_items("p", prefix, None, 8, None)
+        self.assertIn("needs token_pos_in_items_ptr", str(e.exception))
+        for kwargs in (dict(token_pos_in_items_ptr=Stand()), dict(token_pos_in_items_len=8),
+                       dict(max_item_len_ptr=Stand())):
+            args = {**dict(token_pos_in_items_ptr=None, token_pos_in_items_len=0, max_item_len_ptr=None), **kwargs}
+            with self.subTest(**{k: str(v) for k, v in kwargs.items()}), self.assertRaises(NotImplementedError) as e:
+                _args.multi_items("p", None, *args.values())
+            self.assertIn("served with prefix_len_ptr", str(e.exception))
+
     def test_window_values(self):
         for where, plan in (("BatchDecodeWithPagedKVCacheWrapper.plan", lambda **kw: _args.decode_plan(
                                 32, 8, 128, 16, **kw)),
@@ -548,7 +569,6 @@ class RefusalTest(unittest.TestCase):
             (dict(head_dim_vo=0), "head_dim_vo=0"),
             (dict(head_dim_vo="128"), "head_dim_vo='128'"),
             (dict(use_fp16_qk_reduction=True), "use_fp16_qk_reduction=True"),
-            (dict(prefix_len_ptr=Stand()), "prefix_len_ptr"),
             (dict(token_pos_in_items_ptr=Stand()), "token_pos_in_items_ptr"),
             (dict(token_pos_in_items_len=8), "token_pos_in_items_len=8"),
             (dict(max_item_len_ptr=Stand()), "max_item_len_ptr"),

@@ -11,7 +11,7 @@ TORCH_NAMES = {"f16": "float16", "bf16": "bfloat16", "e4m3": "float8_e4m3fn", "e
 LAYOUTS = {"NHD": "nhd", "HND": "hnd"}
 BACKENDS = ("auto", "fa2", "fa3")  # accepted and ignored: aotinfer runs its own kernels for all three
 POSITIONS = {"NONE": "none", "ROPE_LLAMA": "rope_llama", "ALIBI": "alibi"}
-_ITEMS = "multi-item scoring is not served"
+_ITEMS = "served with prefix_len_ptr, which turns multi-item scoring on"
 _PREBUILT = "aotinfer serves the variants of its prebuilt kernel package"
 
 
@@ -155,13 +155,13 @@ def decode_plan(num_qo_heads, num_kv_heads, head_dim, page_size, pos_encoding_mo
 def prefill_plan(where, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo=None, custom_mask=None,
                  packed_custom_mask=None, causal=False, pos_encoding_mode="NONE", use_fp16_qk_reduction=False,
                  sm_scale=None, window_left=-1, logits_soft_cap=None, rope_scale=None, rope_theta=None,
-                 q_data_type="float16", kv_data_type=None, o_data_type=None, prefix_len_ptr=None,
-                 token_pos_in_items_ptr=None, token_pos_in_items_len=0, max_item_len_ptr=None, seq_lens=None,
+                 q_data_type="float16", kv_data_type=None, o_data_type=None, items=None, seq_lens=None,
                  seq_lens_q=None, block_tables=None, fixed_split_size=None, disable_split_kv=False, v_indptr=None,
                  o_indptr=None, keys_per_split_unit=1):
     """The prefill wrappers' plan arguments -> (aotinfer.BatchPrefill keyword arguments (with
     window_left), features (those forward() may not change: (pos_encoding, mask)), run scalars).
-    A custom mask makes the mask "custom"; the wrapper packs it (custom_masks below).
+    A custom mask makes the mask "custom", and so does multi-item scoring (items: what
+    multi_items below returns); the wrapper packs it (_masks.custom_masks).
     The wrappers take FlashInfer's hints (max_token_per_sequence,
     max_sequence_kv, uniform_q_len) and ignore them, as FlashInfer's fa2/fa3 backends do.
     keys_per_split_unit: fixed_split_size's unit in keys (the page size for a paged cache).
@@ -170,10 +170,6 @@ def prefill_plan(where, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo=Non
     for any other."""
     defaults_only(where, [
         ("use_fp16_qk_reduction", use_fp16_qk_reduction, False, "scores accumulate in fp32"),
-        ("prefix_len_ptr", prefix_len_ptr, None, _ITEMS),
-        ("token_pos_in_items_ptr", token_pos_in_items_ptr, None, _ITEMS),
-        ("token_pos_in_items_len", token_pos_in_items_len, 0, _ITEMS),
-        ("max_item_len_ptr", max_item_len_ptr, None, _ITEMS),
         ("seq_lens", seq_lens, None, "KV lengths come from the indptr arrays"),
         ("seq_lens_q", seq_lens_q, None, "query lengths come from qo_indptr"),
         ("block_tables", block_tables, None, "pages come from the CSR arrays"),
@@ -195,13 +191,37 @@ def prefill_plan(where, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo=Non
     if vo != int(head_dim_qk) and (pos == "rope_llama" or kv in ("e4m3", "e5m2")):
         refuse(where, "head_dim_vo", head_dim_vo, f"head_dim_vo != head_dim_qk ({head_dim_qk}; MLA prefill, 192/128) is "
                "served with 16-bit K/V (kv_data_type float16 or bfloat16) and pos_encoding_mode 'NONE' or 'ALIBI'")
-    # As FlashInfer: a custom mask, packed or not, replaces causal.
-    custom = custom_mask is not None or packed_custom_mask is not None
+    # As FlashInfer: a custom mask, packed or not, replaces causal, and multi-item scoring
+    # (prefix_len_ptr), which the wrappers make into a custom mask, replaces both.
+    custom = items is not None or custom_mask is not None or packed_custom_mask is not None
     mask = "custom" if custom else "causal" if causal else "none"
     config = dict(num_qo_heads=int(num_qo_heads), num_kv_heads=int(num_kv_heads), head_dim=int(head_dim_qk),
                   head_dim_vo=vo, dtype_q=q, dtype_kv=kv, dtype_o=o, mask=mask, pos_encoding=pos, window_left=window,
                   **kv_split(where, fixed_split_size, disable_split_kv, keys_per_split_unit))
     return config, (pos, mask), scalars(head_dim_qk, sm_scale, rope_scale, rope_theta, cap)
+
+
+def multi_items(where, prefix_len_ptr, token_pos_in_items_ptr, token_pos_in_items_len, max_item_len_ptr):
+    """FlashInfer's multi-item scoring arguments -> None, or (prefix_len_ptr,
+    token_pos_in_items_ptr, token_pos_in_items_len) for the wrapper's mask (_masks.multi_item_mask).
+    As in FlashInfer, prefix_len_ptr turns it on; max_item_len_ptr, FlashInfer's bound for
+    skipping key tiles, is not needed: the kernels skip the tiles no query token sees from the
+    mask's bits."""
+    if prefix_len_ptr is None:
+        defaults_only(where, [
+            ("token_pos_in_items_ptr", token_pos_in_items_ptr, None, _ITEMS),
+            ("token_pos_in_items_len", token_pos_in_items_len, 0, _ITEMS),
+            ("max_item_len_ptr", max_item_len_ptr, None, _ITEMS),
+        ])
+        return None
+    if token_pos_in_items_ptr is None:
+        raise ValueError(f"aotinfer.flashinfer {where}: multi-item scoring (prefix_len_ptr) needs "
+                         "token_pos_in_items_ptr, each query token's position in its item")
+    if isinstance(token_pos_in_items_len, bool) or not isinstance(token_pos_in_items_len, int) or \
+            token_pos_in_items_len < 0:
+        raise ValueError(f"aotinfer.flashinfer {where}: token_pos_in_items_len must be an int >= 0 (the entries of "
+                         f"token_pos_in_items_ptr per request), got {show(token_pos_in_items_len)}")
+    return prefix_len_ptr, token_pos_in_items_ptr, token_pos_in_items_len
 
 
 def unserved(where, args, **named):

@@ -6,7 +6,9 @@ batch_prefill.h).
 
 - custom_mask: booleans, the requests' masks flattened and concatenated (sum of qo_len * kv_len);
 - packed_custom_mask: uint8, those bits already packed per request (FlashInfer's segment_packbits
-  layout), as FlashInfer's plan() also takes them."""
+  layout), as FlashInfer's plan() also takes them;
+- multi-item scoring (prefix_len_ptr, token_pos_in_items_ptr): the mask it stands for, made into
+  bits here (multi_item_mask), which replaces the other two as it does in FlashInfer."""
 from . import _base
 
 
@@ -37,12 +39,48 @@ def _pack(where, custom_mask, bits, offsets, device):
     return (unpacked.view(-1, 8).to(torch.int32) * weights).sum(1).to(torch.uint8)
 
 
-def custom_masks(where, custom_mask, packed_custom_mask, qo_lens, kv_lens, device, into=None):
-    """(packed bits, mask_indptr int32 [batch + 1]) on the device for the run. into: the wrapper's
-    CUDA-graph buffers (bits, indptr), written in place, which must be large enough."""
+def multi_item_mask(where, items, qo_lens, kv_lens, device):
+    """FlashInfer's multi-item scoring as custom_mask booleans. A request's query token j sits at
+    position a = j + kv_len - qo_len. Inside the request's prefix (a < prefix_len) it sees every
+    key up to itself; past it, the prefix and the keys after a - t up to itself, where t =
+    token_pos_in_items[a - prefix_len] is its position in its item: its item so far, without the
+    delimiter (t = 0) that opens the item, so a delimiter sees the prefix only. Request i's
+    positions start at entry i * token_pos_in_items_len. items: _args.multi_items's tuple."""
+    torch = _base.torch
+    prefix_len_ptr, token_pos, stride = items
+    prefix = prefix_len_ptr.reshape(-1).to("cpu").to(torch.int64).tolist()
+    if len(prefix) < len(qo_lens):
+        raise ValueError(f"aotinfer.flashinfer {where}: prefix_len_ptr has {len(prefix)} entries for "
+                         f"{len(qo_lens)} requests")
+    positions = token_pos.reshape(-1).to("cpu").to(torch.int64)
+    masks = []
+    for i, (m, n) in enumerate(zip(qo_lens, kv_lens)):
+        p = prefix[i]
+        a = torch.arange(m, dtype=torch.int64) + (n - m)
+        past = a >= p
+        read = max(0, n - max(p, 0))  # the entries of positions a >= p, a < kv_len
+        if i * stride + read > positions.numel():
+            raise ValueError(f"aotinfer.flashinfer {where}: request {i} (prefix {p}, {n} keys) reads "
+                             f"token_pos_in_items_ptr up to entry {i * stride + read}, which holds "
+                             f"{positions.numel()} (token_pos_in_items_len {stride} entries per request)")
+        t = torch.zeros(m, dtype=torch.int64)
+        t[past] = positions[i * stride + a[past] - p]
+        keys = torch.arange(n, dtype=torch.int64)[None, :]
+        rows = a[:, None]
+        sees = (keys <= rows) & ((keys < p) | ~past[:, None] | (keys > rows - t[:, None]))
+        masks.append(sees.reshape(-1))
+    return torch.cat(masks).to(device) if masks else torch.zeros(0, dtype=torch.bool, device=device)
+
+
+def custom_masks(where, custom_mask, packed_custom_mask, items, qo_lens, kv_lens, device, into=None):
+    """(packed bits, mask_indptr int32 [batch + 1]) on the device for the run. items: multi-item
+    scoring (_args.multi_items), which replaces the masks given. into: the wrapper's CUDA-graph
+    buffers (bits, indptr), written in place, which must be large enough."""
     torch = _base.torch
     bits, offsets = mask_layout(qo_lens, kv_lens)
     total = offsets[-1]
+    if items is not None:
+        custom_mask, packed_custom_mask = multi_item_mask(where, items, qo_lens, kv_lens, device), None
     if packed_custom_mask is not None:
         packed = packed_custom_mask.reshape(-1)
         if packed.dtype != torch.uint8 or packed.numel() < total:

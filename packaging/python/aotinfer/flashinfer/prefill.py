@@ -29,7 +29,8 @@ class _Prefill(_base.Wrapper):
     def _plan_on_device(self, config, features, scalars, qo_indptr, kv_indptr, metadata, non_blocking, masks,
                         **paged):
         """metadata: (buffer name, array) pairs run() reads from the device; masks: plan()'s
-        (custom_mask, packed_custom_mask); paged: kv_last_page_len for the planner (host)."""
+        (custom_mask, packed_custom_mask, multi-item scoring: _args.multi_items); paged:
+        kv_last_page_len for the planner (host)."""
         where = self._name + ".plan"
         self._core = None  # a failed plan leaves nothing runnable
         qo_host, kv_host = _base.host_int32(qo_indptr), _base.host_int32(kv_indptr)
@@ -116,6 +117,10 @@ class _Prefill(_base.Wrapper):
             kv_lens = [b - a for a, b in zip(kv, kv[1:])]
         into = None
         if self._use_cuda_graph:
+            if masks[2] is not None:
+                raise NotImplementedError(f"aotinfer.flashinfer {where}: prefix_len_ptr=<Tensor> (multi-item scoring) "
+                                          "is not supported in cudagraph mode; plan it on a wrapper without "
+                                          "use_cuda_graph")
             if self._custom_mask_buf is None or self._mask_indptr_buf is None:
                 raise ValueError(f"aotinfer.flashinfer {where}: a custom mask in cudagraph mode needs custom_mask_buf "
                                  "and mask_indptr_buf in the constructor (their addresses are captured)")
@@ -175,19 +180,21 @@ class BatchPrefillWithPagedKVCacheWrapper(_Prefill):
         """qo_indptr [batch + 1] in tokens; paged_kv_indptr [batch + 1] in pages, paged_kv_indices,
         paged_kv_last_page_len [batch] (int32, on any device). window_left is fixed here (one core
         object per distinct window), logits_soft_cap kept for run()."""
+        items = _args.multi_items(_PAGED + ".plan", prefix_len_ptr, token_pos_in_items_ptr, token_pos_in_items_len,
+                                  max_item_len_ptr)
         config, features, scalars = _args.prefill_plan(
             _PAGED + ".plan", num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo, custom_mask, packed_custom_mask,
             causal, pos_encoding_mode, use_fp16_qk_reduction, sm_scale, window_left, logits_soft_cap, rope_scale,
-            rope_theta, q_data_type, kv_data_type, o_data_type, prefix_len_ptr, token_pos_in_items_ptr,
-            token_pos_in_items_len, max_item_len_ptr, seq_lens, seq_lens_q, block_tables, fixed_split_size,
-            disable_split_kv, keys_per_split_unit=int(page_size))
+            rope_theta, q_data_type, kv_data_type, o_data_type, items, seq_lens, seq_lens_q, block_tables,
+            fixed_split_size, disable_split_kv, keys_per_split_unit=int(page_size))
         config.update(kv_storage="paged", page_size=int(page_size), layout=self._layout)
         _base.need_torch()
         self._plan_on_device(config, features, scalars, qo_indptr, paged_kv_indptr,
                              [("qo_indptr_buf", qo_indptr), ("paged_kv_indptr_buf", paged_kv_indptr),
                               ("paged_kv_indices_buf", paged_kv_indices),
                               ("paged_kv_last_page_len_buf", paged_kv_last_page_len)],
-                             non_blocking, (custom_mask, packed_custom_mask), kv_last_page_len=paged_kv_last_page_len)
+                             non_blocking, (custom_mask, packed_custom_mask, items),
+                             kv_last_page_len=paged_kv_last_page_len)
 
     begin_forward = plan
 
@@ -273,17 +280,18 @@ class BatchPrefillWithRaggedKVCacheWrapper(_Prefill):
              max_sequence_kv=None, v_indptr=None, o_indptr=None, uniform_q_len=None):
         """qo_indptr and kv_indptr [batch + 1], in tokens (int32, on any device). window_left and
         logits_soft_cap as the paged wrapper's."""
+        items = _args.multi_items(_RAGGED + ".plan", prefix_len_ptr, token_pos_in_items_ptr, token_pos_in_items_len,
+                                  max_item_len_ptr)
         config, features, scalars = _args.prefill_plan(
             _RAGGED + ".plan", num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo, custom_mask, packed_custom_mask,
             causal, pos_encoding_mode, use_fp16_qk_reduction, sm_scale, window_left, logits_soft_cap, rope_scale,
-            rope_theta, q_data_type, kv_data_type, o_data_type, prefix_len_ptr, token_pos_in_items_ptr,
-            token_pos_in_items_len, max_item_len_ptr, seq_lens, seq_lens_q, None, fixed_split_size, disable_split_kv,
-            v_indptr, o_indptr)
+            rope_theta, q_data_type, kv_data_type, o_data_type, items, seq_lens, seq_lens_q, None, fixed_split_size,
+            disable_split_kv, v_indptr, o_indptr)
         config.update(kv_storage="ragged", layout="nhd")
         _base.need_torch()
         self._plan_on_device(config, features, scalars, qo_indptr, kv_indptr,
                              [("qo_indptr_buf", qo_indptr), ("kv_indptr_buf", kv_indptr)], non_blocking,
-                             (custom_mask, packed_custom_mask))
+                             (custom_mask, packed_custom_mask, items))
 
     begin_forward = plan
 
