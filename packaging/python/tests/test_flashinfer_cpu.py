@@ -959,9 +959,77 @@ class WithoutTorchTest(unittest.TestCase):
                      lambda: flashinfer.fast_decode_plan(decode, *DECODE_ARGS, window_left=0, logits_soft_cap=1.0),
                      lambda: decode.plan(*DECODE_ARGS, window_left=4095, logits_soft_cap=50.0),
                      lambda: flashinfer.BatchPrefillWithRaggedKVCacheWrapper(Stand()).plan(
-                         *ragged_args(), causal=True, window_left=127, logits_soft_cap=30.0)):
+                         *ragged_args(), causal=True, window_left=127, logits_soft_cap=30.0),
+                     lambda: flashinfer.BatchPrefillWithPagedKVCacheWrapper(Stand()).plan(
+                         *paged_args(), causal=True, prefix_len_ptr=Stand(), token_pos_in_items_ptr=Stand(),
+                         token_pos_in_items_len=100, max_item_len_ptr=Stand())):
             with self.assertRaises(ImportError):
                 call()
+
+
+class MultiItemMaskTest(unittest.TestCase):
+    """Multi-item scoring's mask (_masks.multi_item_mask) against a formulation from item numbers
+    and delimiters, and on FlashInfer's test cases; needs PyTorch (the GPU machine's checks run
+    it through the kernels: gpu_flashinfer.py)."""
+
+    def setUp(self):
+        if not has_torch():
+            self.skipTest("PyTorch is not installed")
+        import torch
+        self.torch = torch
+        _base.torch = torch
+
+    def items(self, prefix, positions, stride):
+        t = self.torch
+        return _args.multi_items("t", t.tensor(prefix).to(t.uint32), t.tensor(positions).to(t.uint16), stride, None)
+
+    def expected(self, cached, tail, items):
+        """The mask of one request from item numbers: a token sees the prefix (the cached keys and
+        the tail) and the tokens of its own item up to itself, except the item's delimiter."""
+        t = self.torch
+        number = t.tensor([0] * tail + [i + 1 for i, n in enumerate(items) for _ in range(n)], dtype=t.long)
+        opens = t.tensor([False] * tail + [j == 0 for n in items for j in range(n)], dtype=t.bool)
+        key_number = t.cat([t.zeros(cached, dtype=t.long), number])
+        key_opens = t.cat([t.zeros(cached, dtype=t.bool), opens])
+        own = (key_number[None, :] == number[:, None]) & (number[:, None] > 0) & ~key_opens[None, :]
+        causal = t.arange(cached + len(number))[None, :] <= t.arange(len(number))[:, None] + cached
+        return (causal & ((key_number[None, :] == 0) | own)).reshape(-1)
+
+    def test_flashinfer_cases(self):
+        # FlashInfer's parametrized cases: (kv_len, qo_len, prefix_len, positions, entries per request)
+        for kv, qo, prefix, items, stride in ((54, 37, 17, [17, 19, 1], 100), (97, 81, 16, [80, 1], 97)):
+            positions = [j for n in items for j in range(n)]
+            got = _masks.multi_item_mask("t", self.items(prefix, positions, stride), [qo], [kv], "cpu")
+            self.assertTrue(self.torch.equal(got, self.expected(kv - qo, 0, items)))
+
+    def test_random_batches(self):
+        import random
+        rng = random.Random(5)
+        for _ in range(100):
+            requests = [(rng.randint(0, 30), rng.randint(0, 6), [rng.randint(1, 9) for _ in range(rng.randint(1, 4))])
+                        for _ in range(rng.randint(1, 5))]
+            qo = [tail + sum(items) for _, tail, items in requests]
+            kv = [cached + m for (cached, _, _), m in zip(requests, qo)]
+            rows = [[j for n in items for j in range(n)] for _, _, items in requests]
+            stride = max(map(len, rows)) + rng.randint(0, 3)
+            positions = [0] * (stride * len(requests))
+            for i, r in enumerate(rows):
+                positions[i * stride:i * stride + len(r)] = r
+            got = _masks.multi_item_mask("t", self.items([c + t for c, t, _ in requests], positions, stride), qo, kv,
+                                         "cpu")
+            want = self.torch.cat([self.expected(*r) for r in requests])
+            self.assertTrue(self.torch.equal(got, want), requests)
+            # Packed, it is what the same booleans given as custom_mask pack to.
+            bits, offsets = _masks.custom_masks("t", want, None, None, qo, kv, "cpu")
+            items_bits, items_offsets = _masks.custom_masks("t", None, None, self.items(
+                [c + t for c, t, _ in requests], positions, stride), qo, kv, "cpu")
+            used = int(offsets[-1])
+            self.assertTrue(self.torch.equal(bits[:used], items_bits[:used]) and self.torch.equal(offsets, items_offsets))
+
+    def test_too_few_positions(self):
+        with self.assertRaises(ValueError) as e:
+            _masks.multi_item_mask("t", self.items([2], [0, 1, 2], 3), [5], [7], "cpu")
+        self.assertIn("reads token_pos_in_items_ptr up to entry 5, which holds 3", str(e.exception))
 
 
 if __name__ == "__main__":
