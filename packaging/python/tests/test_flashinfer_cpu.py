@@ -466,10 +466,38 @@ class WindowTest(unittest.TestCase):
         p._features = ("none", "causal")
         p._forward("p.forward", True, "NONE", False, -1, 50.0, None, None, None)
         self.assertEqual(p._scalars[1], 50.0)
-        with self.assertRaises(NotImplementedError):
-            p._forward("p.forward", False, "NONE", False, -1, 50.0, None, None, None)  # the plan follows the mask
-        with self.assertRaises(ValueError):
-            p._forward("p.forward", True, "NONE", False, 8, 50.0, None, None, None)
+        with self.assertRaises(NotImplementedError) as e:
+            p._forward("p.forward", True, "ROPE_LLAMA", False, -1, None, None, None, None)
+        self.assertIn("another kernel variant", str(e.exception))
+
+    def test_prefill_forward_plans_again_under_another_mask_or_window(self):
+        """As FlashInfer's forward(): its causal and window_left replace plan()'s (a custom mask
+        stays), and the same requests are planned again under them; not in cudagraph mode."""
+        for wrapper in (flashinfer.BatchPrefillWithPagedKVCacheWrapper, flashinfer.BatchPrefillWithRaggedKVCacheWrapper):
+            p = self.planned(wrapper(Stand()), -1)
+            plans = []
+
+            def plan_on_device(config, features, scalars, *requests, **paged):
+                plans.append((config["mask"], config["window_left"], features, requests, paged))
+                p._features, p._window_left = features, config["window_left"]
+
+            p._plan_on_device = plan_on_device
+            p._features = ("none", "causal")
+            p._planned_with = (dict(mask="causal", window_left=-1, head_dim=128), p._scalars, "qo", "kv", [], True,
+                               (None, None, None), dict(kv_last_page_len="last"))
+            p._forward("p.forward", True, "NONE", False, -1, None, None, None, None)
+            self.assertEqual(plans, [])  # the plan's own mask and window: no new plan
+            p._forward("p.forward", False, "NONE", False, -1, None, None, None, None)
+            p._forward("p.forward", False, "NONE", False, 255, 30.0, None, None, None)
+            self.assertEqual([plan[:3] for plan in plans], [("none", -1, ("none", "none")), ("none", 255, ("none", "none"))])
+            self.assertEqual(plans[0][3:], (("qo", "kv", [], True, (None, None, None)), dict(kv_last_page_len="last")))
+            self.assertEqual(p._scalars[1], 30.0)
+            p._features = ("none", "custom")  # a custom mask outlives forward's causal
+            p._forward("p.forward", False, "NONE", False, 255, None, None, None, None)
+            self.assertEqual(len(plans), 2)
+            p._use_cuda_graph = True  # the graph holds the plan's kernel: refused as before
+            with self.assertRaises(ValueError):
+                p._forward("p.forward", False, "NONE", False, 8, None, None, None, None)
 
     def test_mask_layout(self):
         """Packed custom masks as FlashInfer lays them out: each request's qo_len * kv_len bits

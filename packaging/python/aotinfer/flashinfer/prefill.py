@@ -33,6 +33,8 @@ class _Prefill(_base.Wrapper):
         kv_last_page_len for the planner (host)."""
         where = self._name + ".plan"
         self._core = None  # a failed plan leaves nothing runnable
+        # What forward() needs to plan these requests again under another mask or window.
+        self._planned_with = (dict(config), scalars, qo_indptr, kv_indptr, metadata, non_blocking, masks, paged)
         qo_host, kv_host = _base.host_int32(qo_indptr), _base.host_int32(kv_indptr)
         batch, total_q = int(qo_host.shape[0]) - 1, int(qo_host[-1]) if qo_host.shape[0] else 0
         if self._use_cuda_graph:
@@ -149,7 +151,17 @@ class _Prefill(_base.Wrapper):
         _args.defaults_only(where, [("use_fp16_qk_reduction", use_fp16_qk_reduction, False,
                                      "scores accumulate in fp32")])
         pos, window, cap = _args.features(where, pos_encoding_mode, window_left, logits_soft_cap)
-        self._override(where, (pos, "causal" if causal else "none"), sm_scale, rope_scale, rope_theta, cap, window)
+        # As FlashInfer's forward(): its mask (a custom mask stays, over causal) and window
+        # replace plan()'s. Both shape the plan, so the same requests are planned again under
+        # them (not in cudagraph mode, whose graph holds the plan's kernel); another position
+        # encoding is another variant, which _override refuses.
+        planned = self._features
+        mask = "custom" if planned and planned[1] == "custom" else "causal" if causal else "none"
+        if self._core is not None and not self._use_cuda_graph and pos == planned[0] and \
+                (mask != planned[1] or window != self._window_left):
+            config, scalars, *requests, paged = self._planned_with
+            self._plan_on_device(dict(config, mask=mask, window_left=window), (pos, mask), scalars, *requests, **paged)
+        self._override(where, (pos, mask), sm_scale, rope_scale, rope_theta, cap, window)
 
 
 class BatchPrefillWithPagedKVCacheWrapper(_Prefill):
@@ -244,7 +256,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_Prefill):
     def forward(self, q, paged_kv_cache, causal=False, pos_encoding_mode="NONE", use_fp16_qk_reduction=False,
                 k_scale=None, v_scale=None, window_left=-1, logits_soft_cap=None, sm_scale=None, rope_scale=None,
                 rope_theta=None):
-        """Deprecated in FlashInfer: run() with per-call settings (only run scalars may differ from plan's)."""
+        """Deprecated in FlashInfer: run() with per-call settings (another mask or window plans again)."""
         self._forward(_PAGED + ".forward", causal, pos_encoding_mode, use_fp16_qk_reduction, window_left,
                       logits_soft_cap, sm_scale, rope_scale, rope_theta)
         return self.run(q, paged_kv_cache, k_scale=k_scale, v_scale=v_scale)
@@ -321,7 +333,7 @@ class BatchPrefillWithRaggedKVCacheWrapper(_Prefill):
 
     def forward(self, q, k, v, causal=False, pos_encoding_mode="NONE", use_fp16_qk_reduction=False, window_left=-1,
                 logits_soft_cap=None, sm_scale=None, rope_scale=None, rope_theta=None):
-        """Deprecated in FlashInfer: run() with per-call settings (only run scalars may differ from plan's)."""
+        """Deprecated in FlashInfer: run() with per-call settings (another mask or window plans again)."""
         self._forward(_RAGGED + ".forward", causal, pos_encoding_mode, use_fp16_qk_reduction, window_left,
                       logits_soft_cap, sm_scale, rope_scale, rope_theta)
         return self.run(q, k, v)
