@@ -289,6 +289,41 @@ def window_switch_case(kind):
         report(f"{kind} window switch: run(window_left) other than plan's", "plan again" in str(e), str(e))
 
 
+def forward_case(kind):
+    """FlashInfer's deprecated forward() on a prefill wrapper planned causal: its own causal and
+    window replace the plan's (the wrapper plans again), a custom mask outlives its causal.
+    kind: "paged" or "ragged"."""
+    kv_heads, group, dim = 2, 4, 128
+    heads, batch = kv_heads * group, random.randint(1, 5)
+    kv = [random.randint(1, 400) for _ in range(batch)]
+    qo = [random.randint(1, n) for n in kv]
+    tok = [0] + list(itertools_accumulate(qo))
+    q = torch.randn(sum(qo), heads, dim, device=DEV).to(torch.bfloat16)
+    if kind == "paged":
+        cache = Paged(kv, 16, kv_heads, dim, "NHD", "tuple", "bf16")
+        wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(WORKSPACE, "NHD")
+        requests = (indptr_of(qo), cache.indptr, cache.indices, cache.last, heads, kv_heads, dim, 16)
+        keys, inputs = lambda r: cache.get(r, kv[r]), (cache.cache,)
+    else:
+        k, v = (torch.randn(sum(kv), kv_heads, dim, device=DEV).to(torch.bfloat16) for _ in range(2))
+        starts = [0] + list(itertools_accumulate(kv))
+        wrapper = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(WORKSPACE, "NHD")
+        requests = (indptr_of(qo), indptr_of(kv), heads, kv_heads, dim)
+        keys, inputs = lambda r: (k[starts[r]:starts[r + 1]], v[starts[r]:starts[r + 1]]), (k, v)
+    masks = [torch.rand(m, n, device=DEV) < 0.5 for m, n in zip(qo, kv)]
+    window = random.randint(0, 64)
+    for step, (plan_mask, causal, w) in enumerate((("causal", False, -1), ("causal", True, window), ("causal", False, window),
+                                                   ("custom", True, -1))):
+        custom = dict(custom_mask=torch.cat([m.reshape(-1) for m in masks])) if plan_mask == "custom" else {}
+        wrapper.plan(*requests, causal=True, q_data_type=torch.bfloat16, **custom)
+        o = wrapper.forward(q, *inputs, causal=causal, window_left=w)
+        ref = torch.cat([attention(q[tok[r]:tok[r + 1]], *keys(r), causal=causal and not custom, window=w,
+                                   mask=masks[r] if custom else None)[0] for r in range(batch)])
+        torch.cuda.synchronize()
+        check(f"{kind} prefill forward {step} [planned {plan_mask}, forward causal {causal} window {w}, batch {batch}] o",
+              o, ref, 1e-2)
+
+
 def decode_graph():
     """CUDA-graph mode: the caller's metadata buffers, one capture, replays after later plans."""
     batch, kv_heads, group, dim, page = 5, 2, 4, 128, 16
@@ -530,6 +565,8 @@ def paged_prefill_cases():
                                                                      give_out=True))
     guarded("paged prefill sinks", lambda: paged_prefill_case("sinks", 8, 16, "NHD", "single", sinks=True))
     guarded("paged prefill window switch", lambda: window_switch_case("paged prefill"))
+    guarded("paged prefill forward", lambda: forward_case("paged"))
+    guarded("ragged prefill forward", lambda: forward_case("ragged"))
     guarded("paged prefill e4m3", lambda: paged_prefill_case("fp8 e4m3 KV + scales", 4, 16, "NHD", "single", "bf16",
                                                              kv_dtype="e4m3", k_scale=0.6, v_scale=1.7))
     guarded("paged prefill e5m2", lambda: paged_prefill_case("fp8 e5m2 KV, window", 2, 64, "HND", "tuple", "f16", 64,
