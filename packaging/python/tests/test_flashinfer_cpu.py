@@ -996,7 +996,7 @@ class WithoutTorchTest(unittest.TestCase):
 
 
 class MultiItemMaskTest(unittest.TestCase):
-    """Multi-item scoring's mask (_masks.multi_item_mask) against a formulation from item numbers
+    """Multi-item scoring's mask (_masks.multi_item_bits) against a formulation from item numbers
     and delimiters, and on FlashInfer's test cases; needs PyTorch (the GPU machine's checks run
     it through the kernels: gpu_flashinfer.py)."""
 
@@ -1023,40 +1023,49 @@ class MultiItemMaskTest(unittest.TestCase):
         causal = t.arange(cached + len(number))[None, :] <= t.arange(len(number))[:, None] + cached
         return (causal & ((key_number[None, :] == 0) | own)).reshape(-1)
 
+    def packed(self, masks, qo, kv):
+        """Booleans packed as a custom_mask's (the bytes in use)."""
+        bits, offsets = _masks.custom_masks("t", self.torch.cat(masks), None, None, qo, kv, "cpu")
+        return bits[:int(offsets[-1])]
+
     def test_flashinfer_cases(self):
-        # FlashInfer's parametrized cases: (kv_len, qo_len, prefix_len, positions, entries per request)
+        # FlashInfer's parametrized cases: (kv_len, qo_len, prefix_len, item lengths, entries per request)
         for kv, qo, prefix, items, stride in ((54, 37, 17, [17, 19, 1], 100), (97, 81, 16, [80, 1], 97)):
             positions = [j for n in items for j in range(n)]
-            got = _masks.multi_item_mask("t", self.items(prefix, positions, stride), [qo], [kv], "cpu")
-            self.assertTrue(self.torch.equal(got, self.expected(kv - qo, 0, items)))
+            got = _masks.multi_item_bits("t", self.items(prefix, positions, stride), [qo], [kv], "cpu")
+            self.assertTrue(self.torch.equal(got, self.packed([self.expected(kv - qo, 0, items)], [qo], [kv])))
 
     def test_random_batches(self):
+        """Requests with and without a prefix tail among the queries, rows in several chunks."""
         import random
         rng = random.Random(5)
-        for _ in range(100):
-            requests = [(rng.randint(0, 30), rng.randint(0, 6), [rng.randint(1, 9) for _ in range(rng.randint(1, 4))])
-                        for _ in range(rng.randint(1, 5))]
-            qo = [tail + sum(items) for _, tail, items in requests]
-            kv = [cached + m for (cached, _, _), m in zip(requests, qo)]
-            rows = [[j for n in items for j in range(n)] for _, _, items in requests]
-            stride = max(map(len, rows)) + rng.randint(0, 3)
-            positions = [0] * (stride * len(requests))
-            for i, r in enumerate(rows):
-                positions[i * stride:i * stride + len(r)] = r
-            got = _masks.multi_item_mask("t", self.items([c + t for c, t, _ in requests], positions, stride), qo, kv,
-                                         "cpu")
-            want = self.torch.cat([self.expected(*r) for r in requests])
-            self.assertTrue(self.torch.equal(got, want), requests)
-            # Packed, it is what the same booleans given as custom_mask pack to.
-            bits, offsets = _masks.custom_masks("t", want, None, None, qo, kv, "cpu")
-            items_bits, items_offsets = _masks.custom_masks("t", None, None, self.items(
-                [c + t for c, t, _ in requests], positions, stride), qo, kv, "cpu")
-            used = int(offsets[-1])
-            self.assertTrue(self.torch.equal(bits[:used], items_bits[:used]) and self.torch.equal(offsets, items_offsets))
+        rows_before = _masks.ROWS
+        _masks.ROWS = 8  # several chunks a request, the last one short
+        try:
+            for _ in range(100):
+                requests = [(rng.randint(0, 30), rng.randint(0, 6),
+                             [rng.randint(1, 9) for _ in range(rng.randint(1, 4))]) for _ in range(rng.randint(1, 5))]
+                qo = [tail + sum(items) for _, tail, items in requests]
+                kv = [cached + m for (cached, _, _), m in zip(requests, qo)]
+                rows = [[j for n in items for j in range(n)] for _, _, items in requests]
+                stride = max(map(len, rows)) + rng.randint(0, 3)
+                positions = [0] * (stride * len(requests))
+                for i, r in enumerate(rows):
+                    positions[i * stride:i * stride + len(r)] = r
+                items = self.items([c + t for c, t, _ in requests], positions, stride)
+                got = _masks.multi_item_bits("t", items, qo, kv, "cpu")
+                self.assertTrue(self.torch.equal(got, self.packed([self.expected(*r) for r in requests], qo, kv)),
+                                requests)
+                # Through custom_masks, which lays them out for the run.
+                bits, offsets = _masks.custom_masks("t", None, None, items, qo, kv, "cpu")
+                self.assertTrue(self.torch.equal(bits[:int(offsets[-1])], got))
+                self.assertEqual(offsets.tolist(), _masks.mask_layout(qo, kv)[1])
+        finally:
+            _masks.ROWS = rows_before
 
     def test_too_few_positions(self):
         with self.assertRaises(ValueError) as e:
-            _masks.multi_item_mask("t", self.items([2], [0, 1, 2], 3), [5], [7], "cpu")
+            _masks.multi_item_bits("t", self.items([2], [0, 1, 2], 3), [5], [7], "cpu")
         self.assertIn("reads token_pos_in_items_ptr up to entry 5, which holds 3", str(e.exception))
 
 

@@ -203,7 +203,7 @@ def prefill_plan(where, num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo=Non
 
 def multi_items(where, prefix_len_ptr, token_pos_in_items_ptr, token_pos_in_items_len, max_item_len_ptr):
     """FlashInfer's multi-item scoring arguments -> None, or (prefix_len_ptr,
-    token_pos_in_items_ptr, token_pos_in_items_len) for the wrapper's mask (_masks.multi_item_mask).
+    token_pos_in_items_ptr, token_pos_in_items_len) for the wrapper's mask (_masks.multi_item_bits).
     As in FlashInfer, prefix_len_ptr turns it on; max_item_len_ptr, FlashInfer's bound for
     skipping key tiles, is not needed: the kernels skip the tiles no query token sees from the
     mask's bits."""

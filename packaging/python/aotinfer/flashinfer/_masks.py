@@ -8,7 +8,7 @@ batch_prefill.h).
 - packed_custom_mask: uint8, those bits already packed per request (FlashInfer's segment_packbits
   layout), as FlashInfer's plan() also takes them;
 - multi-item scoring (prefix_len_ptr, token_pos_in_items_ptr): the mask it stands for, made into
-  bits here (multi_item_mask), which replaces the other two as it does in FlashInfer."""
+  bits here (multi_item_bits), which replaces the other two as it does in FlashInfer."""
 from . import _base
 
 
@@ -39,37 +39,58 @@ def _pack(where, custom_mask, bits, offsets, device):
     return (unpacked.view(-1, 8).to(torch.int32) * weights).sum(1).to(torch.uint8)
 
 
-def multi_item_mask(where, items, qo_lens, kv_lens, device):
-    """FlashInfer's multi-item scoring as custom_mask booleans. A request's query token j sits at
-    position a = j + kv_len - qo_len. Inside the request's prefix (a < prefix_len) it sees every
-    key up to itself; past it, the prefix and the keys after a - t up to itself, where t =
-    token_pos_in_items[a - prefix_len] is its position in its item: its item so far, without the
-    delimiter (t = 0) that opens the item, so a delimiter sees the prefix only. Request i's
-    positions start at entry i * token_pos_in_items_len. items: _args.multi_items's tuple."""
+ROWS = 1024  # multi_item_bits's query rows per step: a multiple of 8
+
+
+def _int64(torch, t, device):
+    """An integer tensor as int64 on device; FlashInfer's uint16 / uint32 arrays through their
+    signed views (PyTorch converts few of its unsigned types)."""
+    unsigned = {getattr(torch, "uint16", None): (torch.int16, 0xFFFF),
+                getattr(torch, "uint32", None): (torch.int32, 0xFFFFFFFF)}
+    t = t.reshape(-1).to(device)
+    if t.dtype in unsigned:
+        signed, bits = unsigned[t.dtype]
+        return t.view(signed).to(torch.int64) & bits
+    return t.to(torch.int64)
+
+
+def multi_item_bits(where, items, qo_lens, kv_lens, device):
+    """FlashInfer's multi-item scoring as packed mask bits, laid out as mask_layout says, built on
+    the device. A request's query token j sits at position a = j + kv_len - qo_len. Inside the
+    request's prefix (a < prefix_len) it sees every key up to itself; past it, the prefix and the
+    keys after a - t up to itself, where t = token_pos_in_items[a - prefix_len] is its position
+    in its item: its item so far, without the delimiter (t = 0) that opens the item, so a
+    delimiter sees the prefix only. Request i's positions start at entry i * token_pos_in_items_len.
+    items: _args.multi_items's tuple. Rows go in chunks of ROWS, whose bits fill whole bytes."""
     torch = _base.torch
     prefix_len_ptr, token_pos, stride = items
-    prefix = prefix_len_ptr.reshape(-1).to("cpu").to(torch.int64).tolist()
+    prefix = _int64(torch, prefix_len_ptr, "cpu").tolist()
     if len(prefix) < len(qo_lens):
         raise ValueError(f"aotinfer.flashinfer {where}: prefix_len_ptr has {len(prefix)} entries for "
                          f"{len(qo_lens)} requests")
-    positions = token_pos.reshape(-1).to("cpu").to(torch.int64)
-    masks = []
+    positions = _int64(torch, token_pos, device)
+    weights = torch.tensor([1 << b for b in range(8)], dtype=torch.uint8, device=device)
+    parts = []
     for i, (m, n) in enumerate(zip(qo_lens, kv_lens)):
         p = prefix[i]
-        a = torch.arange(m, dtype=torch.int64) + (n - m)
-        past = a >= p
         read = max(0, n - max(p, 0))  # the entries of positions a >= p, a < kv_len
         if i * stride + read > positions.numel():
             raise ValueError(f"aotinfer.flashinfer {where}: request {i} (prefix {p}, {n} keys) reads "
                              f"token_pos_in_items_ptr up to entry {i * stride + read}, which holds "
                              f"{positions.numel()} (token_pos_in_items_len {stride} entries per request)")
-        t = torch.zeros(m, dtype=torch.int64)
-        t[past] = positions[i * stride + a[past] - p]
-        keys = torch.arange(n, dtype=torch.int64)[None, :]
-        rows = a[:, None]
-        sees = (keys <= rows) & ((keys < p) | ~past[:, None] | (keys > rows - t[:, None]))
-        masks.append(sees.reshape(-1))
-    return torch.cat(masks).to(device) if masks else torch.zeros(0, dtype=torch.bool, device=device)
+        keys = torch.arange(n, device=device)[None, :]
+        for first in range(0, m, ROWS):
+            a = torch.arange(first, min(m, first + ROWS), device=device) + (n - m)
+            past = a >= p
+            t = torch.zeros_like(a) if read == 0 else \
+                torch.where(past, positions[i * stride + (a - p).clamp(0, read - 1)], 0)
+            rows = a[:, None]
+            sees = (keys <= rows) & ((keys < p) | ~past[:, None] | (keys > rows - t[:, None]))
+            flat = sees.reshape(-1)
+            if flat.numel() % 8:  # the request's last chunk: its last byte padded with zeros
+                flat = torch.cat([flat, flat.new_zeros(8 - flat.numel() % 8)])
+            parts.append((flat.view(-1, 8).to(torch.uint8) * weights).sum(1, dtype=torch.uint8))
+    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.uint8, device=device)
 
 
 def custom_masks(where, custom_mask, packed_custom_mask, items, qo_lens, kv_lens, device, into=None):
@@ -80,8 +101,8 @@ def custom_masks(where, custom_mask, packed_custom_mask, items, qo_lens, kv_lens
     bits, offsets = mask_layout(qo_lens, kv_lens)
     total = offsets[-1]
     if items is not None:
-        custom_mask, packed_custom_mask = multi_item_mask(where, items, qo_lens, kv_lens, device), None
-    if packed_custom_mask is not None:
+        packed = multi_item_bits(where, items, qo_lens, kv_lens, device)
+    elif packed_custom_mask is not None:
         packed = packed_custom_mask.reshape(-1)
         if packed.dtype != torch.uint8 or packed.numel() < total:
             raise ValueError(f"aotinfer.flashinfer {where}: packed_custom_mask must be uint8 with at least {total} "
