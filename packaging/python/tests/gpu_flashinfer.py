@@ -324,6 +324,23 @@ def forward_case(kind):
               o, ref, 1e-2)
 
 
+def decode_forward_case():
+    """FlashInfer's deprecated forward() on the decode wrapper: its window replaces the plan's
+    (the wrapper plans again), and so does the next forward()'s default, no window."""
+    kv_heads, group, dim, page = 2, 4, 128, 16
+    heads, batch = kv_heads * group, random.randint(1, 6)
+    lens = [random.randint(1, 600) for _ in range(batch)]
+    cache = Paged(lens, page, kv_heads, dim, "NHD", "tuple", "bf16")
+    q = torch.randn(batch, heads, dim, device=DEV).to(torch.bfloat16)
+    wrapper = flashinfer.BatchDecodeWithPagedKVCacheWrapper(WORKSPACE, "NHD")
+    wrapper.plan(cache.indptr, cache.indices, cache.last, heads, kv_heads, dim, page, q_data_type=torch.bfloat16)
+    for step, w in enumerate((random.randint(0, 200), -1)):
+        o = wrapper.forward(q, cache.cache, window_left=w)
+        ref = torch.cat([attention(q[r:r + 1], *cache.get(r, n), window=w)[0] for r, n in enumerate(lens)])
+        torch.cuda.synchronize()
+        check(f"decode forward {step} [window_left {w}, batch {batch}] o", o, ref, 1e-2)
+
+
 def decode_graph():
     """CUDA-graph mode: the caller's metadata buffers, one capture, replays after later plans."""
     batch, kv_heads, group, dim, page = 5, 2, 4, 128, 16
@@ -567,6 +584,7 @@ def paged_prefill_cases():
     guarded("paged prefill window switch", lambda: window_switch_case("paged prefill"))
     guarded("paged prefill forward", lambda: forward_case("paged"))
     guarded("ragged prefill forward", lambda: forward_case("ragged"))
+    guarded("decode forward", decode_forward_case)
     guarded("paged prefill e4m3", lambda: paged_prefill_case("fp8 e4m3 KV + scales", 4, 16, "NHD", "single", "bf16",
                                                              kv_dtype="e4m3", k_scale=0.6, v_scale=1.7))
     guarded("paged prefill e5m2", lambda: paged_prefill_case("fp8 e5m2 KV, window", 2, 64, "HND", "tuple", "f16", 64,

@@ -448,17 +448,14 @@ class WindowTest(unittest.TestCase):
             self.assertIn("window_left=63 differs from plan()'s 127", str(e.exception))
             self.assertIn("plan again", str(e.exception))
 
-    def test_forward_changes_the_cap_not_the_window(self):
-        """FlashInfer's deprecated forward() may change run values (the cap among them); a window
-        other than plan()'s needs a plan, another position encoding another variant."""
+    def test_forward_changes_the_cap_not_the_variant(self):
+        """FlashInfer's deprecated forward() may change run values (the cap among them); another
+        position encoding selects another variant and is refused."""
         w = self.planned(flashinfer.BatchDecodeWithPagedKVCacheWrapper(Stand()), 127)
         w._forward("NONE", 127, 30.0, 0.5, None, None)
         self.assertEqual(w._scalars, (0.5, 30.0, 1.0, 1e4))
         w._forward("NONE", 127, None, None, None, None)
         self.assertEqual(w._scalars[1], 0.0)
-        with self.assertRaises(ValueError) as e:
-            w._forward("NONE", -1, 30.0, None, None, None)
-        self.assertIn("window_left=-1 differs from plan()'s 127", str(e.exception))
         with self.assertRaises(NotImplementedError) as e:
             w._forward("ROPE_LLAMA", 127, None, None, None, None)
         self.assertIn("another kernel variant", str(e.exception))
@@ -470,34 +467,50 @@ class WindowTest(unittest.TestCase):
             p._forward("p.forward", True, "ROPE_LLAMA", False, -1, None, None, None, None)
         self.assertIn("another kernel variant", str(e.exception))
 
-    def test_prefill_forward_plans_again_under_another_mask_or_window(self):
-        """As FlashInfer's forward(): its causal and window_left replace plan()'s (a custom mask
-        stays), and the same requests are planned again under them; not in cudagraph mode."""
-        for wrapper in (flashinfer.BatchPrefillWithPagedKVCacheWrapper, flashinfer.BatchPrefillWithRaggedKVCacheWrapper):
-            p = self.planned(wrapper(Stand()), -1)
+    def test_forward_plans_again_under_another_mask_or_window(self):
+        """As FlashInfer's forward(): its causal (prefill) and window_left replace plan()'s, a
+        custom mask staying over causal, and plan() runs again with them on its own arguments;
+        not in cudagraph mode, where the refusals stand."""
+        wrappers = (flashinfer.BatchDecodeWithPagedKVCacheWrapper, flashinfer.BatchPrefillWithPagedKVCacheWrapper,
+                    flashinfer.BatchPrefillWithRaggedKVCacheWrapper)
+        for wrapper in wrappers:
+            decode = wrapper is flashinfer.BatchDecodeWithPagedKVCacheWrapper
+            w = self.planned(wrapper(Stand()), -1)
+            w._features = ("none",) if decode else ("none", "causal")
             plans = []
 
-            def plan_on_device(config, features, scalars, *requests, **paged):
-                plans.append((config["mask"], config["window_left"], features, requests, paged))
-                p._features, p._window_left = features, config["window_left"]
+            def plan(**call):
+                plans.append(call)
+                w._plan_call, w._window_left = call, call["window_left"]
+                if not decode:
+                    w._features = ("none", "causal" if call["causal"] else "none")
 
-            p._plan_on_device = plan_on_device
-            p._features = ("none", "causal")
-            p._planned_with = (dict(mask="causal", window_left=-1, head_dim=128), p._scalars, "qo", "kv", [], True,
-                               (None, None, None), dict(kv_last_page_len="last"))
-            p._forward("p.forward", True, "NONE", False, -1, None, None, None, None)
+            w._plan_call = dict(indptr="indptr", causal=True, window_left=-1)
+            w.plan = lambda **call: self.fail("forward() plans through the class's plan()")
+            subclass = type("Recording" + wrapper.__name__, (wrapper,), {"plan": lambda _, **call: plan(**call)})
+            w.__class__ = subclass
+            forward = (lambda window, cap=None: w._forward("NONE", window, cap, None, None, None)) if decode else \
+                (lambda window, cap=None, causal=True: w._forward("p.forward", causal, "NONE", False, window, cap, None,
+                                                                   None, None))
+            forward(-1)
             self.assertEqual(plans, [])  # the plan's own mask and window: no new plan
-            p._forward("p.forward", False, "NONE", False, -1, None, None, None, None)
-            p._forward("p.forward", False, "NONE", False, 255, 30.0, None, None, None)
-            self.assertEqual([plan[:3] for plan in plans], [("none", -1, ("none", "none")), ("none", 255, ("none", "none"))])
-            self.assertEqual(plans[0][3:], (("qo", "kv", [], True, (None, None, None)), dict(kv_last_page_len="last")))
-            self.assertEqual(p._scalars[1], 30.0)
-            p._features = ("none", "custom")  # a custom mask outlives forward's causal
-            p._forward("p.forward", False, "NONE", False, 255, None, None, None, None)
-            self.assertEqual(len(plans), 2)
-            p._use_cuda_graph = True  # the graph holds the plan's kernel: refused as before
-            with self.assertRaises(ValueError):
-                p._forward("p.forward", False, "NONE", False, 8, None, None, None, None)
+            forward(255, 30.0)
+            self.assertEqual(plans[-1], dict(indptr="indptr", causal=True, window_left=255))
+            self.assertEqual(w._scalars[1], 30.0)
+            if not decode:
+                forward(255, causal=False)
+                self.assertEqual(plans[-1], dict(indptr="indptr", causal=False, window_left=255))
+                w._features = ("none", "custom")  # a custom mask outlives forward's causal
+                forward(255, causal=True)
+                self.assertEqual(len(plans), 2)
+            w._use_cuda_graph = True  # the graph holds the plan's kernel
+            with self.assertRaises(ValueError) as e:
+                forward(8)
+            self.assertIn("window_left=8 differs from plan()'s 255", str(e.exception))
+            if not decode:
+                w._features = ("none", "causal")
+                with self.assertRaises(NotImplementedError):
+                    forward(255, causal=False)
 
     def test_mask_layout(self):
         """Packed custom masks as FlashInfer lays them out: each request's qo_len * kv_len bits

@@ -24,6 +24,11 @@ def need_torch():
     return torch
 
 
+def arguments(scope):
+    """A plan()'s arguments, from its locals() taken first thing (forward() plans again with them)."""
+    return {name: value for name, value in scope.items() if name != "self"}
+
+
 def shared_package():
     global _package
     if _package is None:
@@ -201,10 +206,19 @@ class Wrapper:
         if window_left is not None and window_left != self._window_left:
             _args.window_changed(where, window_left, self._window_left)
 
+    def _replan(self, pos, **changes):
+        """forward(): FlashInfer's forward() replaces plan()'s mask and window, which shape
+        aotinfer's plan, so plan() runs again on the same arguments with these changes. Not in
+        cudagraph mode, whose graph holds the plan's kernel; nor for another position encoding,
+        another variant, which _override refuses."""
+        if changes and self._core is not None and not self._use_cuda_graph and pos == self._features[0]:
+            # The class's plan(): an engine may have replaced the instance's (fast_decode_plan).
+            type(self).plan(self, **dict(self._plan_call, **changes))
+
     def _override(self, where, features, sm_scale, rope_scale, rope_theta, cap, window_left):
-        """forward(): FlashInfer's deprecated per-call settings. Only run scalars may change (the
-        soft cap among them): a setting that selects another kernel variant, or another window
-        (the plan's), needs plan()."""
+        """forward(): FlashInfer's deprecated per-call settings, after _replan: run scalars (the
+        soft cap among them) change here; a setting that selects another kernel variant is
+        refused, and so are another mask or window where _replan did not plan again."""
         if self._core is None:
             raise RuntimeError(f"aotinfer.flashinfer {where}: call plan() first")
         if features != self._features:

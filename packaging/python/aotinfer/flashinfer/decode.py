@@ -53,6 +53,7 @@ class BatchDecodeWithPagedKVCacheWrapper(_base.Wrapper):
         core object per distinct window, kept); logits_soft_cap is kept for run(). q_len_per_req > 1:
         q holds that many tokens per request, the last ones of its KV, each seeing the keys up to
         its own (is_causal=False: every key); needs use_tensor_cores=True, as in FlashInfer."""
+        self._plan_call = _base.arguments(locals())
         q_len = 1 if q_len_per_req is None else int(q_len_per_req)
         if self._use_cuda_graph and self._graph_q_len not in (None, q_len):
             raise ValueError(f"aotinfer.flashinfer {_PLAN}: q_len_per_req is part of the frozen cudagraph shape: this "
@@ -217,8 +218,7 @@ class BatchDecodeWithPagedKVCacheWrapper(_base.Wrapper):
 
     def forward(self, q, paged_kv_cache, pos_encoding_mode="NONE", q_scale=None, k_scale=None, v_scale=None,
                 window_left=-1, logits_soft_cap=None, sm_scale=None, rope_scale=None, rope_theta=None):
-        """Deprecated in FlashInfer: run() with per-call settings (only run scalars, the soft cap
-        among them, may differ from plan's; the window is plan's)."""
+        """Deprecated in FlashInfer: run() with per-call settings (another window plans again)."""
         self._forward(pos_encoding_mode, window_left, logits_soft_cap, sm_scale, rope_scale, rope_theta)
         return self.run(q, paged_kv_cache, q_scale=q_scale, k_scale=k_scale, v_scale=v_scale)
 
@@ -230,6 +230,7 @@ class BatchDecodeWithPagedKVCacheWrapper(_base.Wrapper):
 
     def _forward(self, pos_encoding_mode, window_left, logits_soft_cap, sm_scale, rope_scale, rope_theta):
         pos, window, cap = _args.features(_FORWARD, pos_encoding_mode, window_left, logits_soft_cap)
+        self._replan(pos, **({"window_left": window} if window != self._window_left else {}))  # as FlashInfer's
         self._override(_FORWARD, (pos,), sm_scale, rope_scale, rope_theta, cap, window)
 
 

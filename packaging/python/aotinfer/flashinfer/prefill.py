@@ -33,8 +33,6 @@ class _Prefill(_base.Wrapper):
         kv_last_page_len for the planner (host)."""
         where = self._name + ".plan"
         self._core = None  # a failed plan leaves nothing runnable
-        # What forward() needs to plan these requests again under another mask or window.
-        self._planned_with = (dict(config), scalars, qo_indptr, kv_indptr, metadata, non_blocking, masks, paged)
         qo_host, kv_host = _base.host_int32(qo_indptr), _base.host_int32(kv_indptr)
         batch, total_q = int(qo_host.shape[0]) - 1, int(qo_host[-1]) if qo_host.shape[0] else 0
         if self._use_cuda_graph:
@@ -151,16 +149,11 @@ class _Prefill(_base.Wrapper):
         _args.defaults_only(where, [("use_fp16_qk_reduction", use_fp16_qk_reduction, False,
                                      "scores accumulate in fp32")])
         pos, window, cap = _args.features(where, pos_encoding_mode, window_left, logits_soft_cap)
-        # As FlashInfer's forward(): its mask (a custom mask stays, over causal) and window
-        # replace plan()'s. Both shape the plan, so the same requests are planned again under
-        # them (not in cudagraph mode, whose graph holds the plan's kernel); another position
-        # encoding is another variant, which _override refuses.
-        planned = self._features
-        mask = "custom" if planned and planned[1] == "custom" else "causal" if causal else "none"
-        if self._core is not None and not self._use_cuda_graph and pos == planned[0] and \
-                (mask != planned[1] or window != self._window_left):
-            config, scalars, *requests, paged = self._planned_with
-            self._plan_on_device(dict(config, mask=mask, window_left=window), (pos, mask), scalars, *requests, **paged)
+        # As FlashInfer's forward(): its causal (a custom mask stays, over it) and window replace plan()'s.
+        planned = self._features[1] if self._features else None
+        mask = "custom" if planned == "custom" else "causal" if causal else "none"
+        self._replan(pos, **({"causal": causal} if mask != planned else {}),
+                     **({"window_left": window} if window != self._window_left else {}))
         self._override(where, (pos, mask), sm_scale, rope_scale, rope_theta, cap, window)
 
 
@@ -192,6 +185,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_Prefill):
         """qo_indptr [batch + 1] in tokens; paged_kv_indptr [batch + 1] in pages, paged_kv_indices,
         paged_kv_last_page_len [batch] (int32, on any device). window_left is fixed here (one core
         object per distinct window), logits_soft_cap kept for run()."""
+        self._plan_call = _base.arguments(locals())
         items = _args.multi_items(_PAGED + ".plan", prefix_len_ptr, token_pos_in_items_ptr, token_pos_in_items_len,
                                   max_item_len_ptr)
         config, features, scalars = _args.prefill_plan(
@@ -292,6 +286,7 @@ class BatchPrefillWithRaggedKVCacheWrapper(_Prefill):
              max_sequence_kv=None, v_indptr=None, o_indptr=None, uniform_q_len=None):
         """qo_indptr and kv_indptr [batch + 1], in tokens (int32, on any device). window_left and
         logits_soft_cap as the paged wrapper's."""
+        self._plan_call = _base.arguments(locals())
         items = _args.multi_items(_RAGGED + ".plan", prefix_len_ptr, token_pos_in_items_ptr, token_pos_in_items_len,
                                   max_item_len_ptr)
         config, features, scalars = _args.prefill_plan(
