@@ -1052,8 +1052,8 @@ class MultiItemMaskTest(unittest.TestCase):
         """Requests with and without a prefix tail among the queries, rows in several chunks."""
         import random
         rng = random.Random(5)
-        rows_before = _masks.ROWS
-        _masks.ROWS = 8  # several chunks a request, the last one short
+        step_before = _masks.STEP_BITS
+        _masks.STEP_BITS = 320  # 8 to 40 rows a step (requests of 1 to 72 keys): several a request, the last short
         try:
             for _ in range(100):
                 requests = [(rng.randint(0, 30), rng.randint(0, 6),
@@ -1074,7 +1074,7 @@ class MultiItemMaskTest(unittest.TestCase):
                 self.assertTrue(self.torch.equal(bits[:int(offsets[-1])], got))
                 self.assertEqual(offsets.tolist(), _masks.mask_layout(qo, kv)[1])
         finally:
-            _masks.ROWS = rows_before
+            _masks.STEP_BITS = step_before
 
     def test_too_few_positions(self):
         with self.assertRaises(ValueError) as e:

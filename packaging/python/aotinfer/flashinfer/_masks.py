@@ -39,7 +39,7 @@ def _pack(where, custom_mask, bits, offsets, device):
     return (unpacked.view(-1, 8).to(torch.int32) * weights).sum(1).to(torch.uint8)
 
 
-ROWS = 1024  # multi_item_bits's query rows per step: a multiple of 8
+STEP_BITS = 1 << 23  # multi_item_bits forms about this many bits (a byte each, a few times over) per step
 
 
 def _int64(torch, t, device):
@@ -61,7 +61,8 @@ def multi_item_bits(where, items, qo_lens, kv_lens, device):
     keys after a - t up to itself, where t = token_pos_in_items[a - prefix_len] is its position
     in its item: its item so far, without the delimiter (t = 0) that opens the item, so a
     delimiter sees the prefix only. Request i's positions start at entry i * token_pos_in_items_len.
-    items: _args.multi_items's tuple. Rows go in chunks of ROWS, whose bits fill whole bytes."""
+    items: _args.multi_items's tuple. Rows go in steps of about STEP_BITS bits, a multiple of 8
+    rows each, so that a step's bits fill whole bytes and long requests need no more memory."""
     torch = _base.torch
     prefix_len_ptr, token_pos, stride = items
     prefix = _int64(torch, prefix_len_ptr, "cpu").tolist()
@@ -79,8 +80,9 @@ def multi_item_bits(where, items, qo_lens, kv_lens, device):
                              f"token_pos_in_items_ptr up to entry {i * stride + read}, which holds "
                              f"{positions.numel()} (token_pos_in_items_len {stride} entries per request)")
         keys = torch.arange(n, device=device)[None, :]
-        for first in range(0, m, ROWS):
-            a = torch.arange(first, min(m, first + ROWS), device=device) + (n - m)
+        step = max(8, STEP_BITS // max(n, 1) // 8 * 8)
+        for first in range(0, m, step):
+            a = torch.arange(first, min(m, first + step), device=device) + (n - m)
             past = a >= p
             t = torch.zeros_like(a) if read == 0 else \
                 torch.where(past, positions[i * stride + (a - p).clamp(0, read - 1)], 0)
