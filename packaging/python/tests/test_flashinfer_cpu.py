@@ -520,6 +520,14 @@ class WindowTest(unittest.TestCase):
         # Their key counts, from a paged cache's host metadata (an empty request included).
         self.assertEqual(_base.paged_kv_lengths([0, 1, 1, 4], [16, 0, 5], 16), [16, 0, 37])
 
+    def test_multi_item_scoring_is_refused_in_cudagraph_mode(self):
+        graph = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(Stand(), use_cuda_graph=True, qo_indptr_buf=Stand((5,)),
+                                                                 kv_indptr_buf=Stand((5,)))
+        with self.assertRaises(NotImplementedError) as e:
+            graph.plan(*ragged_args(), prefix_len_ptr=Stand(), token_pos_in_items_ptr=Stand())
+        self.assertIn("prefix_len_ptr=<Stand> is not supported; multi-item scoring is served without use_cuda_graph",
+                      str(e.exception))
+
     def test_multi_item_arguments(self):
         """prefix_len_ptr turns multi-item scoring on; its companions alone are refused, and it
         needs token_pos_in_items_ptr and a count of entries per request."""

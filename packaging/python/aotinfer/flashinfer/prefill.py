@@ -106,6 +106,14 @@ class _Prefill(_base.Wrapper):
         decode.update(q_len=q_len, causal=causal, custom_mask=config["mask"] == "custom")
         return decode
 
+    def _multi_items(self, where, *arguments):
+        """_args.multi_items, refused in cudagraph mode (the mask is formed at plan time, into no
+        buffer the graph holds) before anything is touched."""
+        items = _args.multi_items(where, *arguments)
+        if items is not None and self._use_cuda_graph:
+            _args.refuse(where, "prefix_len_ptr", items[0], "multi-item scoring is served without use_cuda_graph")
+        return items
+
     def _custom_masks(self, where, masks, qo_host, kv_host, config, paged):
         """The packed masks and their byte offsets on the device (in CUDA-graph mode, in the
         constructor's custom_mask_buf and mask_indptr_buf, as FlashInfer)."""
@@ -117,10 +125,6 @@ class _Prefill(_base.Wrapper):
             kv_lens = [b - a for a, b in zip(kv, kv[1:])]
         into = None
         if self._use_cuda_graph:
-            if masks[2] is not None:
-                raise NotImplementedError(f"aotinfer.flashinfer {where}: prefix_len_ptr=<Tensor> (multi-item scoring) "
-                                          "is not supported in cudagraph mode; plan it on a wrapper without "
-                                          "use_cuda_graph")
             if self._custom_mask_buf is None or self._mask_indptr_buf is None:
                 raise ValueError(f"aotinfer.flashinfer {where}: a custom mask in cudagraph mode needs custom_mask_buf "
                                  "and mask_indptr_buf in the constructor (their addresses are captured)")
@@ -186,7 +190,7 @@ class BatchPrefillWithPagedKVCacheWrapper(_Prefill):
         paged_kv_last_page_len [batch] (int32, on any device). window_left is fixed here (one core
         object per distinct window), logits_soft_cap kept for run()."""
         self._plan_call = _base.arguments(locals())
-        items = _args.multi_items(_PAGED + ".plan", prefix_len_ptr, token_pos_in_items_ptr, token_pos_in_items_len,
+        items = self._multi_items(_PAGED + ".plan", prefix_len_ptr, token_pos_in_items_ptr, token_pos_in_items_len,
                                   max_item_len_ptr)
         config, features, scalars = _args.prefill_plan(
             _PAGED + ".plan", num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo, custom_mask, packed_custom_mask,
@@ -287,7 +291,7 @@ class BatchPrefillWithRaggedKVCacheWrapper(_Prefill):
         """qo_indptr and kv_indptr [batch + 1], in tokens (int32, on any device). window_left and
         logits_soft_cap as the paged wrapper's."""
         self._plan_call = _base.arguments(locals())
-        items = _args.multi_items(_RAGGED + ".plan", prefix_len_ptr, token_pos_in_items_ptr, token_pos_in_items_len,
+        items = self._multi_items(_RAGGED + ".plan", prefix_len_ptr, token_pos_in_items_ptr, token_pos_in_items_len,
                                   max_item_len_ptr)
         config, features, scalars = _args.prefill_plan(
             _RAGGED + ".plan", num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo, custom_mask, packed_custom_mask,
