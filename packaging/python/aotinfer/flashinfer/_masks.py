@@ -118,6 +118,7 @@ def custom_masks(where, custom_mask, packed_custom_mask, items, qo_lens, kv_lens
     if into is None:
         out = torch.empty(need, dtype=torch.uint8, device=device)
         out[:total] = packed
+        out[total:] = 0  # the word padding: no byte of the buffer left unset
         return out, indptr.to(device)
     out, offsets_out = into
     if out.numel() * out.element_size() < need or offsets_out.numel() < len(offsets):
