@@ -87,6 +87,7 @@ std::string nvcc_flags(const Spec& spec, const std::string& family) {
   // --compress-mode=size: 12 % smaller than the default compression on a release-sized spec,
   // same compile time (docs/PERF.md, bench/size_study.sh).
   std::string flags = "-std=c++17 -O3 -Xfatbin=-compress-all --compress-mode=size -Xptxas=-warn-spills";
+  if (spec.lineinfo) flags += " -lineinfo";
   // Each arch compiles from its own virtual arch (one front-end pass each), except those the
   // spec (or the family) builds from its PTX: they share that pass, in one -gencode.
   const std::vector<std::string>& sass_from_ptx = spec.sass_from_ptx_of(family);

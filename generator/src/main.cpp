@@ -51,6 +51,8 @@ options:
                          PTX stays); the default output folder becomes generated/<package name>-<archs>
   --shard I/N            generate/build shard I of N (balanced by estimated compile cost); the
                          default output folder becomes generated/<package name>-shard-I-of-N
+  --lineinfo             kernels carry source line information, for compute-sanitizer and ncu
+                         (optimised as without it); the default output folder gains the suffix -lineinfo
 )";
 
 struct Options {
@@ -64,6 +66,7 @@ struct Options {
   std::string launcher;
   std::vector<std::string> archs;  // subset of the spec's archs; empty: all
   std::optional<Shard> shard;
+  bool lineinfo = false;
 };
 
 std::string env_or(const char* name, const std::string& fallback) {
@@ -113,6 +116,7 @@ Options parse_args(int argc, char** argv) {
       if (o.jobs < 1) usage_error("--jobs takes a positive number, not '" + v + "'");
     }
     else if (a == "--json") o.json = true;
+    else if (a == "--lineinfo") o.lineinfo = true;
     else if (a == "--templates") o.templates = value();
     else if (a == "--cuda") o.cuda = value();
     else if (a == "--launcher") o.launcher = value();
@@ -148,9 +152,10 @@ std::string spec_argument(const Options& o) {
   return o.positional[0];
 }
 
-// The spec, restricted to --archs when given (each must be one of the spec's).
+// The spec, restricted to --archs when given (each must be one of the spec's), with --lineinfo.
 Spec read_spec(const Options& o, const std::vector<FamilySchema>& families) {
   Spec spec = load_spec(spec_argument(o), families);
+  spec.lineinfo = o.lineinfo;
   if (o.archs.empty()) return spec;
   std::string have;
   for (const auto& a : spec.archs) have += (have.empty() ? "" : ", ") + a;
@@ -169,6 +174,7 @@ fs::path out_dir(const Options& o, const Spec& spec) {
   std::string name = spec.package_name;
   for (const auto& a : o.archs) name += "-" + a;
   if (o.shard) name += "-shard-" + std::to_string(o.shard->index) + "-of-" + std::to_string(o.shard->count);
+  if (o.lineinfo) name += "-lineinfo";
   return fs::path("generated") / name;
 }
 

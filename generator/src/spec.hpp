@@ -33,6 +33,9 @@ struct Spec {
     return it == family_sass_from_ptx.end() ? sass_from_ptx : it->second;
   }
   std::string sha256;               // of the canonical (sorted, compact) JSON
+  // Not a spec field: aotinfer-gen --lineinfo. Every compile adds -lineinfo, so that
+  // compute-sanitizer and ncu name source lines; the code is optimised as without it.
+  bool lineinfo = false;
   std::vector<VariantKey> variants; // every axis filled in, template-parameter order
 };
 

@@ -278,6 +278,19 @@ TEST_CASE("a package for a subset of the spec's archs (--archs) plans only those
   CHECK_FALSE(fs::exists(tmp.path / "x"));
 }
 
+TEST_CASE("aotinfer-gen --lineinfo compiles every variant with -lineinfo and into a folder of its own by default", "[build]") {
+  TempDir tmp;
+  const std::string gen = AOTINFER_GEN_EXE;
+  const std::string spec = AOTINFER_SOURCE_DIR "/specs/ci.json";
+  REQUIRE(run("cd " + tmp.path.string() + " && " + gen + " generate " + spec + " --lineinfo") == 0);
+  const fs::path out = tmp.path / "generated" / "aotinfer-ci-lineinfo";
+  const std::string ninja = read_file(out / "build.ninja");
+  CHECK_THAT(ninja, Contains("nvcc_flags = -std=c++17 -O3 -Xfatbin=-compress-all --compress-mode=size -Xptxas=-warn-spills -lineinfo "));
+  CHECK_THAT(read_file(out / "nvcc-flags.txt"), Contains(" -lineinfo "));
+  REQUIRE(run(gen + " generate " + spec + " -o " + (tmp.path / "plain").string()) == 0);
+  CHECK_THAT(read_file(tmp.path / "plain" / "build.ninja"), !Contains("lineinfo"));
+}
+
 // Every file of a package folder, by relative path.
 std::map<std::string, std::string> package_files(const fs::path& dir) {
   std::map<std::string, std::string> files;
