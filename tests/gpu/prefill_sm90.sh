@@ -34,6 +34,12 @@ echo "== compute-sanitizer racecheck: sm_90a prefill, variant sweep"
 AOTINFER_TEST_PACKAGE=$pkg_a timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 \
   "$build/tests/aotinfer_gpu_tests" "batch_prefill matches the fp64 reference for every prefill variant in the package" 2>&1 |
   tee -a "$out/prefill_sm90_sanitizer.log" | tail -2 || status=1
+# The custom-mask test too: the producer's scan of the mask and the words it stages are the
+# kernel's most intricate shared-memory handoffs, which the variant sweep does not run.
+echo "== compute-sanitizer racecheck: sm_90a prefill, custom masks"
+AOTINFER_TEST_PACKAGE=$pkg_a timeout 200 compute-sanitizer --tool racecheck --error-exitcode 9 \
+  "$build/tests/aotinfer_gpu_tests" "batch_prefill with custom masks*" 2>&1 |
+  tee -a "$out/prefill_sm90_sanitizer.log" | tail -2 || status=1
 if [ $bench = 1 ]; then
   for arch in sm_90a sm_90; do
     echo "== prefill benchmark: $arch"
